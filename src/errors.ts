@@ -1,0 +1,203 @@
+/**
+ * Every error turnlog throws is a {@link TurnlogError} with a stable `code`.
+ * Codes are strings (Level-style), never reused, and each has an anchor in docs/errors.md.
+ * Messages name the ids involved first, then the fix.
+ */
+
+export type ErrorCode =
+  // history and codec
+  | 'TURNLOG_HISTORY_CORRUPT'
+  | 'TURNLOG_HISTORY_FORMAT'
+  | 'TURNLOG_HISTORY_INVARIANT'
+  | 'TURNLOG_PAYLOAD_ENCODING'
+  | 'TURNLOG_INVALID_ARGUMENT'
+  // store
+  | 'TURNLOG_STORE_LOCKED'
+  | 'TURNLOG_STORE_CLOSED'
+  | 'TURNLOG_CONCURRENCY'
+  | 'TURNLOG_STALE_GENERATION'
+  | 'TURNLOG_LEASE_HELD'
+  | 'TURNLOG_TASK_NOT_FOUND'
+  // engine and tasks
+  | 'TURNLOG_TASK_CONFLICT'
+  | 'TURNLOG_LAST_INPUT_ID_PRECONDITION'
+  | 'TURNLOG_STEERING_QUEUE_FULL'
+  | 'TURNLOG_WORKFLOW_NOT_FOUND'
+  | 'TURNLOG_WORKFLOW_INVALID'
+  | 'TURNLOG_NON_DETERMINISM'
+  | 'TURNLOG_TURN_FAILED'
+  | 'TURNLOG_TURN_CANCELLED'
+  | 'TURNLOG_TURN_TIMED_OUT'
+  | 'TURNLOG_TURN_DEFERRED'
+  | 'TURNLOG_FENCED'
+  | 'TURNLOG_EXIT_FOR_RECOVERY_OUTSIDE_SHUTDOWN'
+  | 'TURNLOG_ENGINE_CLOSED'
+  | 'TURNLOG_INPUT_NOT_FOUND'
+  | 'TURNLOG_WRONG_KIND'
+  // isolation
+  | 'TURNLOG_ISOLATION_BOUNDARY'
+  | 'TURNLOG_WORKER_CRASHED'
+  | 'TURNLOG_WORKER_PROTOCOL'
+  | 'TURNLOG_WORKER_START'
+  // lifecycle
+  | 'TURNLOG_ENGINE_NOT_ACTIVATED'
+  | 'TURNLOG_SESSION_MISMATCH'
+  | 'TURNLOG_ACTIVATION_FAILED'
+  // cli and files
+  | 'TURNLOG_HISTORY_FILE';
+
+export interface TurnlogErrorOptions {
+  cause?: unknown;
+}
+
+const TURNLOG_ERROR = Symbol.for('turnlog.error');
+
+/** Base class of every turnlog error. Test with {@link isTurnlogError}, which works across realms. */
+export class TurnlogError extends Error {
+  override readonly name: string = 'TurnlogError';
+  readonly code: ErrorCode;
+  readonly [TURNLOG_ERROR] = true;
+
+  constructor(code: ErrorCode, message: string, options: TurnlogErrorOptions = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.code = code;
+  }
+}
+
+/** True for any turnlog error, optionally of one code. Unlike `instanceof`, works across realms. */
+export function isTurnlogError(err: unknown, code?: ErrorCode): err is TurnlogError {
+  return (
+    typeof err === 'object' &&
+    err !== null &&
+    (err as Record<symbol, unknown>)[TURNLOG_ERROR] === true &&
+    (code === undefined || (err as TurnlogError).code === code)
+  );
+}
+
+/** Stored bytes that cannot be decoded. Nothing is changed; the key names what to inspect. */
+export class HistoryCorruptError extends TurnlogError {
+  override readonly name = 'HistoryCorruptError';
+  constructor(
+    readonly key: string,
+    detail: string,
+    options: TurnlogErrorOptions = {},
+  ) {
+    super(
+      'TURNLOG_HISTORY_CORRUPT',
+      `Stored record ${key} cannot be decoded (${detail}). Nothing was changed; export the task with \`turnlog export\` and inspect, or restore the store from a backup.`,
+      options,
+    );
+  }
+}
+
+/** A history event of a type or format version this build does not know. */
+export class HistoryFormatError extends TurnlogError {
+  override readonly name = 'HistoryFormatError';
+  constructor(
+    readonly taskId: string,
+    readonly eventId: number,
+    readonly version: number,
+    detail: string,
+  ) {
+    super(
+      'TURNLOG_HISTORY_FORMAT',
+      `Task ${taskId}, event ${eventId}: ${detail} (history format version ${version}). It was written by a newer turnlog; upgrade turnlog to read it.`,
+    );
+  }
+}
+
+/** A history that breaks an invariant of docs/history.md; it is never silently folded. */
+export class HistoryInvariantError extends TurnlogError {
+  override readonly name = 'HistoryInvariantError';
+  constructor(
+    readonly taskId: string,
+    readonly eventId: number,
+    readonly rule: string,
+    detail: string,
+  ) {
+    super('TURNLOG_HISTORY_INVARIANT', `Task ${taskId}, event ${eventId} breaks invariant "${rule}": ${detail}`);
+  }
+}
+
+/** `append` was called with an expected last event id that is not the task's current one. */
+export class ConcurrencyError extends TurnlogError {
+  override readonly name = 'ConcurrencyError';
+  constructor(
+    readonly taskId: string,
+    readonly expected: number,
+    readonly actual: number,
+  ) {
+    super(
+      'TURNLOG_CONCURRENCY',
+      `Task ${taskId}: append expected last event ${expected} but the history ends at ${actual}; nothing was written. Re-read the history and decide again.`,
+    );
+  }
+}
+
+/** An append or lease write under a generation older than the task's current lease. */
+export class StaleGenerationError extends TurnlogError {
+  override readonly name = 'StaleGenerationError';
+  constructor(
+    readonly taskId: string,
+    readonly generation: number,
+    readonly current: number,
+  ) {
+    super(
+      'TURNLOG_STALE_GENERATION',
+      `Task ${taskId}: write under generation ${generation} rejected, the task is at generation ${current} (another instance reclaimed it); nothing was written.`,
+    );
+  }
+}
+
+/** A lease claim on a task whose lease another owner holds and has not expired. */
+export class LeaseHeldError extends TurnlogError {
+  override readonly name = 'LeaseHeldError';
+  constructor(
+    readonly taskId: string,
+    readonly owner: string,
+    readonly instance: string,
+    readonly expiresAt: number,
+  ) {
+    super(
+      'TURNLOG_LEASE_HELD',
+      `Task ${taskId} is leased by ${owner} (${instance}) until ${new Date(expiresAt).toISOString()}; wait for it to expire or be released.`,
+    );
+  }
+}
+
+/** The store directory is held by another process (LevelDB allows one process per directory). */
+export class StoreLockedError extends TurnlogError {
+  override readonly name = 'StoreLockedError';
+  constructor(
+    readonly location: string,
+    options: TurnlogErrorOptions = {},
+  ) {
+    super(
+      'TURNLOG_STORE_LOCKED',
+      `Store ${location} is locked by another process (LevelDB allows one process per directory). Stop the engine that holds it, or point this process at another directory.`,
+      options,
+    );
+  }
+}
+
+/** A determinism violation: a re-executed turn asked for something other than what was recorded. */
+export class NonDeterminismError extends TurnlogError {
+  override readonly name = 'NonDeterminismError';
+  constructor(
+    readonly taskId: string,
+    readonly turn: number,
+    readonly eventId: number,
+    readonly expected: string,
+    readonly actual: string,
+  ) {
+    super(
+      'TURNLOG_NON_DETERMINISM',
+      `Task ${taskId}, turn ${turn}, event ${eventId}: the history recorded ${expected} but the handler did ${actual}. Check that your turn handler calls the same steps in the same order on every attempt (see docs/determinism.md).`,
+    );
+  }
+}
+
+/** Helper for argument validation: code TURNLOG_INVALID_ARGUMENT with the fix in the message. */
+export function invalidArgument(message: string): TurnlogError {
+  return new TurnlogError('TURNLOG_INVALID_ARGUMENT', message);
+}

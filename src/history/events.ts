@@ -1,0 +1,294 @@
+/**
+ * The history event catalogue as plain TypeScript types. This is what the public API, the
+ * replayer and the engine speak; `codec.ts` is the only place that maps it to protobuf.
+ * docs/history.md describes each event and when it is written.
+ */
+
+/** Version of the history format written by this build. Bump with a docs/upgrading.md entry. */
+export const HISTORY_FORMAT_VERSION = 1;
+
+/** `temporal.api.common.v1.Payload`: encoded bytes plus metadata (`encoding` names the converter). */
+export interface Payload {
+  metadata: Record<string, Uint8Array>;
+  data: Uint8Array;
+}
+
+/** A recorded failure, stored as `temporal.api.failure.v1.Failure` (application failure info). */
+export interface FailureInfo {
+  message: string;
+  /** The error's class or type name (`Error`, `TypeError`, an application type). */
+  type: string;
+  stack?: string;
+  /** A non-retryable failure is never retried by step retry policies. */
+  nonRetryable?: boolean;
+  /** A stable error code, when the error carried one (for example a TURNLOG_* code). */
+  code?: string;
+  details?: Payload;
+  cause?: FailureInfo;
+}
+
+export type WorkflowKind = 'one-shot' | 'multi-turn';
+export type EntryMode = 'fresh' | 'resumed' | 'recovered';
+export type ExecutorKind = 'inline' | 'process';
+export type TaskOutcome = 'succeeded' | 'failed' | 'cancelled' | 'timed_out';
+export type TimeoutCause = 'cooperative' | 'hard_cap' | 'recovery_marker' | 'recovery_backstop';
+export type CancelScope = 'task' | 'turn';
+
+export interface RetryPolicy {
+  /** Total attempts including the first; 1 means no retry. */
+  maxAttempts: number;
+  initialIntervalMs: number;
+  backoffCoefficient: number;
+  maxIntervalMs: number;
+  /** Error `type`s (class names) that are never retried. */
+  nonRetryableTypes: string[];
+}
+
+/** Per-turn policy. Recorded in `TaskCreated`; every turn's deadline is recorded in `TurnStarted`. */
+export interface TurnPolicy {
+  turnTimeoutMs: number;
+  graceMs: number;
+  /** Re-runs of one turn after crashes of the engine or exits for recovery. */
+  maxRecoveries: number;
+  /** Re-runs of one turn after its worker process died unexpectedly. */
+  maxWorkerCrashes: number;
+  steeringMaxQueued: number;
+  executor: ExecutorKind;
+  stepRetry: RetryPolicy;
+}
+
+interface EventBase {
+  /** Dense from 1 within a task. */
+  eventId: number;
+  /** Milliseconds since the Unix epoch, from the engine's clock. */
+  time: number;
+  /** Lease generation the event was written under (fencing token). */
+  generation: number;
+}
+
+export interface TaskCreated extends EventBase {
+  type: 'TaskCreated';
+  workflow: string;
+  kind: WorkflowKind;
+  policy: TurnPolicy;
+  formatVersion: number;
+}
+export interface InputQueued extends EventBase {
+  type: 'InputQueued';
+  inputId: string;
+  input: Payload;
+  /** True when the input arrived while a turn was running. */
+  steering: boolean;
+}
+export interface InputWithdrawn extends EventBase {
+  type: 'InputWithdrawn';
+  inputId: string;
+  reason: string;
+}
+export interface TurnStarted extends EventBase {
+  type: 'TurnStarted';
+  turn: number;
+  attempt: number;
+  inputIds: string[];
+  entryMode: EntryMode;
+  /** The turn's input came from the steering queue. */
+  steered: boolean;
+  owner: string;
+  instance: string;
+  executor: ExecutorKind;
+  pid: number;
+  /** When attempt 1 started; every recovery attempt copies it unchanged (non-resurrection). */
+  turnStartedAt: number;
+  /** turnStartedAt + turnTimeoutMs. */
+  deadline: number;
+}
+export interface StepCompleted extends EventBase {
+  type: 'StepCompleted';
+  turn: number;
+  attempt: number;
+  /** 1-based position among the turn's recorded calls (steps, checkpoints, takeInputs). */
+  seq: number;
+  name: string;
+  result?: Payload;
+  failure?: FailureInfo;
+  durationMs: number;
+}
+export interface InputsTaken extends EventBase {
+  type: 'InputsTaken';
+  turn: number;
+  seq: number;
+  inputIds: string[];
+}
+export interface Checkpointed extends EventBase {
+  type: 'Checkpointed';
+  turn: number;
+  seq: number;
+  data: Payload;
+}
+/** The timeout marker: appended before the cooperative cancel is sent. */
+export interface TimeoutCancelRequested extends EventBase {
+  type: 'TimeoutCancelRequested';
+  turn: number;
+  at: number;
+  graceUntil: number;
+}
+export interface CancelRequested extends EventBase {
+  type: 'CancelRequested';
+  scope: CancelScope;
+  /** The open turn when requested, 0 if none. */
+  turn: number;
+  reason: string;
+}
+export interface WorkerKilled extends EventBase {
+  type: 'WorkerKilled';
+  turn: number;
+  pid: number;
+  signal: string;
+  reason: string;
+}
+export interface WorkerCrashed extends EventBase {
+  type: 'WorkerCrashed';
+  turn: number;
+  attempt: number;
+  pid: number;
+  exitCode: number | null;
+  signal: string | null;
+  message: string;
+}
+export interface TurnCompleted extends EventBase {
+  type: 'TurnCompleted';
+  turn: number;
+  output?: Payload;
+  state?: Payload;
+}
+export interface TurnFailed extends EventBase {
+  type: 'TurnFailed';
+  turn: number;
+  failure: FailureInfo;
+}
+export interface TurnSuspended extends EventBase {
+  type: 'TurnSuspended';
+  turn: number;
+  reason: string;
+  output?: Payload;
+  state?: Payload;
+}
+export interface TurnCancelled extends EventBase {
+  type: 'TurnCancelled';
+  turn: number;
+  reason: string;
+}
+export interface TurnTimedOut extends EventBase {
+  type: 'TurnTimedOut';
+  turn: number;
+  cause: TimeoutCause;
+}
+/** Ends an attempt, not a turn: the next engine re-runs the turn as `recovered`. */
+export interface TurnExitedForRecovery extends EventBase {
+  type: 'TurnExitedForRecovery';
+  turn: number;
+  attempt: number;
+  reason: string;
+}
+export interface LeaseClaimed extends EventBase {
+  type: 'LeaseClaimed';
+  owner: string;
+  instance: string;
+  previousGeneration: number;
+  reason: string;
+  expiresAt: number;
+}
+export interface TaskCompleted extends EventBase {
+  type: 'TaskCompleted';
+  outcome: TaskOutcome;
+}
+
+export type HistoryEvent =
+  | TaskCreated
+  | InputQueued
+  | InputWithdrawn
+  | TurnStarted
+  | StepCompleted
+  | InputsTaken
+  | Checkpointed
+  | TimeoutCancelRequested
+  | CancelRequested
+  | WorkerKilled
+  | WorkerCrashed
+  | TurnCompleted
+  | TurnFailed
+  | TurnSuspended
+  | TurnCancelled
+  | TurnTimedOut
+  | TurnExitedForRecovery
+  | LeaseClaimed
+  | TaskCompleted;
+
+export type EventType = HistoryEvent['type'];
+
+/** An event before the store numbers it: the engine supplies everything but the event id. */
+export type NewEvent = HistoryEvent extends infer E ? (E extends HistoryEvent ? Omit<E, 'eventId'> : never) : never;
+
+export const TURN_TERMINAL_TYPES = [
+  'TurnCompleted',
+  'TurnFailed',
+  'TurnSuspended',
+  'TurnCancelled',
+  'TurnTimedOut',
+] as const satisfies readonly EventType[];
+export type TurnTerminalEvent = Extract<HistoryEvent, { type: (typeof TURN_TERMINAL_TYPES)[number] }>;
+
+const terminalSet: ReadonlySet<string> = new Set(TURN_TERMINAL_TYPES);
+/** Exactly one of these ends each turn (invariant 5). */
+export function isTurnTerminal(e: { type: string }): e is TurnTerminalEvent {
+  return terminalSet.has(e.type);
+}
+
+export const ALL_EVENT_TYPES = [
+  'TaskCreated',
+  'InputQueued',
+  'InputWithdrawn',
+  'TurnStarted',
+  'StepCompleted',
+  'InputsTaken',
+  'Checkpointed',
+  'TimeoutCancelRequested',
+  'CancelRequested',
+  'WorkerKilled',
+  'WorkerCrashed',
+  'TurnCompleted',
+  'TurnFailed',
+  'TurnSuspended',
+  'TurnCancelled',
+  'TurnTimedOut',
+  'TurnExitedForRecovery',
+  'LeaseClaimed',
+  'TaskCompleted',
+] as const satisfies readonly EventType[];
+
+/** A lease record: who may write a task now. */
+export interface Lease {
+  owner: string;
+  instance: string;
+  generation: number;
+  /** Milliseconds since the epoch; a lease at or past it is expired. */
+  expiresAt: number;
+}
+
+export type TaskStatus = 'pending' | 'in_progress' | 'suspended' | 'completed';
+
+/** A task's derived summary (an index; rebuildable from the history). */
+export interface TaskSummary {
+  taskId: string;
+  workflow: string;
+  kind: WorkflowKind;
+  status: TaskStatus;
+  outcome?: TaskOutcome;
+  lastEventId: number;
+  /** The last started turn, 0 before the first. */
+  turn: number;
+  queued: number;
+  lastInputId?: string;
+  createdAt: number;
+  updatedAt: number;
+}

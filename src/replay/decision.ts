@@ -1,0 +1,62 @@
+/**
+ * The replayer's verdict for one task: what the engine must do next and the rule that said so.
+ * The rules and their order are the table in docs/recovery.md (DESIGN.md "Recovery decisions").
+ */
+import type { TaskOutcome, TimeoutCause } from '../history/events.js';
+
+export type DecisionRule =
+  | 'completed'
+  | 'cancel-requested'
+  | 'owned'
+  | 'marker'
+  | 'backstop'
+  | 'worker-crashes-exhausted'
+  | 'recoveries-exhausted'
+  | 'recover'
+  | 'queued-input'
+  | 'suspended'
+  | 'pending';
+
+export type Decision =
+  | {
+      kind: 'none';
+      rule: 'completed' | 'owned' | 'suspended' | 'pending';
+      reason: string;
+    }
+  | {
+      /** Append the turn's terminal event (and TaskCompleted when `completeTask` is set). */
+      kind: 'finalize-turn';
+      rule: 'cancel-requested' | 'marker' | 'backstop' | 'worker-crashes-exhausted' | 'recoveries-exhausted';
+      turn: number;
+      terminal: 'TurnCancelled' | 'TurnTimedOut' | 'TurnFailed';
+      /** For TurnTimedOut. */
+      cause?: TimeoutCause;
+      /** One-shot tasks and task-scoped cancels complete the task with this outcome. */
+      completeTask?: TaskOutcome;
+      reason: string;
+    }
+  | {
+      /** No open turn, a task-scoped cancel: append TaskCompleted(cancelled). */
+      kind: 'complete-task';
+      rule: 'cancel-requested';
+      outcome: 'cancelled';
+      reason: string;
+    }
+  | {
+      /** Start a new attempt of the open turn, entry mode `recovered`, replaying recorded calls. */
+      kind: 'rerun';
+      rule: 'recover';
+      turn: number;
+      attempt: number;
+      reason: string;
+    }
+  | {
+      /** Start the next turn with the head of the queue. */
+      kind: 'start-turn';
+      rule: 'queued-input';
+      turn: number;
+      inputIds: string[];
+      entryMode: 'fresh' | 'resumed';
+      steered: boolean;
+      reason: string;
+    };
