@@ -1,0 +1,168 @@
+/**
+ * The recovery decision table (DESIGN.md "Recovery decisions", docs/recovery.md): a pure,
+ * total function of (state, lease, now, policy). Rules are evaluated in order; the first
+ * that matches names itself in `rule` and explains itself, with numbers, in `reason`.
+ */
+import type { Lease, TaskOutcome, TurnPolicy } from '../history/events.js';
+import type { OpenTurn, TaskState } from '../history/state.js';
+import type { Decision } from './decision.js';
+
+/** Formats an epoch-millisecond time for reasons: ISO when representable, else the number. */
+export function formatTime(ms: number): string {
+  // Date's range is ±8.64e15 ms; Infinity (no deadline) and NaN must not throw.
+  if (!Number.isFinite(ms) || Math.abs(ms) > 8.64e15) return String(ms);
+  return `${new Date(ms).toISOString()} (${ms})`;
+}
+
+/**
+ * What the engine must do next with a task.
+ *
+ * `lease` is the lease that could block recovery: pass `undefined` when no live foreign owner
+ * can exist (for example right after opening the store, which voids every earlier lease).
+ * `policy` defaults to the one recorded in `TaskCreated`. Same inputs, same decision, always.
+ *
+ * @example
+ * const d = decide(fold(id, events), await store.lease(id), clock.now());
+ * if (d.kind === 'rerun') engine.runAttempt(id, d.turn, d.attempt);
+ */
+export function decide(state: TaskState, lease: Lease | undefined, now: number, policy: TurnPolicy = state.policy): Decision {
+  // 1. completed
+  if (state.status === 'completed') {
+    return { kind: 'none', rule: 'completed', reason: `task completed with outcome ${state.outcome ?? 'unknown'}; nothing to do` };
+  }
+
+  const t = state.openTurn;
+  const oneShot = state.kind === 'one-shot';
+
+  // 2. cancel requested
+  if (t === undefined && state.cancelRequested?.scope === 'task') {
+    const c = state.cancelRequested;
+    return {
+      kind: 'complete-task',
+      rule: 'cancel-requested',
+      outcome: 'cancelled',
+      reason: `task cancel requested at event ${c.eventId} (${c.reason || 'no reason given'}) and no turn is open`,
+    };
+  }
+  if (t?.cancelRequested !== undefined) {
+    const c = t.cancelRequested;
+    return finalize(t, {
+      rule: 'cancel-requested',
+      terminal: 'TurnCancelled',
+      outcome: oneShot || c.scope === 'task' ? 'cancelled' : undefined,
+      reason: `${c.scope} cancel requested at event ${c.eventId} (${c.reason || 'no reason given'}) for open turn ${t.turn}`,
+    });
+  }
+
+  if (t !== undefined) {
+    // 3. owned by a live lease
+    if (t.attemptRunning && lease !== undefined && lease.expiresAt > now) {
+      return {
+        kind: 'none',
+        rule: 'owned',
+        reason: `turn ${t.turn} attempt ${t.attempt} is running under ${lease.owner} (${lease.instance}) generation ${lease.generation}, lease live until ${formatTime(lease.expiresAt)} > now ${formatTime(now)}`,
+      };
+    }
+    const why = deadWhy(t, lease, now);
+    // 4. open turn, nobody running it
+    if (t.marker !== undefined) {
+      return finalize(t, {
+        rule: 'marker',
+        terminal: 'TurnTimedOut',
+        cause: 'recovery_marker',
+        outcome: oneShot ? 'timed_out' : undefined,
+        reason: `${why}; timeout marker at event ${t.marker.eventId} (cancel sent ${formatTime(t.marker.at)}), so turn ${t.turn} is finalized, never re-run`,
+      });
+    }
+    if (now >= t.deadline) {
+      return finalize(t, {
+        rule: 'backstop',
+        terminal: 'TurnTimedOut',
+        cause: 'recovery_backstop',
+        outcome: oneShot ? 'timed_out' : undefined,
+        reason: `${why}; deadline ${formatTime(t.deadline)} passed at now ${formatTime(now)} (turn started ${formatTime(t.turnStartedAt)})`,
+      });
+    }
+    if (t.workerCrashes > policy.maxWorkerCrashes) {
+      return finalize(t, {
+        rule: 'worker-crashes-exhausted',
+        terminal: 'TurnFailed',
+        outcome: oneShot ? 'failed' : undefined,
+        reason: `${why}; ${t.workerCrashes} worker crashes exceed maxWorkerCrashes ${policy.maxWorkerCrashes}`,
+      });
+    }
+    if (t.attempt > policy.maxRecoveries) {
+      return finalize(t, {
+        rule: 'recoveries-exhausted',
+        terminal: 'TurnFailed',
+        outcome: oneShot ? 'failed' : undefined,
+        reason: `${why}; attempt ${t.attempt} used ${t.attempt - 1} of maxRecoveries ${policy.maxRecoveries}, none left`,
+      });
+    }
+    return {
+      kind: 'rerun',
+      rule: 'recover',
+      turn: t.turn,
+      attempt: t.attempt + 1,
+      reason: `${why}; deadline ${formatTime(t.deadline)} not reached at now ${formatTime(now)}; re-run as attempt ${t.attempt + 1} replaying ${t.calls.length} recorded call(s)`,
+    };
+  }
+
+  // 5. no open turn, queued input (a one-shot runs exactly one turn)
+  const head = state.queue[0];
+  if (head !== undefined && !(oneShot && state.turn > 0)) {
+    const entryMode = state.turn === 0 ? 'fresh' : 'resumed';
+    return {
+      kind: 'start-turn',
+      rule: 'queued-input',
+      turn: state.turn + 1,
+      inputIds: [head.inputId],
+      entryMode,
+      steered: head.steering,
+      reason: `no open turn and ${state.queue.length} queued input(s); start turn ${state.turn + 1} (${entryMode}) with ${head.inputId}${head.steering ? ' (steering)' : ''}`,
+    };
+  }
+
+  // 6. nothing to do
+  if (state.turn === 0) {
+    return { kind: 'none', rule: 'pending', reason: 'no turn has started and no input is queued' };
+  }
+  const last = state.lastTurn;
+  const ended = last ? `turn ${last.turn} ended with ${last.terminal} at event ${last.eventId}` : `turn ${state.turn} ended`;
+  return {
+    kind: 'none',
+    rule: 'suspended',
+    reason: oneShot
+      ? `one-shot ${ended}; waiting for its TaskCompleted, no further turn will run`
+      : `${ended}; no input is queued, waiting for one`,
+  };
+}
+
+function deadWhy(t: OpenTurn, lease: Lease | undefined, now: number): string {
+  const attempt = `turn ${t.turn} attempt ${t.attempt}`;
+  if (!t.attemptRunning) return `${attempt} ended without a terminal${t.workerCrashes > 0 ? ` (${t.workerCrashes} worker crash(es))` : ''}`;
+  if (lease === undefined) return `${attempt} has no live owner`;
+  return `${attempt}: lease of ${lease.owner} (${lease.instance}) expired at ${formatTime(lease.expiresAt)} <= now ${formatTime(now)}`;
+}
+
+function finalize(
+  t: OpenTurn,
+  d: {
+    rule: Extract<Decision, { kind: 'finalize-turn' }>['rule'];
+    terminal: 'TurnCancelled' | 'TurnTimedOut' | 'TurnFailed';
+    cause?: 'recovery_marker' | 'recovery_backstop';
+    outcome: TaskOutcome | undefined;
+    reason: string;
+  },
+): Decision {
+  const out: Extract<Decision, { kind: 'finalize-turn' }> = {
+    kind: 'finalize-turn',
+    rule: d.rule,
+    turn: t.turn,
+    terminal: d.terminal,
+    reason: d.reason,
+  };
+  if (d.cause !== undefined) out.cause = d.cause;
+  if (d.outcome !== undefined) out.completeTask = d.outcome;
+  return out;
+}

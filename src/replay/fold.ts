@@ -1,0 +1,314 @@
+/**
+ * The fold: a task's history → its {@link TaskState}. Pure and incremental; every event is
+ * validated against the history invariants before it is applied (docs/recovery.md#validation).
+ */
+import { HistoryInvariantError } from '../errors.js';
+import type { HistoryEvent, TurnTerminalEvent } from '../history/events.js';
+import type { OpenTurn, QueuedInput, TaskState } from '../history/state.js';
+
+/**
+ * Folds `events` into a task state. With `from`, continues from that state (a snapshot), so
+ * `fold(id, tail, fold(id, prefix))` deep-equals `fold(id, prefix.concat(tail))`.
+ * `from` is never mutated. A history that breaks an invariant throws
+ * {@link HistoryInvariantError} naming the first offending event; nothing is folded silently.
+ *
+ * @example
+ * const state = fold('task-1', await store.read('task-1'));
+ * const next = fold('task-1', newEvents, state); // incremental
+ */
+export function fold(taskId: string, events: readonly HistoryEvent[], from?: TaskState): TaskState {
+  let s: TaskState;
+  let i = 0;
+  if (from === undefined) {
+    const first = events[0];
+    if (first === undefined) {
+      throw new HistoryInvariantError(taskId, 0, 'first-event-task-created', 'the history is empty');
+    }
+    if (first.type !== 'TaskCreated') {
+      throw new HistoryInvariantError(
+        taskId,
+        first.eventId,
+        'first-event-task-created',
+        `the first event is ${first.type}, expected TaskCreated`,
+      );
+    }
+    if (first.eventId !== 1) {
+      throw new HistoryInvariantError(taskId, first.eventId, 'event-id-dense', `expected event id 1, got ${first.eventId}`);
+    }
+    s = {
+      taskId,
+      workflow: first.workflow,
+      kind: first.kind,
+      policy: first.policy,
+      formatVersion: first.formatVersion,
+      createdAt: first.time,
+      updatedAt: first.time,
+      lastEventId: 1,
+      highestGeneration: first.generation,
+      status: 'pending',
+      turn: 0,
+      queue: [],
+      recoveryCount: 0,
+      workerCrashCount: 0,
+    };
+    i = 1;
+  } else {
+    if (events.length === 0) return from;
+    s = cloneState(from);
+  }
+  for (; i < events.length; i++) apply(s, events[i]!);
+  return s;
+}
+
+/**
+ * Copy-on-write, once per fold call: the arrays and objects the fold mutates are copied;
+ * immutable leaves (payloads, recorded calls, queued inputs) are shared with `from`.
+ */
+function cloneState(from: TaskState): TaskState {
+  const s: TaskState = { ...from, queue: from.queue.slice() };
+  if (from.openTurn) s.openTurn = cloneOpenTurn(from.openTurn);
+  return s;
+}
+
+function cloneOpenTurn(t: OpenTurn): OpenTurn {
+  return { ...t, inputIds: t.inputIds.slice(), inputs: t.inputs.slice(), calls: t.calls.slice(), taken: t.taken.slice() };
+}
+
+function fail(s: TaskState, e: HistoryEvent, rule: string, detail: string): never {
+  throw new HistoryInvariantError(s.taskId, e.eventId, rule, detail);
+}
+
+/** The open turn an event names, or an invariant error explaining why there is none. */
+function openTurnFor(s: TaskState, e: HistoryEvent & { turn: number }): OpenTurn {
+  const t = s.openTurn;
+  if (t !== undefined && t.turn === e.turn) return t;
+  if (t === undefined && s.lastTurn !== undefined && s.lastTurn.turn === e.turn) {
+    // The turn existed and ended: a terminal is a second terminal, anything else came too late.
+    if (e.type === 'TurnCompleted' || e.type === 'TurnFailed' || e.type === 'TurnSuspended' || e.type === 'TurnCancelled' || e.type === 'TurnTimedOut') {
+      fail(s, e, 'one-terminal-per-turn', `turn ${e.turn} already ended with ${s.lastTurn.terminal} at event ${s.lastTurn.eventId}`);
+    }
+    fail(s, e, 'step-after-terminal', `${e.type} for turn ${e.turn}, which ended with ${s.lastTurn.terminal} at event ${s.lastTurn.eventId}`);
+  }
+  const open = t === undefined ? 'no turn is open' : `the open turn is ${t.turn}`;
+  return fail(s, e, 'turn-not-open', `${e.type} for turn ${e.turn}, but ${open}`);
+}
+
+function requireRunning(s: TaskState, t: OpenTurn, e: HistoryEvent): void {
+  if (!t.attemptRunning) {
+    fail(s, e, 'attempt-not-running', `${e.type} for turn ${t.turn} after attempt ${t.attempt} ended without a terminal`);
+  }
+}
+
+function nextSeq(s: TaskState, t: OpenTurn, e: HistoryEvent & { seq: number }): void {
+  const expected = t.calls.length + 1;
+  if (e.seq !== expected) fail(s, e, 'seq-order', `turn ${t.turn} expected call seq ${expected}, got ${e.seq}`);
+}
+
+/** Removes `ids` from the queue in the order given; every id must be queued. */
+function takeFromQueue(s: TaskState, e: HistoryEvent, ids: readonly string[]): QueuedInput[] {
+  const out: QueuedInput[] = [];
+  for (const id of ids) {
+    const k = s.queue.findIndex((q) => q.inputId === id);
+    if (k < 0) fail(s, e, 'unknown-input', `input ${id} is not queued`);
+    out.push(s.queue[k]!);
+    s.queue.splice(k, 1);
+  }
+  return out;
+}
+
+function apply(s: TaskState, e: HistoryEvent): void {
+  if (e.eventId !== s.lastEventId + 1) {
+    const what = e.eventId <= s.lastEventId ? 'duplicate' : 'gap';
+    fail(s, e, 'event-id-dense', `${what}: expected event id ${s.lastEventId + 1}, got ${e.eventId}`);
+  }
+  if (e.generation < s.highestGeneration) {
+    fail(s, e, 'generation-monotonic', `generation ${e.generation} is below ${s.highestGeneration}, already seen`);
+  }
+  if (s.status === 'completed') fail(s, e, 'after-task-completed', `${e.type} after TaskCompleted(${s.outcome})`);
+
+  switch (e.type) {
+    case 'TaskCreated':
+      return fail(s, e, 'task-created-once', 'TaskCreated is already event 1');
+    case 'InputQueued':
+      if (s.queue.some((q) => q.inputId === e.inputId)) fail(s, e, 'duplicate-input', `input ${e.inputId} is already queued`);
+      s.queue.push({ inputId: e.inputId, input: e.input, steering: e.steering, eventId: e.eventId, time: e.time });
+      s.lastInputId = e.inputId;
+      break;
+    case 'InputWithdrawn':
+      takeFromQueue(s, e, [e.inputId]);
+      break;
+    case 'TurnStarted':
+      turnStarted(s, e);
+      break;
+    case 'StepCompleted': {
+      const t = openTurnFor(s, e);
+      requireRunning(s, t, e);
+      if (e.attempt !== t.attempt) fail(s, e, 'step-attempt', `step of attempt ${e.attempt}, but attempt ${t.attempt} is running`);
+      nextSeq(s, t, e);
+      const call: OpenTurn['calls'][number] = {
+        kind: 'step',
+        seq: e.seq,
+        name: e.name,
+        eventId: e.eventId,
+        attempt: e.attempt,
+        durationMs: e.durationMs,
+      };
+      if (e.result !== undefined) call.result = e.result;
+      if (e.failure !== undefined) call.failure = e.failure;
+      t.calls.push(call);
+      break;
+    }
+    case 'InputsTaken': {
+      const t = openTurnFor(s, e);
+      requireRunning(s, t, e);
+      nextSeq(s, t, e);
+      for (const q of takeFromQueue(s, e, e.inputIds)) t.taken.push(q);
+      t.calls.push({ kind: 'take-inputs', seq: e.seq, eventId: e.eventId, inputIds: e.inputIds.slice() });
+      break;
+    }
+    case 'Checkpointed': {
+      const t = openTurnFor(s, e);
+      requireRunning(s, t, e);
+      nextSeq(s, t, e);
+      t.calls.push({ kind: 'checkpoint', seq: e.seq, eventId: e.eventId, data: e.data });
+      t.checkpoint = e.data;
+      break;
+    }
+    case 'TimeoutCancelRequested': {
+      const t = openTurnFor(s, e);
+      // The first marker is the one that counts (non-resurrection); a repeat changes nothing.
+      if (t.marker === undefined) t.marker = { at: e.at, graceUntil: e.graceUntil, eventId: e.eventId };
+      break;
+    }
+    case 'CancelRequested': {
+      const req = { scope: e.scope, reason: e.reason, eventId: e.eventId };
+      const t = s.openTurn;
+      if (t !== undefined && (e.scope === 'task' || e.turn === t.turn)) {
+        // A task-scoped cancel upgrades a pending turn-scoped one; otherwise the first wins.
+        if (t.cancelRequested === undefined || (e.scope === 'task' && t.cancelRequested.scope === 'turn')) {
+          t.cancelRequested = req;
+        }
+      } else if (e.scope === 'task') {
+        if (s.cancelRequested === undefined) s.cancelRequested = req;
+      }
+      // A turn-scoped cancel for a turn that already ended has nothing left to cancel.
+      break;
+    }
+    case 'WorkerKilled':
+      openTurnFor(s, e);
+      break;
+    case 'WorkerCrashed': {
+      const t = openTurnFor(s, e);
+      requireRunning(s, t, e);
+      if (e.attempt !== t.attempt) fail(s, e, 'step-attempt', `crash of attempt ${e.attempt}, but attempt ${t.attempt} is running`);
+      t.attemptRunning = false;
+      t.workerCrashes++;
+      s.workerCrashCount++;
+      break;
+    }
+    case 'TurnExitedForRecovery': {
+      const t = openTurnFor(s, e);
+      requireRunning(s, t, e);
+      if (e.attempt !== t.attempt) fail(s, e, 'step-attempt', `exit of attempt ${e.attempt}, but attempt ${t.attempt} is running`);
+      t.attemptRunning = false;
+      break;
+    }
+    case 'TurnCompleted':
+    case 'TurnFailed':
+    case 'TurnSuspended':
+    case 'TurnCancelled':
+    case 'TurnTimedOut':
+      turnEnded(s, e);
+      break;
+    case 'LeaseClaimed':
+      break;
+    case 'TaskCompleted':
+      if (s.openTurn !== undefined) {
+        fail(s, e, 'turn-open-at-completion', `turn ${s.openTurn.turn} is open; it needs its terminal event first`);
+      }
+      s.status = 'completed';
+      s.outcome = e.outcome;
+      delete s.cancelRequested;
+      break;
+  }
+  s.lastEventId = e.eventId;
+  s.updatedAt = e.time;
+  s.highestGeneration = e.generation;
+}
+
+function turnStarted(s: TaskState, e: Extract<HistoryEvent, { type: 'TurnStarted' }>): void {
+  const t = s.openTurn;
+  if (e.attempt === 1) {
+    if (t !== undefined) fail(s, e, 'turn-already-open', `turn ${e.turn} started while turn ${t.turn} is open`);
+    if (e.turn !== s.turn + 1) fail(s, e, 'turn-order', `expected turn ${s.turn + 1}, got ${e.turn}`);
+    if (e.entryMode === 'recovered') fail(s, e, 'entry-mode', 'attempt 1 cannot enter as recovered');
+    if (s.kind === 'one-shot' && s.turn > 0) fail(s, e, 'one-shot-single-turn', `one-shot task already ran turn ${s.turn}`);
+    // Invariant 7: a task-scoped cancel, once requested, is final.
+    if (s.cancelRequested !== undefined) {
+      fail(s, e, 'cancelled-never-runs', `task cancel requested at event ${s.cancelRequested.eventId}`);
+    }
+    s.openTurn = {
+      turn: e.turn,
+      attempt: 1,
+      attemptRunning: true,
+      inputIds: e.inputIds.slice(),
+      inputs: takeFromQueue(s, e, e.inputIds),
+      entryMode: e.entryMode,
+      steered: e.steered,
+      turnStartedAt: e.turnStartedAt,
+      deadline: e.deadline,
+      executor: e.executor,
+      owner: e.owner,
+      instance: e.instance,
+      startedEventId: e.eventId,
+      calls: [],
+      taken: [],
+      workerCrashes: 0,
+    };
+    s.turn = e.turn;
+    s.status = 'in_progress';
+    return;
+  }
+  // attempt > 1 re-opens the same turn; everything recorded so far stays.
+  if (t === undefined || t.turn !== e.turn) {
+    const open = t === undefined ? 'no turn is open' : `the open turn is ${t.turn}`;
+    fail(s, e, 'turn-not-open', `attempt ${e.attempt} of turn ${e.turn}, but ${open}`);
+  }
+  if (e.attempt !== t.attempt + 1) fail(s, e, 'attempt-order', `expected attempt ${t.attempt + 1}, got ${e.attempt}`);
+  if (e.entryMode !== 'recovered') fail(s, e, 'entry-mode', `attempt ${e.attempt} must enter as recovered, not ${e.entryMode}`);
+  // Invariant 6: the turn start (and so the deadline) survives recovery unchanged.
+  if (e.turnStartedAt !== t.turnStartedAt || e.deadline !== t.deadline) {
+    fail(
+      s,
+      e,
+      'turn-start-preserved',
+      `attempt ${e.attempt} has turnStartedAt ${e.turnStartedAt}/deadline ${e.deadline}, turn ${t.turn} started at ${t.turnStartedAt}/deadline ${t.deadline}`,
+    );
+  }
+  if (t.cancelRequested !== undefined) {
+    fail(s, e, 'cancelled-never-runs', `turn ${t.turn} cancel requested at event ${t.cancelRequested.eventId}`);
+  }
+  t.attempt = e.attempt;
+  t.attemptRunning = true;
+  t.entryMode = 'recovered';
+  t.executor = e.executor;
+  t.owner = e.owner;
+  t.instance = e.instance;
+  s.recoveryCount++;
+}
+
+function turnEnded(s: TaskState, e: TurnTerminalEvent): void {
+  const t = openTurnFor(s, e);
+  s.lastTurn = { turn: t.turn, terminal: e.type, eventId: e.eventId, attempts: t.attempt };
+  if (e.type === 'TurnCompleted' || e.type === 'TurnSuspended') {
+    if (e.output !== undefined) s.lastOutput = e.output;
+    if (e.state !== undefined) s.state = e.state;
+  } else if (e.type === 'TurnFailed') {
+    s.lastFailure = e.failure;
+  }
+  // A task-scoped cancel outlives the turn it interrupted until TaskCompleted lands.
+  if (t.cancelRequested?.scope === 'task' && s.cancelRequested === undefined) s.cancelRequested = t.cancelRequested;
+  delete s.openTurn;
+  // One-shot: stays in_progress until TaskCompleted, which the engine appends in the same batch.
+  if (s.kind === 'multi-turn') s.status = 'suspended';
+}

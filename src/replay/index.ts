@@ -1,0 +1,14 @@
+/**
+ * The deterministic replayer: history → state → recovery decision. Pure: no I/O, no clock,
+ * no randomness (test/replay/boundary.test.ts enforces it).
+ */
+
+// fold
+export { fold } from './fold.js';
+
+// decide
+export { decide, formatTime } from './decide.js';
+export type { Decision, DecisionRule } from './decision.js';
+
+// explain (`turnlog why`)
+export { explainDecision, describeAction } from './explain.js';
