@@ -1,0 +1,301 @@
+/**
+ * Snapshots: a folded {@link TaskState} ⇄ `turnlog.v1.TaskStateSnapshot` bytes
+ * (proto/turnlog/v1/state.proto). Recovery decodes the latest snapshot and folds only the
+ * tail after it. The round trip is exact; bytes always come back as plain `Uint8Array`s.
+ */
+import { HistoryCorruptError, HistoryFormatError, TurnlogError } from '../errors.js';
+import { lookupType } from '../internal/proto/root.js';
+import { decodePolicy, encodePolicy, failureFromProto, failureToProto } from './codec.js';
+import type {
+  CancelScope,
+  EntryMode,
+  ExecutorKind,
+  FailureInfo,
+  Payload,
+  TaskOutcome,
+  TaskStatus,
+  WorkflowKind,
+} from './events.js';
+import type { OpenTurn, QueuedInput, RecordedCall, TaskState, TurnRecord } from './state.js';
+
+/** Layout version written in every snapshot; readers refuse others and fold the full history. */
+export const SNAPSHOT_VERSION = 1;
+
+const SnapshotType = lookupType('turnlog.v1.TaskStateSnapshot');
+const TurnPolicyType = lookupType('turnlog.v1.TurnPolicy');
+
+// Index = proto enum number; 0 is UNSPECIFIED everywhere (same numbering as history.proto).
+const KINDS: readonly (WorkflowKind | undefined)[] = [undefined, 'one-shot', 'multi-turn'];
+const ENTRY_MODES: readonly (EntryMode | undefined)[] = [undefined, 'fresh', 'resumed', 'recovered'];
+const EXECUTORS: readonly (ExecutorKind | undefined)[] = [undefined, 'inline', 'process'];
+const OUTCOMES: readonly (TaskOutcome | undefined)[] = [undefined, 'succeeded', 'failed', 'cancelled', 'timed_out'];
+const SCOPES: readonly (CancelScope | undefined)[] = [undefined, 'task', 'turn'];
+const STATUSES: readonly (TaskStatus | undefined)[] = [undefined, 'pending', 'in_progress', 'suspended', 'completed'];
+const TERMINALS: readonly (TurnRecord['terminal'] | undefined)[] = [
+  undefined,
+  'TurnCompleted',
+  'TurnFailed',
+  'TurnSuspended',
+  'TurnCancelled',
+  'TurnTimedOut',
+];
+
+function toNum<T>(table: readonly (T | undefined)[], v: T): number {
+  const i = table.indexOf(v);
+  if (i <= 0) throw new TurnlogError('TURNLOG_INVALID_ARGUMENT', `Cannot encode enum value ${String(v)} in a snapshot.`);
+  return i;
+}
+
+function fromNum<T>(table: readonly (T | undefined)[], n: number, what: string, taskId: string, eventId: number): T {
+  const v = table[n];
+  if (v === undefined) {
+    throw new HistoryFormatError(taskId, eventId, SNAPSHOT_VERSION, `snapshot has unknown ${what} value ${n}`);
+  }
+  return v;
+}
+
+// Decoded messages are protobufjs instances; fields are read by name, as in codec.ts.
+type Msg = Record<string, any>;
+
+// ---------------------------------------------------------------------------------------------
+// Encode
+
+function payloadMsg(p: Payload): Msg {
+  return { metadata: p.metadata, data: p.data };
+}
+
+function inputMsg(q: QueuedInput): Msg {
+  return { inputId: q.inputId, input: payloadMsg(q.input), steering: q.steering, eventId: q.eventId, timeMs: q.time };
+}
+
+function cancelMsg(c: { scope: CancelScope; reason: string; eventId: number }): Msg {
+  return { scope: toNum(SCOPES, c.scope), reason: c.reason, eventId: c.eventId };
+}
+
+function callMsg(c: RecordedCall): Msg {
+  switch (c.kind) {
+    case 'step': {
+      const step: Msg = { name: c.name, attempt: c.attempt, durationMs: c.durationMs };
+      if (c.result !== undefined) step['result'] = payloadMsg(c.result);
+      if (c.failure !== undefined) step['failure'] = failureToProto(c.failure);
+      return { seq: c.seq, eventId: c.eventId, step };
+    }
+    case 'checkpoint':
+      return { seq: c.seq, eventId: c.eventId, checkpoint: { data: payloadMsg(c.data) } };
+    case 'take-inputs':
+      return { seq: c.seq, eventId: c.eventId, takeInputs: { inputIds: c.inputIds } };
+  }
+}
+
+function openTurnMsg(t: OpenTurn): Msg {
+  const m: Msg = {
+    turn: t.turn,
+    attempt: t.attempt,
+    attemptRunning: t.attemptRunning,
+    inputIds: t.inputIds,
+    inputs: t.inputs.map(inputMsg),
+    entryMode: toNum(ENTRY_MODES, t.entryMode),
+    steered: t.steered,
+    turnStartedAtMs: t.turnStartedAt,
+    deadlineMs: t.deadline,
+    executor: toNum(EXECUTORS, t.executor),
+    owner: t.owner,
+    instance: t.instance,
+    startedEventId: t.startedEventId,
+    calls: t.calls.map(callMsg),
+    taken: t.taken.map(inputMsg),
+    workerCrashes: t.workerCrashes,
+  };
+  if (t.checkpoint !== undefined) m['checkpoint'] = payloadMsg(t.checkpoint);
+  if (t.marker !== undefined) {
+    m['marker'] = { atMs: t.marker.at, graceUntilMs: t.marker.graceUntil, eventId: t.marker.eventId };
+  }
+  if (t.cancelRequested !== undefined) m['cancelRequested'] = cancelMsg(t.cancelRequested);
+  return m;
+}
+
+/**
+ * Encodes a folded state as a snapshot.
+ *
+ * @example
+ * await store.putSnapshot(id, encodeState(fold(id, events)));
+ */
+export function encodeState(state: TaskState): Uint8Array {
+  const m: Msg = {
+    snapshotVersion: SNAPSHOT_VERSION,
+    taskId: state.taskId,
+    workflow: state.workflow,
+    kind: toNum(KINDS, state.kind),
+    // Through codec.ts's own mapping, so a policy reads the same in events and snapshots.
+    policy: TurnPolicyType.decode(encodePolicy(state.policy)),
+    formatVersion: state.formatVersion,
+    createdAtMs: state.createdAt,
+    updatedAtMs: state.updatedAt,
+    lastEventId: state.lastEventId,
+    highestGeneration: state.highestGeneration,
+    status: toNum(STATUSES, state.status),
+    turn: state.turn,
+    queue: state.queue.map(inputMsg),
+    recoveryCount: state.recoveryCount,
+    workerCrashCount: state.workerCrashCount,
+  };
+  if (state.outcome !== undefined) m['outcome'] = toNum(OUTCOMES, state.outcome);
+  if (state.openTurn !== undefined) m['openTurn'] = openTurnMsg(state.openTurn);
+  if (state.lastOutput !== undefined) m['lastOutput'] = payloadMsg(state.lastOutput);
+  if (state.state !== undefined) m['state'] = payloadMsg(state.state);
+  if (state.lastFailure !== undefined) m['lastFailure'] = failureToProto(state.lastFailure);
+  if (state.lastTurn !== undefined) {
+    const l = state.lastTurn;
+    m['lastTurn'] = { turn: l.turn, terminal: toNum(TERMINALS, l.terminal), eventId: l.eventId, attempts: l.attempts };
+  }
+  if (state.cancelRequested !== undefined) m['cancelRequested'] = cancelMsg(state.cancelRequested);
+  if (state.lastInputId !== undefined) m['lastInputId'] = state.lastInputId;
+  return SnapshotType.encode(m as never).finish();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Decode
+
+// protobufjs hands out Node Buffers; snapshots promise plain Uint8Arrays (same bytes, no copy).
+function bytes(b: Uint8Array | undefined | null): Uint8Array {
+  if (!b) return new Uint8Array(0);
+  return b.constructor === Uint8Array ? b : new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
+}
+
+function payloadOf(m: Msg): Payload {
+  const metadata: Record<string, Uint8Array> = {};
+  const src = (m['metadata'] ?? {}) as Record<string, Uint8Array>;
+  for (const k of Object.keys(src)) metadata[k] = bytes(src[k]);
+  return { metadata, data: bytes(m['data']) };
+}
+
+function failureOf(m: Msg): FailureInfo {
+  return normalizeFailure(failureFromProto(m));
+}
+
+function normalizeFailure(f: FailureInfo): FailureInfo {
+  if (f.details !== undefined) f.details = payloadOf(f.details as unknown as Msg);
+  if (f.cause !== undefined) normalizeFailure(f.cause);
+  return f;
+}
+
+class Reader {
+  constructor(
+    readonly taskId: string,
+    readonly eventId: number,
+  ) {}
+
+  input(m: Msg): QueuedInput {
+    return {
+      inputId: m['inputId'],
+      input: payloadOf(m['input'] ?? {}),
+      steering: m['steering'],
+      eventId: m['eventId'],
+      time: m['timeMs'],
+    };
+  }
+
+  cancel(m: Msg): { scope: CancelScope; reason: string; eventId: number } {
+    return { scope: fromNum(SCOPES, m['scope'], 'cancel scope', this.taskId, this.eventId), reason: m['reason'], eventId: m['eventId'] };
+  }
+
+  call(m: Msg): RecordedCall {
+    const seq: number = m['seq'];
+    const eventId: number = m['eventId'];
+    switch (m['call'] as string | undefined) {
+      case 'step': {
+        const s: Msg = m['step'];
+        const c: RecordedCall = { kind: 'step', seq, name: s['name'], eventId, attempt: s['attempt'], durationMs: s['durationMs'] };
+        if (s['result']) c.result = payloadOf(s['result']);
+        if (s['failure']) c.failure = failureOf(s['failure']);
+        return c;
+      }
+      case 'checkpoint':
+        return { kind: 'checkpoint', seq, eventId, data: payloadOf(m['checkpoint']['data'] ?? {}) };
+      case 'takeInputs':
+        return { kind: 'take-inputs', seq, eventId, inputIds: [...(m['takeInputs']['inputIds'] as string[])] };
+      default:
+        throw new HistoryFormatError(this.taskId, this.eventId, SNAPSHOT_VERSION, 'snapshot has a recorded call of unknown kind');
+    }
+  }
+
+  openTurn(m: Msg): OpenTurn {
+    const t: OpenTurn = {
+      turn: m['turn'],
+      attempt: m['attempt'],
+      attemptRunning: m['attemptRunning'],
+      inputIds: [...(m['inputIds'] as string[])],
+      inputs: (m['inputs'] as Msg[]).map((x) => this.input(x)),
+      entryMode: fromNum(ENTRY_MODES, m['entryMode'], 'entry mode', this.taskId, this.eventId),
+      steered: m['steered'],
+      turnStartedAt: m['turnStartedAtMs'],
+      deadline: m['deadlineMs'],
+      executor: fromNum(EXECUTORS, m['executor'], 'executor', this.taskId, this.eventId),
+      owner: m['owner'],
+      instance: m['instance'],
+      startedEventId: m['startedEventId'],
+      calls: (m['calls'] as Msg[]).map((x) => this.call(x)),
+      taken: (m['taken'] as Msg[]).map((x) => this.input(x)),
+      workerCrashes: m['workerCrashes'],
+    };
+    if (m['checkpoint']) t.checkpoint = payloadOf(m['checkpoint']);
+    if (m['marker']) {
+      const k: Msg = m['marker'];
+      t.marker = { at: k['atMs'], graceUntil: k['graceUntilMs'], eventId: k['eventId'] };
+    }
+    if (m['cancelRequested']) t.cancelRequested = this.cancel(m['cancelRequested']);
+    return t;
+  }
+}
+
+/**
+ * Decodes a snapshot written by {@link encodeState}. Garbled bytes give HistoryCorruptError;
+ * a snapshot of an unknown layout version gives HistoryFormatError (fold the full history instead).
+ */
+export function decodeState(data: Uint8Array): TaskState {
+  let m: Msg;
+  try {
+    m = SnapshotType.decode(data) as unknown as Msg;
+  } catch (err) {
+    throw new HistoryCorruptError('snapshot', (err as Error).message, { cause: err });
+  }
+  const taskId: string = m['taskId'];
+  const lastEventId: number = m['lastEventId'];
+  if (m['snapshotVersion'] !== SNAPSHOT_VERSION) {
+    throw new HistoryFormatError(taskId, lastEventId, m['snapshotVersion'], `snapshot layout version ${m['snapshotVersion']} is not ${SNAPSHOT_VERSION}`);
+  }
+  const r = new Reader(taskId, lastEventId);
+  const s: TaskState = {
+    taskId,
+    workflow: m['workflow'],
+    kind: fromNum(KINDS, m['kind'], 'workflow kind', taskId, lastEventId),
+    policy: decodePolicy(TurnPolicyType.encode(m['policy'] ?? {}).finish()),
+    formatVersion: m['formatVersion'],
+    createdAt: m['createdAtMs'],
+    updatedAt: m['updatedAtMs'],
+    lastEventId,
+    highestGeneration: m['highestGeneration'],
+    status: fromNum(STATUSES, m['status'], 'status', taskId, lastEventId),
+    turn: m['turn'],
+    queue: (m['queue'] as Msg[]).map((x) => r.input(x)),
+    recoveryCount: m['recoveryCount'],
+    workerCrashCount: m['workerCrashCount'],
+  };
+  if (m['outcome']) s.outcome = fromNum(OUTCOMES, m['outcome'], 'outcome', taskId, lastEventId);
+  if (m['openTurn']) s.openTurn = r.openTurn(m['openTurn']);
+  if (m['lastOutput']) s.lastOutput = payloadOf(m['lastOutput']);
+  if (m['state']) s.state = payloadOf(m['state']);
+  if (m['lastFailure']) s.lastFailure = failureOf(m['lastFailure']);
+  if (m['lastTurn']) {
+    const l: Msg = m['lastTurn'];
+    s.lastTurn = {
+      turn: l['turn'],
+      terminal: fromNum(TERMINALS, l['terminal'], 'turn terminal', taskId, lastEventId),
+      eventId: l['eventId'],
+      attempts: l['attempts'],
+    };
+  }
+  if (m['cancelRequested']) s.cancelRequested = r.cancel(m['cancelRequested']);
+  if (m['lastInputId'] != null) s.lastInputId = m['lastInputId'];
+  return s;
+}
