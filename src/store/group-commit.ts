@@ -1,0 +1,111 @@
+/**
+ * Group commit: while one batch is being written, later writes queue up and go out together
+ * as the next batch. An idle store writes at once, so a lone append costs one write; a busy
+ * store pays one fsync for everything that arrived during the previous one.
+ */
+
+export type BatchOp = { type: 'put'; key: Buffer; value: Buffer } | { type: 'del'; key: Buffer };
+
+/** Writes one atomic batch; `sync` asks for it to be durable before resolving. */
+export type BatchWriter = (ops: BatchOp[], sync: boolean) => Promise<void>;
+
+interface Entry {
+  ops: BatchOp[];
+  sync: boolean;
+  /** The task whose cached head this write advances. */
+  taskId: string;
+  /** Runs synchronously once the batch is durable, before the promise settles. */
+  commit: () => void;
+  resolve: () => void;
+  reject: (err: unknown) => void;
+}
+
+/**
+ * Merges writes into as few batches as the disk allows. Each write is all or nothing (it is
+ * inside one batch), and writes keep their submission order (a batch applies ops in order).
+ */
+export class GroupCommitter {
+  readonly #write: BatchWriter;
+  /** Called with the tasks of a failed batch so the store can drop their cached heads. */
+  readonly #onFailure: (taskIds: ReadonlySet<string>) => void;
+  #writing = false;
+  #queue: Entry[] = [];
+  #idle: (() => void)[] = [];
+  /** Batches and writes issued, for the benchmark and tests. */
+  batches = 0;
+  writes = 0;
+
+  constructor(write: BatchWriter, onFailure: (taskIds: ReadonlySet<string>) => void) {
+    this.#write = write;
+    this.#onFailure = onFailure;
+  }
+
+  submit(taskId: string, ops: BatchOp[], sync: boolean, commit: () => void): Promise<void> {
+    return new Promise<void>((resolve, reject) => {
+      const entry: Entry = { ops, sync, taskId, commit, resolve, reject };
+      this.writes++;
+      if (this.#writing) this.#queue.push(entry);
+      else this.#run([entry]);
+    });
+  }
+
+  /** Resolves once every submitted write has settled. */
+  drain(): Promise<void> {
+    if (!this.#writing) return Promise.resolve();
+    return new Promise((resolve) => this.#idle.push(resolve));
+  }
+
+  #run(entries: Entry[]): void {
+    this.#writing = true;
+    this.batches++;
+    let ops: BatchOp[];
+    let sync = false;
+    if (entries.length === 1) {
+      ops = entries[0]!.ops;
+      sync = entries[0]!.sync;
+    } else {
+      ops = [];
+      for (const e of entries) {
+        for (const op of e.ops) ops.push(op);
+        sync ||= e.sync;
+      }
+    }
+    let pending: Promise<void>;
+    try {
+      pending = this.#write(ops, sync);
+    } catch (err) {
+      pending = Promise.reject(err);
+    }
+    pending.then(
+      () => this.#settle(entries, undefined),
+      (err: unknown) => this.#settle(entries, err ?? new Error('batch write failed')),
+    );
+  }
+
+  #settle(entries: Entry[], err: unknown): void {
+    let failed: Entry[] = [];
+    if (err === undefined) {
+      for (const e of entries) e.commit();
+    } else {
+      // Queued writes were validated against heads that assumed this batch lands: they fail too.
+      const tasks = new Set(entries.map((e) => e.taskId));
+      failed = this.#queue.filter((e) => tasks.has(e.taskId));
+      this.#queue = this.#queue.filter((e) => !tasks.has(e.taskId));
+      this.#onFailure(tasks);
+    }
+    const next = this.#queue;
+    this.#queue = [];
+    this.#writing = false;
+    if (next.length > 0) this.#run(next);
+    for (const e of entries) {
+      if (err === undefined) e.resolve();
+      else e.reject(err);
+    }
+    for (const e of failed) e.reject(err);
+    if (!this.#writing) {
+      const idle = this.#idle;
+      this.#idle = [];
+      for (const r of idle) r();
+    }
+  }
+}

@@ -1,0 +1,145 @@
+/**
+ * The LevelDB key layout (docs/storage.md). Keys are bytes: a one-byte prefix per concern,
+ * then the task id (UTF-8, no NUL), then a NUL separator where something follows it.
+ * Event ids are fixed-width big-endian uint32, so byte order is event order.
+ */
+import type { TaskStatus } from '../history/events.js';
+import { invalidArgument } from '../errors.js';
+
+/** Version of the key layout and record encodings; stored under the meta key. */
+export const STORE_FORMAT_VERSION = 1;
+
+/** One prefix byte per concern; docs/storage.md has the table. */
+export const Prefix = {
+  /** `e <task> 0x00 <u32be id>` → protobuf HistoryEvent */
+  event: 0x65,
+  /** `s <task>` → JSON TaskSummary */
+  summary: 0x73,
+  /** `l <task>` → JSON Lease */
+  lease: 0x6c,
+  /** `p <task>` → u32be event id + snapshot bytes */
+  snapshot: 0x70,
+  /** `i <status> 0x00 <workflow> 0x00 <task>` → empty (listTasks by status, status + workflow) */
+  statusIndex: 0x69,
+  /** `w <workflow> 0x00 <task>` → empty (listTasks by workflow) */
+  workflowIndex: 0x77,
+  /** `m <name>` → JSON (store format version) */
+  meta: 0x6d,
+} as const;
+
+const enc = new TextEncoder();
+const dec = new TextDecoder();
+
+/** Task ids are key components: non-empty, at most 512 bytes, no NUL. */
+export function checkTaskId(taskId: string): void {
+  if (typeof taskId !== 'string' || taskId.length === 0 || taskId.length > 512 || taskId.includes('\0')) {
+    throw invalidArgument(
+      `Task id ${JSON.stringify(taskId)} is invalid. Use a non-empty string of at most 512 characters without NUL.`,
+    );
+  }
+}
+
+function concat(parts: readonly (Uint8Array | number)[]): Buffer {
+  let len = 0;
+  for (const p of parts) len += typeof p === 'number' ? 1 : p.length;
+  const out = Buffer.allocUnsafe(len);
+  let at = 0;
+  for (const p of parts) {
+    if (typeof p === 'number') out[at++] = p;
+    else {
+      out.set(p, at);
+      at += p.length;
+    }
+  }
+  return out;
+}
+
+/** Precomputed `e <task> 0x00`; eventKey appends the id (the append path builds many). */
+export function eventPrefix(taskId: string): Buffer {
+  return concat([Prefix.event, enc.encode(taskId), 0]);
+}
+
+export function eventKey(taskId: string, eventId: number, prefix = eventPrefix(taskId)): Buffer {
+  const key = Buffer.allocUnsafe(prefix.length + 4);
+  prefix.copy(key, 0);
+  key.writeUInt32BE(eventId, prefix.length);
+  return key;
+}
+
+/** The range holding every event of a task: [gte, lt). */
+export function eventRange(taskId: string, from = 1, to = 0xffffffff): { gte: Buffer; lte: Buffer } {
+  const prefix = eventPrefix(taskId);
+  return { gte: eventKey(taskId, from, prefix), lte: eventKey(taskId, to, prefix) };
+}
+
+export function eventIdOfKey(key: Uint8Array): number {
+  return Buffer.from(key.buffer, key.byteOffset, key.byteLength).readUInt32BE(key.length - 4);
+}
+
+export function summaryKey(taskId: string): Buffer {
+  return concat([Prefix.summary, enc.encode(taskId)]);
+}
+export function leaseKey(taskId: string): Buffer {
+  return concat([Prefix.lease, enc.encode(taskId)]);
+}
+export function snapshotKey(taskId: string): Buffer {
+  return concat([Prefix.snapshot, enc.encode(taskId)]);
+}
+export function metaKey(name: string): Buffer {
+  return concat([Prefix.meta, enc.encode(name)]);
+}
+
+export function statusIndexPrefix(status: TaskStatus, workflow?: string): Buffer {
+  return workflow === undefined
+    ? concat([Prefix.statusIndex, enc.encode(status), 0])
+    : concat([Prefix.statusIndex, enc.encode(status), 0, enc.encode(workflow), 0]);
+}
+export function statusIndexKey(status: TaskStatus, workflow: string, taskId: string): Buffer {
+  return concat([Prefix.statusIndex, enc.encode(status), 0, enc.encode(workflow), 0, enc.encode(taskId)]);
+}
+export function workflowIndexPrefix(workflow: string): Buffer {
+  return concat([Prefix.workflowIndex, enc.encode(workflow), 0]);
+}
+export function workflowIndexKey(workflow: string, taskId: string): Buffer {
+  return concat([Prefix.workflowIndex, enc.encode(workflow), 0, enc.encode(taskId)]);
+}
+export function prefixOnly(prefix: number): Buffer {
+  return Buffer.from([prefix]);
+}
+
+/** Task id of an index or summary key: the bytes after the last NUL (or after the prefix byte). */
+export function taskIdOfKey(key: Uint8Array): string {
+  const at = key.lastIndexOf(0);
+  return dec.decode(key.subarray(at < 0 ? 1 : at + 1));
+}
+
+/** Smallest key greater than every key starting with `prefix` (for `lt` bounds). */
+export function prefixEnd(prefix: Uint8Array): Buffer {
+  const end = Buffer.from(prefix);
+  for (let i = end.length - 1; i >= 0; i--) {
+    if (end[i]! < 0xff) {
+      end[i]!++;
+      return end.subarray(0, i + 1);
+    }
+  }
+  return Buffer.from([0xff, 0xff, 0xff, 0xff]);
+}
+
+/** A key as text for error messages: `events/<task>/<id>`, `summary/<task>`, … */
+export function describeKey(key: Uint8Array): string {
+  const body = dec.decode(key.subarray(1));
+  switch (key[0]) {
+    case Prefix.event:
+      return `events/${dec.decode(key.subarray(1, key.length - 5))}/${eventIdOfKey(key)}`;
+    case Prefix.summary:
+      return `summary/${body}`;
+    case Prefix.lease:
+      return `lease/${body}`;
+    case Prefix.snapshot:
+      return `snapshot/${body}`;
+    case Prefix.meta:
+      return `meta/${body}`;
+    default:
+      return `index/${body.replaceAll('\0', '/')}`;
+  }
+}

@@ -1,0 +1,530 @@
+/**
+ * The default {@link HistoryStore}: one LevelDB directory through `level`, owned by one
+ * process (LevelDB's lock). docs/storage.md describes the key layout, group commit and
+ * why the append path does no read I/O.
+ */
+import { Level } from 'level';
+import {
+  HistoryCorruptError,
+  StoreLockedError,
+  TurnlogError,
+  invalidArgument,
+} from '../errors.js';
+import { decodeEvent, encodeEvent } from '../history/codec.js';
+import { HISTORY_FORMAT_VERSION, type HistoryEvent, type Lease, type TaskSummary } from '../history/events.js';
+import type { LeaseRequest } from '../history/lease.js';
+import { summarize } from '../history/summary.js';
+import { GroupCommitter, type BatchOp } from './group-commit.js';
+import type {
+  AppendOptions,
+  AppendResult,
+  HistoryStore,
+  ListOptions,
+  ReadOptions,
+  StoredSnapshot,
+  TaskPage,
+} from './history-store.js';
+import {
+  Prefix,
+  STORE_FORMAT_VERSION,
+  checkTaskId,
+  describeKey,
+  eventIdOfKey,
+  eventKey,
+  eventPrefix,
+  eventRange,
+  leaseKey,
+  metaKey,
+  prefixEnd,
+  prefixOnly,
+  snapshotKey,
+  statusIndexKey,
+  statusIndexPrefix,
+  summaryKey,
+  taskIdOfKey,
+  workflowIndexKey,
+  workflowIndexPrefix,
+} from './keys.js';
+import { decodeCursorBytes, encodeCursor, pageLimit, readBounds } from './paging.js';
+import {
+  EMPTY_HEAD,
+  applyAppend,
+  applyClaim,
+  applyRelease,
+  applyRenew,
+  isPurgeable,
+  isRecoverable,
+  type TaskHead,
+} from './task-head.js';
+
+/** Options of {@link LevelHistoryStore}. */
+export interface LevelHistoryStoreOptions {
+  /** fsync every write before it resolves (default true). `append` can override per call. */
+  sync?: boolean;
+}
+
+/** A task's cached head: `durable` is on disk, `pending` includes queued writes. */
+interface HeadEntry {
+  durable: TaskHead;
+  pending: TaskHead;
+  /** Set while the head is loading; callers queue on it in arrival order. */
+  ready: Promise<void> | null;
+  waiters: number;
+  eventPrefix: Buffer;
+  summaryKey: Buffer;
+}
+
+const READ_PAGE = 256;
+const FORMAT_META = 'format';
+
+type State = 'new' | 'opening' | 'open' | 'closing' | 'closed';
+
+/**
+ * LevelDB-backed history store. Appends validate against an in-memory head per task (loaded
+ * on first touch) and go out through group commit, so a lone durable append costs one
+ * sync batch and many concurrent appends share one.
+ *
+ * @example
+ * const store = new LevelHistoryStore('./data/turnlog');
+ * await store.open();
+ * await store.append('t1', [created], { expectedLastEventId: 0, generation: 1 });
+ */
+export class LevelHistoryStore implements HistoryStore {
+  readonly location: string;
+  readonly exclusive = true;
+  readonly #db: Level<Buffer, Buffer>;
+  readonly #sync: boolean;
+  readonly #heads = new Map<string, HeadEntry>();
+  readonly #committer: GroupCommitter;
+  #state: State = 'new';
+  #opening: Promise<void> | null = null;
+
+  constructor(location: string, options: LevelHistoryStoreOptions = {}) {
+    if (typeof location !== 'string' || location === '') {
+      throw invalidArgument('LevelHistoryStore needs a directory path.');
+    }
+    this.location = location;
+    this.#sync = options.sync ?? true;
+    this.#db = new Level<Buffer, Buffer>(location, { keyEncoding: 'buffer', valueEncoding: 'buffer' });
+    this.#committer = new GroupCommitter(
+      (ops, sync) => this.#db.batch(ops, { sync }),
+      (tasks) => {
+        // The failed batch may have been partly applied in memory only: reload from disk.
+        for (const t of tasks) this.#heads.delete(t);
+      },
+    );
+  }
+
+  /** Group-commit counters (writes submitted, batches issued), for benchmarks and tests. */
+  get commitStats(): { writes: number; batches: number } {
+    return { writes: this.#committer.writes, batches: this.#committer.batches };
+  }
+
+  open(): Promise<void> {
+    if (this.#state === 'open') return Promise.resolve();
+    if (this.#opening) return this.#opening;
+    if (this.#state !== 'new' && this.#state !== 'closed') {
+      return Promise.reject(this.#closedError());
+    }
+    this.#state = 'opening';
+    this.#opening = this.#doOpen().finally(() => {
+      this.#opening = null;
+    });
+    return this.#opening;
+  }
+
+  async #doOpen(): Promise<void> {
+    try {
+      await this.#db.open();
+    } catch (err) {
+      this.#state = 'closed';
+      if (isLockedError(err)) throw new StoreLockedError(this.location, { cause: err });
+      throw new TurnlogError(
+        'TURNLOG_STORE_CLOSED',
+        `Store ${this.location} could not be opened (${(err as Error).message}). Check the path and its permissions.`,
+        { cause: err },
+      );
+    }
+    try {
+      await this.#checkFormat();
+    } catch (err) {
+      this.#state = 'closed';
+      await this.#db.close();
+      throw err;
+    }
+    this.#state = 'open';
+  }
+
+  async #checkFormat(): Promise<void> {
+    const key = metaKey(FORMAT_META);
+    const raw = await this.#db.get(key);
+    if (raw === undefined) {
+      const meta = { store: STORE_FORMAT_VERSION, history: HISTORY_FORMAT_VERSION };
+      await this.#db.put(key, Buffer.from(JSON.stringify(meta)), { sync: true });
+      return;
+    }
+    const meta = parseJson(raw, key) as { store?: unknown };
+    if (typeof meta.store !== 'number') throw new HistoryCorruptError(describeKey(key), 'no store format version');
+    if (meta.store > STORE_FORMAT_VERSION) {
+      throw new TurnlogError(
+        'TURNLOG_HISTORY_FORMAT',
+        `Store ${this.location} has store format version ${meta.store}; this build reads up to ${STORE_FORMAT_VERSION}. Upgrade turnlog to open it.`,
+      );
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.#opening) await this.#opening.catch(() => undefined);
+    if (this.#state !== 'open') return;
+    this.#state = 'closing';
+    await this.#committer.drain();
+    this.#heads.clear();
+    await this.#db.close();
+    this.#state = 'closed';
+  }
+
+  #closedError(): TurnlogError {
+    return new TurnlogError(
+      'TURNLOG_STORE_CLOSED',
+      `Store ${this.location} is ${this.#state === 'closing' ? 'closing' : 'not open'}. Call open() first, and do not use a store after close().`,
+    );
+  }
+
+  #checkOpen(): void {
+    if (this.#state !== 'open') throw this.#closedError();
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Heads
+
+  /**
+   * Runs `fn` with the task's head, loading it on first touch. `fn` runs synchronously up to
+   * its write submission, and callers run in arrival order, so validation sees every earlier
+   * append of the task (written or queued).
+   */
+  #withHead<T>(taskId: string, fn: (h: HeadEntry) => Promise<T>): Promise<T> {
+    try {
+      this.#checkOpen();
+      checkTaskId(taskId);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+    let h = this.#heads.get(taskId);
+    if (!h) {
+      const entry: HeadEntry = {
+        durable: EMPTY_HEAD,
+        pending: EMPTY_HEAD,
+        ready: null,
+        waiters: 0,
+        eventPrefix: eventPrefix(taskId),
+        summaryKey: summaryKey(taskId),
+      };
+      entry.ready = this.#loadHead(taskId, entry);
+      this.#heads.set(taskId, entry);
+      h = entry;
+    }
+    const entry = h;
+    const ready = entry.ready;
+    if (ready === null) {
+      try {
+        return fn(entry);
+      } catch (err) {
+        return Promise.reject(err);
+      }
+    }
+    entry.waiters++;
+    const done = (): void => {
+      if (--entry.waiters === 0 && entry.ready === ready) entry.ready = null;
+    };
+    return ready.then(
+      () => {
+        done();
+        this.#checkOpen();
+        return fn(entry);
+      },
+      (err: unknown) => {
+        done();
+        if (this.#heads.get(taskId) === entry) this.#heads.delete(taskId);
+        throw err;
+      },
+    );
+  }
+
+  async #loadHead(taskId: string, entry: HeadEntry): Promise<void> {
+    const [rawSummary, rawLease, last] = await Promise.all([
+      this.#db.get(entry.summaryKey),
+      this.#db.get(leaseKey(taskId)),
+      this.#db.iterator({ ...eventRange(taskId), reverse: true, limit: 1 }).all(),
+    ]);
+    let lastEventId = 0;
+    let maxGeneration = 0;
+    const tail = last[0];
+    if (tail) {
+      const e = this.#decode(taskId, tail[0], tail[1]);
+      lastEventId = e.eventId;
+      maxGeneration = e.generation;
+    }
+    let summary = rawSummary === undefined ? undefined : (parseJson(rawSummary, entry.summaryKey) as TaskSummary);
+    // The summary is derived (invariant 1): if it disagrees with the history, rebuild it.
+    if (lastEventId > 0 && summary?.lastEventId !== lastEventId) {
+      summary = summarize(taskId, undefined, await this.readEvents(taskId));
+    }
+    const lease = rawLease === undefined ? undefined : (parseJson(rawLease, leaseKey(taskId)) as Lease);
+    const head: TaskHead = { lastEventId, maxGeneration, lease, summary: lastEventId > 0 ? summary : undefined };
+    entry.durable = head;
+    entry.pending = head;
+  }
+
+  #decode(taskId: string, key: Buffer, value: Buffer): HistoryEvent {
+    const name = describeKey(key);
+    const e = decodeEvent(value, taskId, name);
+    if (e.eventId !== eventIdOfKey(key)) throw new HistoryCorruptError(name, `holds event ${e.eventId}`);
+    return e;
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Writes
+
+  append(taskId: string, events: readonly HistoryEvent[], options: AppendOptions): Promise<AppendResult> {
+    return this.#withHead(taskId, (h) => {
+      const prev = h.pending;
+      const next = applyAppend(taskId, prev, events, options);
+      const ops: BatchOp[] = [];
+      for (const e of events) {
+        ops.push({ type: 'put', key: eventKey(taskId, e.eventId, h.eventPrefix), value: Buffer.from(encodeEvent(e)) });
+      }
+      const summary = next.summary!;
+      ops.push({ type: 'put', key: h.summaryKey, value: Buffer.from(JSON.stringify(summary)) });
+      indexOps(taskId, prev.summary, summary, ops);
+      if (options.lease) ops.push({ type: 'put', key: leaseKey(taskId), value: Buffer.from(JSON.stringify(next.lease)) });
+      h.pending = next;
+      return this.#committer
+        .submit(taskId, ops, options.sync ?? this.#sync, () => {
+          h.durable = next;
+        })
+        .then(() => ({ lastEventId: next.lastEventId, summary: { ...summary } }));
+    });
+  }
+
+  #writeLease(taskId: string, h: HeadEntry, lease: Lease): Promise<void> {
+    const next: TaskHead = { ...h.pending, lease };
+    h.pending = next;
+    const ops: BatchOp[] = [{ type: 'put', key: leaseKey(taskId), value: Buffer.from(JSON.stringify(lease)) }];
+    return this.#committer.submit(taskId, ops, this.#sync, () => {
+      h.durable = next;
+    });
+  }
+
+  claimLease(taskId: string, request: LeaseRequest): Promise<Lease> {
+    return this.#withHead(taskId, (h) => {
+      const lease = applyClaim(taskId, h.pending, request);
+      return this.#writeLease(taskId, h, lease).then(() => ({ ...lease }));
+    });
+  }
+
+  renewLease(taskId: string, lease: Lease, durationMs: number, now: number): Promise<Lease> {
+    return this.#withHead(taskId, (h) => {
+      const next = applyRenew(taskId, h.pending, lease, durationMs, now);
+      return this.#writeLease(taskId, h, next).then(() => ({ ...next }));
+    });
+  }
+
+  releaseLease(taskId: string, lease: Lease, now: number): Promise<void> {
+    return this.#withHead(taskId, (h) => {
+      const next = applyRelease(taskId, h.pending, lease, now);
+      return next ? this.#writeLease(taskId, h, next) : Promise.resolve();
+    });
+  }
+
+  putSnapshot(taskId: string, snapshot: StoredSnapshot): Promise<void> {
+    return this.#withHead(taskId, (h) => {
+      const last = h.pending.lastEventId;
+      if (!Number.isInteger(snapshot.eventId) || snapshot.eventId < 1 || snapshot.eventId > last) {
+        throw invalidArgument(
+          `Task ${taskId}: snapshot at event ${snapshot.eventId} is beyond the history (last event ${last}). Snapshot only appended events.`,
+        );
+      }
+      const value = Buffer.allocUnsafe(4 + snapshot.data.length);
+      value.writeUInt32BE(snapshot.eventId, 0);
+      value.set(snapshot.data, 4);
+      const ops: BatchOp[] = [{ type: 'put', key: snapshotKey(taskId), value }];
+      return this.#committer.submit(taskId, ops, this.#sync, () => undefined);
+    });
+  }
+
+  deleteTask(taskId: string): Promise<void> {
+    return this.#withHead(taskId, (h) => {
+      const prev = h.pending;
+      const ops: BatchOp[] = [];
+      // Ids are dense, so the head names every event key: no scan, one atomic batch.
+      for (let id = 1; id <= prev.lastEventId; id++) ops.push({ type: 'del', key: eventKey(taskId, id, h.eventPrefix) });
+      ops.push({ type: 'del', key: h.summaryKey });
+      ops.push({ type: 'del', key: leaseKey(taskId) });
+      ops.push({ type: 'del', key: snapshotKey(taskId) });
+      if (prev.summary) {
+        ops.push({ type: 'del', key: statusIndexKey(prev.summary.status, prev.summary.workflow, taskId) });
+        ops.push({ type: 'del', key: workflowIndexKey(prev.summary.workflow, taskId) });
+      }
+      h.pending = EMPTY_HEAD;
+      return this.#committer.submit(taskId, ops, this.#sync, () => {
+        h.durable = EMPTY_HEAD;
+      });
+    });
+  }
+
+  async purgeCompleted(olderThanMs: number, now: number): Promise<string[]> {
+    this.#checkOpen();
+    const prefix = statusIndexPrefix('completed');
+    const ids = await this.#db.keys({ gte: prefix, lt: prefixEnd(prefix) }).all();
+    const taskIds = ids.map(taskIdOfKey);
+    const summaries = await this.#summaries(taskIds);
+    const purge: string[] = [];
+    for (let i = 0; i < taskIds.length; i++) {
+      const s = summaries[i];
+      if (s && isPurgeable(s, olderThanMs, now)) purge.push(taskIds[i]!);
+    }
+    await Promise.all(purge.map((id) => this.deleteTask(id)));
+    return sortIds(purge);
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Reads (they see what is on disk; queued appends become visible once they resolve)
+
+  async readEvents(taskId: string, options: ReadOptions = {}): Promise<HistoryEvent[]> {
+    this.#checkOpen();
+    checkTaskId(taskId);
+    const { from, to, limit } = readBounds(options);
+    if (limit === 0 || from > to) return [];
+    const range = eventRange(taskId, from, to);
+    const it = this.#db.iterator(Number.isFinite(limit) ? { ...range, limit } : range);
+    const entries = await it.all();
+    return entries.map(([k, v]) => this.#decode(taskId, k, v));
+  }
+
+  async *iterateEvents(taskId: string, options: ReadOptions = {}): AsyncIterable<HistoryEvent> {
+    const { from, to, limit } = readBounds(options);
+    let next = from;
+    let left = limit;
+    while (left > 0 && next <= to) {
+      const page = await this.readEvents(taskId, { fromEventId: next, toEventId: to, limit: Math.min(READ_PAGE, left) });
+      if (page.length === 0) return;
+      for (const e of page) yield e;
+      next = page[page.length - 1]!.eventId + 1;
+      left -= page.length;
+    }
+  }
+
+  #cached(taskId: string): TaskHead | undefined {
+    const h = this.#heads.get(taskId);
+    return h && h.ready === null ? h.durable : undefined;
+  }
+
+  async getSummary(taskId: string): Promise<TaskSummary | undefined> {
+    this.#checkOpen();
+    checkTaskId(taskId);
+    const cached = this.#cached(taskId);
+    if (cached) return cached.summary && { ...cached.summary };
+    return (await this.#summaries([taskId]))[0];
+  }
+
+  async getLease(taskId: string): Promise<Lease | undefined> {
+    this.#checkOpen();
+    checkTaskId(taskId);
+    const cached = this.#cached(taskId);
+    if (cached) return cached.lease && { ...cached.lease };
+    const key = leaseKey(taskId);
+    const raw = await this.#db.get(key);
+    return raw === undefined ? undefined : (parseJson(raw, key) as Lease);
+  }
+
+  async getSnapshot(taskId: string): Promise<StoredSnapshot | undefined> {
+    this.#checkOpen();
+    checkTaskId(taskId);
+    const key = snapshotKey(taskId);
+    const raw = await this.#db.get(key);
+    if (raw === undefined) return undefined;
+    if (raw.length < 4) throw new HistoryCorruptError(describeKey(key), `${raw.length} bytes, need at least 4`);
+    return { eventId: raw.readUInt32BE(0), data: new Uint8Array(raw.subarray(4)) };
+  }
+
+  async #summaries(taskIds: readonly string[]): Promise<(TaskSummary | undefined)[]> {
+    if (taskIds.length === 0) return [];
+    const keys = taskIds.map(summaryKey);
+    const raws = await this.#db.getMany(keys);
+    return raws.map((raw, i) => (raw === undefined ? undefined : (parseJson(raw, keys[i]!) as TaskSummary)));
+  }
+
+  async listTasks(options: ListOptions = {}): Promise<TaskPage> {
+    this.#checkOpen();
+    const limit = pageLimit(options.limit);
+    const prefix =
+      options.status !== undefined
+        ? statusIndexPrefix(options.status, options.workflow)
+        : options.workflow !== undefined
+          ? workflowIndexPrefix(options.workflow)
+          : prefixOnly(Prefix.summary);
+    let after: Buffer | undefined;
+    if (options.cursor !== undefined) {
+      after = decodeCursorBytes(options.cursor);
+      if (!after.subarray(0, prefix.length).equals(prefix)) {
+        throw invalidArgument(`List cursor ${options.cursor} belongs to another filter. Pass the same status and workflow as the page that returned it.`);
+      }
+    }
+    const range = after ? { gt: after, lt: prefixEnd(prefix) } : { gte: prefix, lt: prefixEnd(prefix) };
+    const keys = await this.#db.keys({ ...range, limit: limit + 1 }).all();
+    const pageKeys = keys.slice(0, limit);
+    const summaries = await this.#summaries(pageKeys.map(taskIdOfKey));
+    const page: TaskPage = { tasks: summaries.filter((s): s is TaskSummary => s !== undefined) };
+    if (keys.length > limit) page.next = encodeCursor(pageKeys[pageKeys.length - 1]!);
+    return page;
+  }
+
+  async listRecoverable(now: number, instance: string): Promise<string[]> {
+    this.#checkOpen();
+    const prefix = statusIndexPrefix('in_progress');
+    const keys = await this.#db.keys({ gte: prefix, lt: prefixEnd(prefix) }).all();
+    const ids = keys.map(taskIdOfKey);
+    const summaries = await this.#summaries(ids);
+    const out: string[] = [];
+    for (let i = 0; i < ids.length; i++) {
+      const id = ids[i]!;
+      const s = summaries[i];
+      if (s && isRecoverable(s, await this.getLease(id), now, instance)) out.push(id);
+    }
+    return sortIds(out);
+  }
+}
+
+/** Index maintenance for a summary change; only when status or workflow moved. */
+function indexOps(taskId: string, prev: TaskSummary | undefined, next: TaskSummary, ops: BatchOp[]): void {
+  const empty = Buffer.alloc(0);
+  if (prev && prev.status === next.status && prev.workflow === next.workflow) return;
+  if (prev) ops.push({ type: 'del', key: statusIndexKey(prev.status, prev.workflow, taskId) });
+  ops.push({ type: 'put', key: statusIndexKey(next.status, next.workflow, taskId), value: empty });
+  if (prev?.workflow !== next.workflow) {
+    if (prev) ops.push({ type: 'del', key: workflowIndexKey(prev.workflow, taskId) });
+    ops.push({ type: 'put', key: workflowIndexKey(next.workflow, taskId), value: empty });
+  }
+}
+
+function parseJson(raw: Buffer, key: Buffer): unknown {
+  try {
+    const v: unknown = JSON.parse(raw.toString('utf8'));
+    if (typeof v !== 'object' || v === null) throw new Error('not a JSON object');
+    return v;
+  } catch (err) {
+    throw new HistoryCorruptError(describeKey(key), (err as Error).message, { cause: err });
+  }
+}
+
+function sortIds(ids: string[]): string[] {
+  return ids.sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
+}
+
+/** classic-level reports a held lock as LEVEL_LOCKED, directly or as the open error's cause. */
+function isLockedError(err: unknown): boolean {
+  for (let e = err as { code?: unknown; cause?: unknown } | undefined, i = 0; e && i < 5; e = e.cause as typeof e, i++) {
+    if (e.code === 'LEVEL_LOCKED') return true;
+  }
+  return false;
+}
