@@ -201,3 +201,99 @@ export class NonDeterminismError extends TurnlogError {
 export function invalidArgument(message: string): TurnlogError {
   return new TurnlogError('TURNLOG_INVALID_ARGUMENT', message);
 }
+
+/** A task operation that its status forbids (start on a completed task, send to a busy non-steerable one). */
+export class TaskConflictError extends TurnlogError {
+  override readonly name = 'TaskConflictError';
+  constructor(
+    readonly taskId: string,
+    readonly status: string,
+    detail: string,
+  ) {
+    super('TURNLOG_TASK_CONFLICT', `Task ${taskId} is ${status}: ${detail}`);
+  }
+}
+
+/** `ifLastInputId` did not match the task's last input id. */
+export class LastInputIdPreconditionError extends TurnlogError {
+  override readonly name = 'LastInputIdPreconditionError';
+  constructor(
+    readonly taskId: string,
+    readonly expected: string,
+    readonly actual: string | undefined,
+  ) {
+    super(
+      'TURNLOG_LAST_INPUT_ID_PRECONDITION',
+      `Task ${taskId}: ifLastInputId is ${expected} but the last input is ${actual ?? '(none)'}. Another caller sent an input first; read the task and decide again.`,
+    );
+  }
+}
+
+/** A steering input past the workflow's queue cap. */
+export class SteeringQueueFullError extends TurnlogError {
+  override readonly name = 'SteeringQueueFullError';
+  constructor(
+    readonly taskId: string,
+    readonly cap: number,
+  ) {
+    super(
+      'TURNLOG_STEERING_QUEUE_FULL',
+      `Task ${taskId} already has ${cap} queued inputs (steering.maxQueued). Wait for a turn to finish, withdraw an input, or raise the cap.`,
+    );
+  }
+}
+
+/** A turn ended with an outcome other than success; `result()` of a one-shot task throws it. */
+export class TurnOutcomeError extends TurnlogError {
+  override readonly name = 'TurnOutcomeError';
+  constructor(
+    code: 'TURNLOG_TURN_FAILED' | 'TURNLOG_TURN_CANCELLED' | 'TURNLOG_TURN_TIMED_OUT' | 'TURNLOG_TURN_DEFERRED',
+    readonly taskId: string,
+    readonly turn: number,
+    message: string,
+    options: TurnlogErrorOptions = {},
+  ) {
+    super(code, `Task ${taskId}, turn ${turn}: ${message}`, options);
+  }
+}
+
+/** A write by a turn attempt that no longer owns its task (finalized, reclaimed, or engine shut down). */
+export class FencedError extends TurnlogError {
+  override readonly name = 'FencedError';
+  constructor(
+    readonly taskId: string,
+    readonly turn: number,
+    readonly attempt: number,
+    detail: string,
+  ) {
+    super(
+      'TURNLOG_FENCED',
+      `Task ${taskId}, turn ${turn} attempt ${attempt} was fenced off (${detail}); nothing it does now is recorded. Stop work when ctx.signal aborts.`,
+    );
+  }
+}
+
+/** An engine or client API called from inside an isolated worker process. */
+export class IsolationBoundaryError extends TurnlogError {
+  override readonly name = 'IsolationBoundaryError';
+  constructor(api: string) {
+    super(
+      'TURNLOG_ISOLATION_BOUNDARY',
+      `${api} cannot be called inside an isolated worker: only the engine process writes the store. Use ctx (step, checkpoint, takeInputs, suspend) inside a turn, or return a value and act on it from the engine side.`,
+    );
+  }
+}
+
+/**
+ * Throw from a step to fail it without retries (Restate's TerminalError).
+ * @example throw new TerminalError('card declined', { type: 'CardDeclined' })
+ */
+export class TerminalError extends Error {
+  override readonly name: string = 'TerminalError';
+  readonly nonRetryable = true;
+  readonly type: string;
+  constructor(message: string, options: { type?: string; cause?: unknown } = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.type = options.type ?? 'TerminalError';
+  }
+}

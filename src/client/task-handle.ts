@@ -1,0 +1,101 @@
+/**
+ * A handle on one task, bound to the last input it sent. Cheap to create; all state lives in
+ * the engine and the history.
+ */
+import { TurnOutcomeError } from '../errors.js';
+import type { FailureInfo, HistoryEvent } from '../history/events.js';
+import { failureToError } from '../history/failure.js';
+import type { Engine, SendOptions, TaskDescription } from '../runtime/engine.js';
+
+/** How the turn that took an input ended. */
+export interface TurnResult<O = unknown> {
+  taskId: string;
+  /** The turn number; 0 when the input never ran (withdrawn, or the task ended first). */
+  turn: number;
+  inputIds: string[];
+  status: 'completed' | 'suspended' | 'failed' | 'cancelled' | 'timed_out' | 'withdrawn';
+  output?: O;
+  /** Suspension reason, cancel reason, timeout cause. */
+  reason?: string;
+  failure?: FailureInfo;
+}
+
+export class TaskHandle<I = unknown, O = unknown> {
+  readonly taskId: string;
+  #engine: Engine;
+  #lastInputId: string | undefined;
+
+  /** @internal use engine.start() or engine.task() */
+  constructor(engine: Engine, taskId: string, inputId: string | undefined) {
+    this.#engine = engine;
+    this.taskId = taskId;
+    this.#lastInputId = inputId;
+  }
+
+  /** The id of the last input this handle sent. */
+  get inputId(): string | undefined {
+    return this.#lastInputId;
+  }
+
+  /** Sends an input: it starts a turn now if the task is waiting, else it is queued (steering). Returns its id. */
+  async send(input: I, options: SendOptions = {}): Promise<string> {
+    const id = await this.#engine.sendInput(this.taskId, input, options);
+    this.#lastInputId = id;
+    return id;
+  }
+
+  /** The outcome of the turn that took this handle's last input. Never throws for a failed turn. */
+  async nextTurn(): Promise<TurnResult<O>> {
+    if (!this.#lastInputId) {
+      throw new TurnOutcomeError('TURNLOG_TURN_DEFERRED', this.taskId, 0, 'this handle has sent no input yet; call send() first, or turnResult(inputId).');
+    }
+    return this.#engine.turnResult<O>(this.taskId, this.#lastInputId);
+  }
+
+  /** The outcome of the turn that took `inputId`. */
+  turnResult(inputId: string): Promise<TurnResult<O>> {
+    return this.#engine.turnResult<O>(this.taskId, inputId);
+  }
+
+  /** The output of the turn that took this handle's last input; throws TurnOutcomeError unless it completed or suspended. */
+  async result(): Promise<O> {
+    const r = await this.nextTurn();
+    switch (r.status) {
+      case 'completed':
+      case 'suspended':
+        return r.output as O;
+      case 'failed':
+        throw new TurnOutcomeError('TURNLOG_TURN_FAILED', this.taskId, r.turn, `failed: ${r.failure?.message ?? 'unknown error'}`, {
+          cause: r.failure ? failureToError(r.failure) : undefined,
+        });
+      case 'timed_out':
+        throw new TurnOutcomeError('TURNLOG_TURN_TIMED_OUT', this.taskId, r.turn, `timed out (${r.reason ?? 'timeout'}).`);
+      case 'cancelled':
+      case 'withdrawn':
+        throw new TurnOutcomeError('TURNLOG_TURN_CANCELLED', this.taskId, r.turn, `${r.status}${r.reason ? `: ${r.reason}` : ''}.`);
+    }
+  }
+
+  /** Cancels the task: the running turn is cancelled and the task completes as cancelled. */
+  cancel(reason?: string): Promise<void> {
+    return this.#engine.cancel(this.taskId, reason, 'task');
+  }
+
+  /** Cancels only the running turn; a multi-turn task then suspends or takes its next input. */
+  cancelTurn(reason?: string): Promise<void> {
+    return this.#engine.cancel(this.taskId, reason, 'turn');
+  }
+
+  /** Withdraws a queued input that no turn has taken yet. */
+  withdraw(inputId: string, reason?: string): Promise<void> {
+    return this.#engine.withdraw(this.taskId, inputId, reason);
+  }
+
+  describe(): Promise<TaskDescription> {
+    return this.#engine.describe(this.taskId);
+  }
+
+  history(): Promise<HistoryEvent[]> {
+    return this.#engine.history(this.taskId);
+  }
+}

@@ -1,0 +1,26 @@
+/**
+ * Where a turn attempt runs. The engine starts an attempt, may cancel it cooperatively,
+ * and (process executors only) kill it; the attempt reports exactly one outcome.
+ */
+import type { ExecutorKind } from '../history/events.js';
+import type { AttemptOutcome, CancelKind, TurnHost, TurnSpec } from '../workflow/context.js';
+
+export interface AttemptHandle {
+  /** Settles exactly once with how the attempt ended; never rejects. */
+  readonly outcome: Promise<AttemptOutcome>;
+  /** Worker pid, or 0 for inline. */
+  readonly pid: number;
+  /** Cooperative cancel: sets ctx flags, then aborts ctx.signal. */
+  cancel(kind: CancelKind, reason: string): void;
+  /** Hard stop. Process executors SIGKILL; the outcome becomes `killed`. Undefined for inline. */
+  readonly kill: ((reason: string) => void) | undefined;
+  /** Stops the attempt from recording anything more (inline zombies after the hard cap). */
+  fence(detail: string): void;
+}
+
+export interface Executor {
+  readonly kind: ExecutorKind;
+  start(spec: TurnSpec, host: TurnHost): Promise<AttemptHandle>;
+  /** Stops idle workers and releases resources. Running attempts are the engine's to end first. */
+  close(): Promise<void>;
+}

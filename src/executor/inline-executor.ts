@@ -1,0 +1,43 @@
+/**
+ * Runs turns in the engine process: the handler is just awaited, so there is no overhead,
+ * and no hard stop either (docs/isolation.md): past the grace the engine finalizes the turn
+ * and fences the zombie, whose later records fail.
+ */
+import { TurnlogError } from '../errors.js';
+import type { PayloadConverter } from '../history/payload.js';
+import type { Workflow } from '../workflow/define-workflow.js';
+import { TurnContextImpl, runHandler, type TurnHost, type TurnSpec } from '../workflow/context.js';
+import type { AttemptHandle, Executor } from './executor.js';
+
+export class InlineExecutor implements Executor {
+  readonly kind = 'inline' as const;
+  readonly #workflows: ReadonlyMap<string, Workflow<any, any, any>>;
+  readonly #converter: PayloadConverter;
+
+  constructor(workflows: ReadonlyMap<string, Workflow<any, any, any>>, converter: PayloadConverter) {
+    this.#workflows = workflows;
+    this.#converter = converter;
+  }
+
+  async start(spec: TurnSpec, host: TurnHost): Promise<AttemptHandle> {
+    const wf = this.#workflows.get(spec.workflow);
+    if (!wf) {
+      throw new TurnlogError(
+        'TURNLOG_WORKFLOW_NOT_FOUND',
+        `Task ${spec.taskId}: workflow ${spec.workflow} is not registered with this engine. Pass it in Engine.open({ workflows }).`,
+      );
+    }
+    const ctx = new TurnContextImpl(spec, host, this.#converter, wf.initialState);
+    // Run on a later tick so the engine finishes its bookkeeping before handler code starts.
+    const outcome = Promise.resolve().then(() => runHandler(wf.turn, ctx, this.#converter));
+    return {
+      outcome,
+      pid: 0,
+      cancel: (kind, reason) => ctx.cancel(kind, reason),
+      kill: undefined,
+      fence: (detail) => ctx.fence(detail),
+    };
+  }
+
+  async close(): Promise<void> {}
+}

@@ -1,0 +1,1082 @@
+/**
+ * The engine: owns the store, schedules turns, holds leases, runs the watchdog and recovers.
+ * Every decision about what a task does next comes from the replayer's `decide`; the engine
+ * carries it out. All writes to one task go through that task's lock, in order.
+ * See docs/workflows.md and docs/recovery.md.
+ */
+import { hostname } from 'node:os';
+import { nanoid } from 'nanoid';
+import {
+  FencedError,
+  LastInputIdPreconditionError,
+  SteeringQueueFullError,
+  TaskConflictError,
+  TurnOutcomeError,
+  TurnlogError,
+  invalidArgument,
+} from '../errors.js';
+import {
+  HISTORY_FORMAT_VERSION,
+  isTurnTerminal,
+  type ExecutorKind,
+  type HistoryEvent,
+  type Lease,
+  type Payload,
+  type TaskOutcome,
+  type TurnTerminalEvent,
+} from '../history/events.js';
+import { nextLease } from '../history/lease.js';
+import { DefaultPayloadConverter, type PayloadCodec, type PayloadConverter } from '../history/payload.js';
+import { codecChain, mapEventPayloads, type PayloadFn } from '../history/payload-map.js';
+import type { TaskState } from '../history/state.js';
+import { decodeState, encodeState } from '../history/state-codec.js';
+import { decide, fold } from '../replay/index.js';
+import type { Decision } from '../replay/decision.js';
+import type { HistoryStore } from '../store/history-store.js';
+import { LevelHistoryStore } from '../store/level-store.js';
+import type { Executor, AttemptHandle } from '../executor/executor.js';
+import { InlineExecutor } from '../executor/inline-executor.js';
+import type { AttemptOutcome, CancelKind, TurnHost, TurnSpec } from '../workflow/context.js';
+import { resolvePolicy, type Workflow } from '../workflow/define-workflow.js';
+import { sleep, systemClock, type Clock, type Timer } from './clock.js';
+import { FaultInjector } from './fault.js';
+import { TaskHandle, type TurnResult } from '../client/task-handle.js';
+import { consoleLogger, type Logger } from './logger.js';
+
+export interface EngineOptions {
+  /** A directory for the default LevelDB store, or any HistoryStore. Default `.turnlog`. */
+  store?: string | HistoryStore;
+  workflows: readonly Workflow<any, any, any>[];
+  /** Stable identity of this deployment (survives restarts). Default `<hostname>|turnlog`. */
+  owner?: string;
+  /** This process's identity. Default `engine-<pid>-<random>`. */
+  instance?: string;
+  /** Lease duration while a turn runs; renewed every half. Default 60 s. */
+  leaseMs?: number;
+  /** Periodic recovery scan. Default 30 s; 0 disables (recovery still runs at open). */
+  scanIntervalMs?: number;
+  /** How long shutdown waits for running turns before leaving them to recovery. Default 25 s. */
+  shutdownGraceMs?: number;
+  clock?: Clock;
+  /** Codecs (encryption, compression) applied to every payload at the store boundary. */
+  payloadCodecs?: readonly PayloadCodec[];
+  /** Executor for workflows that do not name one. Default `inline`. */
+  defaultExecutor?: ExecutorKind;
+  /** Executors by kind; `inline` is built in. */
+  executors?: Partial<Record<ExecutorKind, Executor>>;
+  /** Write a folded-state snapshot every N events so recovery reads only the tail. Default 1000. */
+  snapshotEvery?: number;
+  logger?: Logger;
+  /** Idle tasks kept in memory. Default 10,000. */
+  maxCachedTasks?: number;
+}
+
+export interface StartOptions {
+  /** Caller-chosen task id; default a random one. Starting an existing task sends it the input. */
+  taskId?: string;
+  /** Caller-chosen input id; an id the task already has is not sent twice. */
+  inputId?: string;
+  /** Precondition: the task's last input id must be this (vacuous for a new task). */
+  ifLastInputId?: string;
+}
+
+export interface SendOptions {
+  inputId?: string;
+  ifLastInputId?: string;
+}
+
+/** A task as the engine sees it now. */
+export interface TaskDescription {
+  taskId: string;
+  workflow: string;
+  kind: 'one-shot' | 'multi-turn';
+  status: TaskState['status'];
+  outcome?: TaskOutcome;
+  turn: number;
+  lastEventId: number;
+  queuedInputIds: string[];
+  openTurn?: {
+    turn: number;
+    attempt: number;
+    entryMode: string;
+    running: boolean;
+    deadline: number;
+    timeoutMarked: boolean;
+    cancelRequested: boolean;
+  };
+  lastInputId?: string;
+  decision: Decision;
+}
+
+interface Deferred<T> {
+  resolve(v: T): void;
+  reject(e: unknown): void;
+}
+
+interface ActiveAttempt {
+  turn: number;
+  attempt: number;
+  handle?: AttemptHandle;
+  /** Set once the engine ended the turn itself (hard cap, shutdown): the late outcome is discarded. */
+  finalized: boolean;
+  /** Why the engine killed the worker, when it did. */
+  killReason?: 'timeout' | 'cancel';
+  /** A cancel that arrived before the handle existed. */
+  pendingCancel?: [CancelKind, string];
+  timers: Timer[];
+  renewFailures: number;
+  done: Promise<void>;
+}
+
+class TaskEntry {
+  state: TaskState | undefined;
+  lease: Lease | undefined;
+  chain: Promise<unknown> = Promise.resolve();
+  active: ActiveAttempt | undefined;
+  waiters = new Map<string, Deferred<TurnResult>[]>();
+  snapshotAt = 0;
+  constructor(readonly id: string) {}
+}
+
+type Draft = HistoryEvent extends infer E ? (E extends HistoryEvent ? Omit<E, 'eventId' | 'generation' | 'time'> : never) : never;
+
+/**
+ * Opens with `Engine.open()`.
+ * @example
+ * const engine = await Engine.open({ store: '.turnlog', workflows: [supportAgent] });
+ * const task = await engine.start(supportAgent, 'my order is late', { taskId: 'chat-42' });
+ * console.log(await task.nextTurn());
+ * await engine.shutdown();
+ */
+export class Engine {
+  readonly owner: string;
+  readonly instance: string;
+  readonly store: HistoryStore;
+  readonly #ownsStore: boolean;
+  readonly #workflows = new Map<string, Workflow<any, any, any>>();
+  readonly #executors = new Map<ExecutorKind, Executor>();
+  readonly #defaultExecutor: ExecutorKind;
+  readonly #clock: Clock;
+  readonly #codec: { encode: PayloadFn; decode: PayloadFn } | undefined;
+  readonly #converter: PayloadConverter = new DefaultPayloadConverter();
+  readonly #leaseMs: number;
+  readonly #scanIntervalMs: number;
+  readonly #shutdownGraceMs: number;
+  readonly #snapshotEvery: number;
+  readonly #maxCached: number;
+  readonly #log: Logger;
+  readonly #fault = FaultInjector.fromEnv();
+  readonly #tasks = new Map<string, TaskEntry>();
+  readonly #loading = new Map<string, Promise<TaskEntry>>();
+  #scanTimer: Timer | undefined;
+  #scanning: Promise<void> | undefined;
+  #state: 'new' | 'open' | 'closing' | 'closed' = 'new';
+
+  private constructor(options: EngineOptions) {
+    if (!options || !Array.isArray(options.workflows)) {
+      throw invalidArgument('Engine.open needs { workflows: [...] }: the workflows this engine runs.');
+    }
+    for (const wf of options.workflows) {
+      if (this.#workflows.has(wf.name)) throw invalidArgument(`Workflow ${wf.name} is registered twice; names must be unique.`);
+      this.#workflows.set(wf.name, wf);
+    }
+    const store = options.store ?? '.turnlog';
+    this.#ownsStore = typeof store === 'string';
+    this.store = typeof store === 'string' ? new LevelHistoryStore(store) : store;
+    this.owner = options.owner ?? `${hostname()}|turnlog`;
+    this.instance = options.instance ?? `engine-${process.pid}-${nanoid(8)}`;
+    this.#clock = options.clock ?? systemClock;
+    this.#codec = codecChain(options.payloadCodecs ?? []);
+    this.#leaseMs = positive('leaseMs', options.leaseMs ?? 60_000);
+    this.#scanIntervalMs = options.scanIntervalMs ?? 30_000;
+    this.#shutdownGraceMs = options.shutdownGraceMs ?? 25_000;
+    this.#snapshotEvery = options.snapshotEvery ?? 1000;
+    this.#maxCached = options.maxCachedTasks ?? 10_000;
+    this.#log = options.logger ?? consoleLogger;
+    this.#defaultExecutor = options.defaultExecutor ?? 'inline';
+    this.#executors.set('inline', new InlineExecutor(this.#workflows, this.#converter));
+    for (const [kind, ex] of Object.entries(options.executors ?? {})) if (ex) this.#executors.set(kind as ExecutorKind, ex);
+  }
+
+  /**
+   * Opens the store, recovers at once (the store's lock proves earlier owners dead), and
+   * starts the periodic scanner.
+   */
+  static async open(options: EngineOptions): Promise<Engine> {
+    const engine = new Engine(options);
+    await engine.#activate();
+    return engine;
+  }
+
+  async #activate(): Promise<void> {
+    await this.store.open();
+    this.#state = 'open';
+    try {
+      await this.recover();
+    } catch (err) {
+      this.#log.error('recovery at open failed', { error: err });
+    }
+    this.#armScanner();
+  }
+
+  /** The workflows this engine runs, by name. */
+  get workflows(): ReadonlyMap<string, Workflow<any, any, any>> {
+    return this.#workflows;
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // Public task API
+
+  /**
+   * Sends `input` to a task, creating it if needed, and returns its handle. A new or suspended
+   * task starts a turn at once; a busy steerable task queues the input (steering).
+   */
+  async start<I, O, S>(
+    workflow: Workflow<I, O, S> | string,
+    input: I,
+    options: StartOptions = {},
+  ): Promise<TaskHandle<I, O>> {
+    this.#assertOpen('start');
+    const wf = typeof workflow === 'string' ? this.#workflow(workflow) : this.#workflow(workflow.name);
+    const taskId = options.taskId ?? `task-${nanoid(12)}`;
+    checkId('taskId', taskId);
+    const t = await this.#load(taskId);
+    const inputId = await this.#send(t, wf, input, options);
+    return new TaskHandle<I, O>(this, taskId, inputId);
+  }
+
+  /** A handle for an existing task (no I/O until used). */
+  task<I = unknown, O = unknown>(taskId: string): TaskHandle<I, O> {
+    return new TaskHandle<I, O>(this, taskId, undefined);
+  }
+
+  /** @internal used by TaskHandle.send */
+  async sendInput(taskId: string, input: unknown, options: SendOptions = {}): Promise<string> {
+    this.#assertOpen('send');
+    const t = await this.#load(taskId);
+    const state = t.state;
+    if (!state) throw notFound(taskId);
+    return this.#send(t, this.#workflow(state.workflow), input, options);
+  }
+
+  async #send(t: TaskEntry, wf: Workflow<any, any, any>, input: unknown, options: SendOptions): Promise<string> {
+    const inputId = options.inputId ?? `in-${nanoid(12)}`;
+    checkId('inputId', inputId);
+    const payload = this.#converter.toPayload(input);
+    return this.#withLock(t, async () => {
+      const s = t.state;
+      if (!s) {
+        const policy = resolvePolicy(wf, this.#defaultExecutor);
+        await this.#drive(t, [
+          { type: 'TaskCreated', workflow: wf.name, kind: wf.kind, policy, formatVersion: HISTORY_FORMAT_VERSION },
+          { type: 'InputQueued', inputId, input: payload, steering: false },
+        ]);
+        return inputId;
+      }
+      if (s.workflow !== wf.name) {
+        throw new TaskConflictError(t.id, s.status, `it runs workflow ${s.workflow}, not ${wf.name}. Use another taskId.`);
+      }
+      if (options.inputId !== undefined && (await this.#hasInput(t, options.inputId))) return options.inputId;
+      if (options.ifLastInputId !== undefined && s.lastInputId !== undefined && s.lastInputId !== options.ifLastInputId) {
+        throw new LastInputIdPreconditionError(t.id, options.ifLastInputId, s.lastInputId);
+      }
+      if (s.status === 'completed') {
+        throw new TaskConflictError(t.id, 'completed', `it ended (${s.outcome ?? 'unknown'}) and takes no more input. Start a new task.`);
+      }
+      if (s.openTurn && !t.active) await this.#drive(t); // recover inline (L3) before queueing
+      const busy = t.active !== undefined || t.state!.openTurn !== undefined;
+      if (busy) {
+        if (!wf.steerable) {
+          throw new TaskConflictError(t.id, 'in_progress', `turn ${t.state!.turn} is running and workflow ${wf.name} does not accept steering inputs. Wait for the turn, or enable steering.`);
+        }
+        if (t.state!.queue.length >= wf.policy.steeringMaxQueued) throw new SteeringQueueFullError(t.id, wf.policy.steeringMaxQueued);
+      }
+      await this.#drive(t, [{ type: 'InputQueued', inputId, input: payload, steering: busy }]);
+      return inputId;
+    });
+  }
+
+  /** True if the task has ever received `inputId`. Scans the history (only for caller-chosen ids). */
+  async #hasInput(t: TaskEntry, inputId: string): Promise<boolean> {
+    const s = t.state!;
+    if (s.lastInputId === inputId || s.queue.some((q) => q.inputId === inputId)) return true;
+    for await (const e of this.store.iterateEvents(t.id)) {
+      if (e.type === 'InputQueued' && e.inputId === inputId) return true;
+    }
+    return false;
+  }
+
+  /** Cancels a task: the open turn is cancelled (cooperatively, then by force after the grace), the task completes as cancelled. */
+  async cancel(taskId: string, reason = 'cancelled by caller', scope: 'task' | 'turn' = 'task'): Promise<void> {
+    this.#assertOpen('cancel');
+    const t = await this.#load(taskId);
+    await this.#withLock(t, async () => {
+      const s = t.state;
+      if (!s) throw notFound(taskId);
+      if (s.status === 'completed') return;
+      if (s.cancelRequested || s.openTurn?.cancelRequested?.scope === 'task') return;
+      if (scope === 'turn' && !s.openTurn) return;
+      if (scope === 'turn' && s.openTurn?.cancelRequested) return;
+      const draft: Draft = { type: 'CancelRequested', scope, turn: s.openTurn?.turn ?? 0, reason };
+      const active = t.active;
+      if (active) {
+        await this.#append(t, [draft]);
+        this.#cancelAttempt(active, 'cancel', reason);
+        const grace = s.policy.graceMs;
+        active.timers.push(this.#clock.setTimer(() => void this.#hardCap(t, active, 'cancel'), grace));
+      } else {
+        await this.#drive(t, [draft]);
+      }
+      if (scope === 'task') this.#settleQueued(t, 'cancelled', 'the task was cancelled before this input ran');
+    });
+  }
+
+  /** Withdraws a queued input that no turn has taken yet. */
+  async withdraw(taskId: string, inputId: string, reason = 'withdrawn by caller'): Promise<void> {
+    this.#assertOpen('withdraw');
+    const t = await this.#load(taskId);
+    await this.#withLock(t, async () => {
+      const q = t.state?.queue.find((x) => x.inputId === inputId);
+      if (!q) {
+        throw new TurnlogError('TURNLOG_INPUT_NOT_FOUND', `Task ${taskId} has no queued input ${inputId} (it may have been taken by a turn already).`);
+      }
+      await this.#append(t, [{ type: 'InputWithdrawn', inputId, reason }]);
+      this.#resolveWaiters(t, [inputId], { taskId, turn: 0, inputIds: [inputId], status: 'withdrawn', reason });
+    });
+  }
+
+  /** What the task looks like now, with the replayer's current decision. */
+  async describe(taskId: string): Promise<TaskDescription> {
+    const t = await this.#load(taskId);
+    const s = t.state;
+    if (!s) throw notFound(taskId);
+    const d: TaskDescription = {
+      taskId,
+      workflow: s.workflow,
+      kind: s.kind,
+      status: s.status,
+      turn: s.turn,
+      lastEventId: s.lastEventId,
+      queuedInputIds: s.queue.map((q) => q.inputId),
+      decision: t.active
+        ? { kind: 'none', rule: 'owned', reason: `turn ${t.active.turn} attempt ${t.active.attempt} is running in this engine (${this.instance})` }
+        : decide(s, undefined, this.#clock.now()),
+    };
+    if (s.outcome) d.outcome = s.outcome;
+    if (s.lastInputId) d.lastInputId = s.lastInputId;
+    if (s.openTurn) {
+      d.openTurn = {
+        turn: s.openTurn.turn,
+        attempt: s.openTurn.attempt,
+        entryMode: s.openTurn.entryMode,
+        running: t.active !== undefined,
+        deadline: s.openTurn.deadline,
+        timeoutMarked: s.openTurn.marker !== undefined,
+        cancelRequested: s.openTurn.cancelRequested !== undefined,
+      };
+    }
+    return d;
+  }
+
+  /** The task's events as stored. */
+  async history(taskId: string): Promise<HistoryEvent[]> {
+    return this.store.readEvents(taskId);
+  }
+
+  /**
+   * The outcome of the turn that took `inputId`: waits if it is queued or running, reads the
+   * history if it already ended.
+   */
+  async turnResult<O = unknown>(taskId: string, inputId: string): Promise<TurnResult<O>> {
+    const t = await this.#load(taskId);
+    const s = t.state;
+    if (!s) throw notFound(taskId);
+    const pending =
+      s.queue.some((q) => q.inputId === inputId) ||
+      (s.openTurn && (s.openTurn.inputIds.includes(inputId) || s.openTurn.taken.some((q) => q.inputId === inputId)));
+    if (pending && s.status !== 'completed') {
+      if (this.#state !== 'open') throw this.#deferred(taskId, s.openTurn?.turn ?? s.turn, 'the engine is shut down');
+      return new Promise<TurnResult<O>>((resolve, reject) => {
+        const list = t.waiters.get(inputId) ?? [];
+        list.push({ resolve: resolve as (v: TurnResult) => void, reject });
+        t.waiters.set(inputId, list);
+      });
+    }
+    const found = await this.#findTurnResult(taskId, inputId);
+    if (!found) {
+      throw new TurnlogError('TURNLOG_INPUT_NOT_FOUND', `Task ${taskId} has no input ${inputId}. Use the id returned by start() or send().`);
+    }
+    return found as TurnResult<O>;
+  }
+
+  /** Runs one recovery pass now (it also runs at open and every `scanIntervalMs`). */
+  async recover(): Promise<void> {
+    if (this.#state !== 'open') return;
+    if (this.#scanning) return this.#scanning;
+    this.#scanning = this.#recoverPass().finally(() => (this.#scanning = undefined));
+    return this.#scanning;
+  }
+
+  /**
+   * Stops the engine: running turns see `ctx.shutdownRequested` and an aborted signal and may
+   * `exitForRecovery()`; after the grace, turns still running are left in progress (like a crash)
+   * and recovered by the next engine. Waiters of unfinished turns get TURNLOG_TURN_DEFERRED.
+   */
+  async shutdown(options: { graceMs?: number } = {}): Promise<void> {
+    if (this.#state === 'closed' || this.#state === 'closing') return;
+    this.#state = 'closing';
+    this.#scanTimer?.cancel();
+    await this.#scanning?.catch(() => undefined);
+    const running = [...this.#tasks.values()].filter((t) => t.active);
+    for (const t of running) this.#cancelAttempt(t.active!, 'shutdown', 'engine shutdown');
+    const grace = options.graceMs ?? this.#shutdownGraceMs;
+    let timer: Timer | undefined;
+    await Promise.race([
+      Promise.all(running.map((t) => t.active?.done)),
+      // Real time, not the engine clock: shutdown must end even when a test's manual clock stands still.
+      new Promise<void>((r) => (timer = systemClock.setTimer(r, grace))),
+    ]);
+    timer?.cancel();
+    for (const t of running) {
+      const a = t.active;
+      if (!a) continue;
+      a.finalized = true;
+      for (const tm of a.timers) tm.cancel();
+      a.handle?.fence('engine shut down before the turn ended');
+      a.handle?.kill?.('engine shutdown');
+      t.active = undefined;
+    }
+    await Promise.all([...this.#tasks.values()].map((t) => t.chain.catch(() => undefined)));
+    for (const t of this.#tasks.values()) {
+      for (const [, list] of t.waiters) for (const w of list) w.reject(this.#deferred(t.id, t.state?.turn ?? 0, 'the engine shut down before the turn ended; the next engine recovers it'));
+      t.waiters.clear();
+    }
+    for (const ex of new Set(this.#executors.values())) await ex.close().catch((err) => this.#log.warn('executor close failed', { error: err }));
+    if (this.#ownsStore) await this.store.close();
+    this.#state = 'closed';
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // The driver: decide, then carry out
+
+  /** Appends `pre` (if any) together with whatever the replayer decides next. Holds the lock. */
+  async #drive(t: TaskEntry, pre: Draft[] = []): Promise<void> {
+    let pending = pre;
+    for (;;) {
+      if (t.active || this.#state !== 'open') {
+        if (pending.length) await this.#append(t, pending);
+        return;
+      }
+      const preview = pending.length ? this.#preview(t, pending) : t.state;
+      if (!preview) return;
+      const decision = decide(preview, undefined, this.#clock.now());
+      switch (decision.kind) {
+        case 'none':
+          if (pending.length) await this.#append(t, pending);
+          return;
+        case 'complete-task':
+          await this.#append(t, [...pending, { type: 'TaskCompleted', outcome: decision.outcome }]);
+          this.#settleQueued(t, 'cancelled', 'the task was cancelled before this input ran');
+          return;
+        case 'finalize-turn': {
+          const before = preview;
+          const drafts: Draft[] = [...pending, this.#terminalDraft(decision)];
+          if (decision.completeTask) drafts.push({ type: 'TaskCompleted', outcome: decision.completeTask });
+          await this.#append(t, drafts);
+          this.#afterTerminal(t, before);
+          pending = [];
+          continue;
+        }
+        case 'rerun':
+        case 'start-turn':
+          await this.#startAttempt(t, decision, pending);
+          return;
+      }
+    }
+  }
+
+  #terminalDraft(d: Extract<Decision, { kind: 'finalize-turn' }>): Draft {
+    switch (d.terminal) {
+      case 'TurnCancelled':
+        return { type: 'TurnCancelled', turn: d.turn, reason: d.reason };
+      case 'TurnTimedOut':
+        return { type: 'TurnTimedOut', turn: d.turn, cause: d.cause ?? 'recovery_backstop' };
+      case 'TurnFailed':
+        return {
+          type: 'TurnFailed',
+          turn: d.turn,
+          failure: { message: d.reason, type: d.rule === 'worker-crashes-exhausted' ? 'WorkerCrashed' : 'RecoveriesExhausted', code: d.rule === 'worker-crashes-exhausted' ? 'TURNLOG_WORKER_CRASHED' : 'TURNLOG_TURN_FAILED', nonRetryable: true },
+        };
+    }
+  }
+
+  async #startAttempt(
+    t: TaskEntry,
+    d: Extract<Decision, { kind: 'rerun' | 'start-turn' }>,
+    pending: Draft[],
+  ): Promise<void> {
+    const now = this.#clock.now();
+    const preview = pending.length ? this.#preview(t, pending) : t.state!;
+    const policy = preview.policy;
+    const wf = this.#workflows.get(preview.workflow);
+    // An exclusive store proves other instances dead: their leases count as expired.
+    const current = t.lease && this.store.exclusive && t.lease.instance !== this.instance ? { ...t.lease, expiresAt: 0 } : t.lease;
+    const lease = nextLease(t.id, current, { owner: this.owner, instance: this.instance, durationMs: this.#leaseMs, now }, preview.highestGeneration || 1);
+    const drafts: Draft[] = [...pending];
+    if (!t.lease || lease.generation !== t.lease.generation || lease.instance !== t.lease.instance) {
+      drafts.push({
+        type: 'LeaseClaimed',
+        owner: lease.owner,
+        instance: lease.instance,
+        previousGeneration: t.lease?.generation ?? 0,
+        reason: d.kind === 'rerun' ? 'recovery' : 'turn-start',
+        expiresAt: lease.expiresAt,
+      });
+    }
+    const open = preview.openTurn;
+    const executor = wf ? this.#executorFor(policy.executor) : undefined;
+    if (d.kind === 'rerun') {
+      drafts.push({
+        type: 'TurnStarted',
+        turn: d.turn,
+        attempt: d.attempt,
+        inputIds: open!.inputIds,
+        entryMode: 'recovered',
+        steered: open!.steered,
+        owner: this.owner,
+        instance: this.instance,
+        executor: policy.executor,
+        pid: 0,
+        turnStartedAt: open!.turnStartedAt,
+        deadline: open!.deadline,
+      });
+    } else {
+      drafts.push({
+        type: 'TurnStarted',
+        turn: d.turn,
+        attempt: 1,
+        inputIds: d.inputIds,
+        entryMode: d.entryMode,
+        steered: d.steered,
+        owner: this.owner,
+        instance: this.instance,
+        executor: policy.executor,
+        pid: 0,
+        turnStartedAt: now,
+        deadline: now + policy.turnTimeoutMs,
+      });
+    }
+    await this.#append(t, drafts, lease);
+    const s = t.state!;
+    const ot = s.openTurn!;
+    const active: ActiveAttempt = { turn: ot.turn, attempt: ot.attempt, finalized: false, timers: [], renewFailures: 0, done: Promise.resolve() };
+    t.active = active;
+    if (!wf || !executor) {
+      // Unknown workflow (renamed or not registered): fail the attempt, keep the history.
+      const name = s.workflow;
+      active.done = Promise.resolve().then(() =>
+        this.#withLock(t, () =>
+          this.#finishAttempt(t, active, {
+            kind: 'failed',
+            failure: { message: `Workflow ${name} is not registered with this engine. Pass it in Engine.open({ workflows }).`, type: 'TurnlogError', code: 'TURNLOG_WORKFLOW_NOT_FOUND', nonRetryable: true },
+          }),
+        ),
+      );
+      return;
+    }
+    const spec = this.#spec(s, policy.stepRetry);
+    active.timers.push(this.#clock.setTimer(() => void this.#onDeadline(t, active), ot.deadline - now));
+    this.#armRenewal(t, active);
+    active.done = this.#runAttempt(t, active, executor, spec);
+  }
+
+  #spec(s: TaskState, stepRetry: TurnSpec['stepRetry']): TurnSpec {
+    const ot = s.openTurn!;
+    const dec = this.#codec?.decode;
+    const p = (x: Payload) => (dec ? dec(x) : x);
+    const first = ot.inputs[0];
+    const spec: TurnSpec = {
+      taskId: s.taskId,
+      workflow: s.workflow,
+      kind: s.kind,
+      turn: ot.turn,
+      attempt: ot.attempt,
+      entryMode: ot.entryMode,
+      steered: ot.steered,
+      inputId: first?.inputId ?? '',
+      input: first ? p(first.input) : this.#converter.toPayload(undefined),
+      calls: dec
+        ? ot.calls.map((c) =>
+            c.kind === 'step'
+              ? { ...c, ...(c.result ? { result: dec(c.result) } : {}) }
+              : c.kind === 'checkpoint'
+                ? { ...c, data: dec(c.data) }
+                : c,
+          )
+        : ot.calls,
+      taken: dec ? ot.taken.map((q) => ({ ...q, input: dec(q.input) })) : ot.taken,
+      turnStartedAt: ot.turnStartedAt,
+      deadline: ot.deadline,
+      recoveryCount: s.recoveryCount,
+      stepRetry,
+      timeoutExceeded: ot.marker !== undefined,
+      cancelRequested: ot.cancelRequested !== undefined,
+    };
+    if (s.state) spec.state = p(s.state);
+    if (ot.checkpoint) spec.checkpoint = p(ot.checkpoint);
+    return spec;
+  }
+
+  async #runAttempt(t: TaskEntry, active: ActiveAttempt, executor: Executor, spec: TurnSpec): Promise<void> {
+    let outcome: AttemptOutcome;
+    try {
+      const handle = await executor.start(spec, this.#host(t, active));
+      active.handle = handle;
+      if (active.pendingCancel) handle.cancel(...active.pendingCancel);
+      outcome = await handle.outcome;
+    } catch (err) {
+      outcome = { kind: 'failed', failure: { message: (err as Error).message ?? String(err), type: (err as Error).name ?? 'Error', code: (err as { code?: string }).code ?? 'TURNLOG_WORKER_START' } };
+    }
+    await this.#withLock(t, () => this.#finishAttempt(t, active, outcome)).catch((err) =>
+      this.#log.error('finishing a turn failed', { taskId: t.id, turn: active.turn, error: err }),
+    );
+  }
+
+  #host(t: TaskEntry, active: ActiveAttempt): TurnHost {
+    const check = () => {
+      if (t.active !== active || active.finalized) {
+        throw new FencedError(t.id, active.turn, active.attempt, 'the turn was finalized without it');
+      }
+    };
+    return {
+      recordStep: (rec) =>
+        this.#withLock(t, async () => {
+          check();
+          const draft: Draft = { type: 'StepCompleted', turn: active.turn, attempt: active.attempt, seq: rec.seq, name: rec.name, durationMs: rec.durationMs };
+          if (rec.failure) draft.failure = rec.failure;
+          else draft.result = rec.result ?? this.#converter.toPayload(undefined);
+          await this.#append(t, [draft]);
+        }),
+      recordCheckpoint: (seq, data) =>
+        this.#withLock(t, async () => {
+          check();
+          await this.#append(t, [{ type: 'Checkpointed', turn: active.turn, seq, data }]);
+        }),
+      takeInputs: (seq) =>
+        this.#withLock(t, async () => {
+          check();
+          const queue = t.state!.queue;
+          await this.#append(t, [{ type: 'InputsTaken', turn: active.turn, seq, inputIds: queue.map((q) => q.inputId) }]);
+          const dec = this.#codec?.decode;
+          return queue.map((q) => ({ inputId: q.inputId, input: dec ? dec(q.input) : q.input }));
+        }),
+      pendingInputCount: () => t.state?.queue.length ?? 0,
+      now: () => this.#clock.now(),
+      sleep: (ms, signal) => sleep(this.#clock, ms, signal),
+    };
+  }
+
+  #cancelAttempt(active: ActiveAttempt, kind: CancelKind, reason: string): void {
+    if (active.handle) active.handle.cancel(kind, reason);
+    else active.pendingCancel = [kind, reason];
+  }
+
+  /** Tier 1: the marker first, then the cooperative cancel; tier 3 armed at the grace. */
+  async #onDeadline(t: TaskEntry, active: ActiveAttempt): Promise<void> {
+    await this.#withLock(t, async () => {
+      if (t.active !== active || active.finalized || this.#state !== 'open') return;
+      if (t.state!.openTurn?.marker) return;
+      const now = this.#clock.now();
+      const grace = t.state!.policy.graceMs;
+      await this.#append(t, [{ type: 'TimeoutCancelRequested', turn: active.turn, at: now, graceUntil: now + grace }]);
+      this.#cancelAttempt(active, 'timeout', `deadline ${new Date(t.state!.openTurn!.deadline).toISOString()} reached`);
+      active.timers.push(this.#clock.setTimer(() => void this.#hardCap(t, active, 'timeout'), grace));
+    }).catch((err) => this.#log.error('timeout marker failed', { taskId: t.id, error: err }));
+  }
+
+  /** Tier 3: kill a worker (its `killed` outcome finalizes), or abandon an inline turn now. */
+  async #hardCap(t: TaskEntry, active: ActiveAttempt, why: 'timeout' | 'cancel'): Promise<void> {
+    await this.#withLock(t, async () => {
+      if (t.active !== active || active.finalized || this.#state !== 'open') return;
+      if (active.handle?.kill) {
+        active.killReason = why;
+        active.handle.kill(why === 'timeout' ? 'turn timeout hard cap' : 'cancel grace expired');
+        return;
+      }
+      active.finalized = true;
+      active.handle?.fence(why === 'timeout' ? 'turn timed out (hard cap)' : 'turn cancelled after the grace');
+      for (const tm of active.timers) tm.cancel();
+      t.active = undefined;
+      const before = t.state!;
+      await this.#append(t, this.#endDrafts(before, why === 'timeout' ? { type: 'TurnTimedOut', turn: active.turn, cause: 'hard_cap' } : { type: 'TurnCancelled', turn: active.turn, reason: 'cancel grace expired' }, why === 'timeout' ? 'timed_out' : 'cancelled'));
+      this.#afterTerminal(t, before);
+      await this.#drive(t);
+    }).catch((err) => this.#log.error('hard cap failed', { taskId: t.id, error: err }));
+  }
+
+  /** The terminal draft plus TaskCompleted when this ends the task. */
+  #endDrafts(s: TaskState, terminal: Draft, outcome: TaskOutcome): Draft[] {
+    const drafts = [terminal];
+    const ot = s.openTurn;
+    if (s.kind === 'one-shot') drafts.push({ type: 'TaskCompleted', outcome });
+    else if (ot?.cancelRequested?.scope === 'task') drafts.push({ type: 'TaskCompleted', outcome: 'cancelled' });
+    return drafts;
+  }
+
+  async #finishAttempt(t: TaskEntry, active: ActiveAttempt, outcome: AttemptOutcome): Promise<void> {
+    for (const tm of active.timers) tm.cancel();
+    if (t.active !== active || active.finalized) {
+      this.#log.debug?.('late outcome discarded', { taskId: t.id, turn: active.turn, outcome: outcome.kind });
+      return;
+    }
+    t.active = undefined;
+    const s = t.state!;
+    const turn = active.turn;
+    let drafts: Draft[];
+    let leaseOut: Lease | undefined;
+    switch (outcome.kind) {
+      case 'completed': {
+        const d: Draft = { type: 'TurnCompleted', turn, output: outcome.output };
+        if (outcome.state) d.state = outcome.state;
+        drafts = this.#endDrafts(s, d, 'succeeded');
+        break;
+      }
+      case 'suspended': {
+        const d: Draft = { type: 'TurnSuspended', turn, reason: outcome.reason };
+        if (outcome.output) d.output = outcome.output;
+        if (outcome.state) d.state = outcome.state;
+        drafts = this.#endDrafts(s, d, 'succeeded');
+        break;
+      }
+      case 'failed':
+        drafts = this.#endDrafts(s, { type: 'TurnFailed', turn, failure: outcome.failure }, 'failed');
+        break;
+      case 'cancelled':
+        drafts = this.#endDrafts(s, { type: 'TurnCancelled', turn, reason: outcome.reason }, 'cancelled');
+        break;
+      case 'timed-out':
+        drafts = this.#endDrafts(s, { type: 'TurnTimedOut', turn, cause: 'cooperative' }, 'timed_out');
+        break;
+      case 'exit-for-recovery':
+        drafts = [{ type: 'TurnExitedForRecovery', turn, attempt: active.attempt, reason: outcome.reason }];
+        // Release the lease in the same batch so another instance may take over at once.
+        if (t.lease) leaseOut = { ...t.lease, expiresAt: this.#clock.now() };
+        break;
+      case 'crashed':
+        drafts = [{ type: 'WorkerCrashed', turn, attempt: active.attempt, pid: outcome.pid, exitCode: outcome.exitCode, signal: outcome.signal, message: outcome.message }];
+        break;
+      case 'killed': {
+        const killed: Draft = { type: 'WorkerKilled', turn, pid: outcome.pid, signal: outcome.signal, reason: active.killReason === 'cancel' ? 'cancel grace expired' : 'turn timeout hard cap' };
+        drafts =
+          active.killReason === 'cancel'
+            ? [killed, ...this.#endDrafts(s, { type: 'TurnCancelled', turn, reason: 'cancel grace expired' }, 'cancelled')]
+            : [killed, ...this.#endDrafts(s, { type: 'TurnTimedOut', turn, cause: 'hard_cap' }, 'timed_out')];
+        break;
+      }
+    }
+    await this.#append(t, drafts, leaseOut);
+    if (drafts.some(isTurnTerminal)) this.#afterTerminal(t, s);
+    else if (outcome.kind === 'exit-for-recovery') this.#deferWaiters(t, s);
+    await this.#drive(t);
+  }
+
+  /** After a turn's terminal: resolve the waiters of its inputs; on task completion, settle the queue. */
+  #afterTerminal(t: TaskEntry, before: TaskState): void {
+    const s = t.state!;
+    const ot = before.openTurn;
+    const terminal = s.lastTurn && s.lastTurn.turn === ot?.turn ? s.lastTurn : undefined;
+    if (ot && terminal) {
+      const ids = [...ot.inputIds, ...ot.taken.map((q) => q.inputId)];
+      // The terminal event is among the last appended; rebuild the result from the folded state.
+      const result = this.#resultFromState(s, ot.turn, ids);
+      this.#resolveWaiters(t, ids, result);
+    }
+    if (s.status === 'completed') this.#settleQueued(t, 'cancelled', `the task completed (${s.outcome}) before this input ran`);
+  }
+
+  #resultFromState(s: TaskState, turn: number, inputIds: string[]): TurnResult {
+    const last = s.lastTurn!;
+    const r: TurnResult = { taskId: s.taskId, turn, inputIds, status: 'completed' };
+    switch (last.terminal) {
+      case 'TurnCompleted':
+        r.status = 'completed';
+        if (s.lastOutput) r.output = this.#value(s.lastOutput);
+        break;
+      case 'TurnSuspended':
+        r.status = 'suspended';
+        if (s.lastOutput) r.output = this.#value(s.lastOutput);
+        break;
+      case 'TurnFailed':
+        r.status = 'failed';
+        if (s.lastFailure) r.failure = s.lastFailure;
+        break;
+      case 'TurnCancelled':
+        r.status = 'cancelled';
+        break;
+      case 'TurnTimedOut':
+        r.status = 'timed_out';
+        break;
+    }
+    return r;
+  }
+
+  #value(p: Payload): unknown {
+    return this.#converter.fromPayload(this.#codec ? this.#codec.decode(p) : p);
+  }
+
+  async #findTurnResult(taskId: string, inputId: string): Promise<TurnResult | undefined> {
+    let turn = 0;
+    let ids: string[] = [];
+    let output: Payload | undefined;
+    for await (const e of this.store.iterateEvents(taskId)) {
+      if (e.type === 'TurnStarted' && e.inputIds.includes(inputId)) {
+        turn = e.turn;
+        ids = e.inputIds;
+      } else if (e.type === 'InputsTaken' && e.inputIds.includes(inputId)) {
+        turn = e.turn;
+      } else if (e.type === 'InputWithdrawn' && e.inputId === inputId) {
+        return { taskId, turn: 0, inputIds: [inputId], status: 'withdrawn', reason: e.reason };
+      } else if (turn && isTurnTerminal(e) && e.turn === turn) {
+        return this.#resultFromEvent(taskId, e, ids.length ? ids : [inputId], output);
+      } else if (e.type === 'TaskCompleted' && turn === 0) {
+        const seen = await this.#hasInputEvent(taskId, inputId);
+        if (seen) return { taskId, turn: 0, inputIds: [inputId], status: 'cancelled', reason: `the task completed (${e.outcome}) before this input ran` };
+      }
+    }
+    return undefined;
+  }
+
+  async #hasInputEvent(taskId: string, inputId: string): Promise<boolean> {
+    for await (const e of this.store.iterateEvents(taskId)) if (e.type === 'InputQueued' && e.inputId === inputId) return true;
+    return false;
+  }
+
+  #resultFromEvent(taskId: string, e: TurnTerminalEvent, inputIds: string[], _output: Payload | undefined): TurnResult {
+    const r: TurnResult = { taskId, turn: e.turn, inputIds, status: 'completed' };
+    switch (e.type) {
+      case 'TurnCompleted':
+        if (e.output) r.output = this.#value(e.output);
+        break;
+      case 'TurnSuspended':
+        r.status = 'suspended';
+        r.reason = e.reason;
+        if (e.output) r.output = this.#value(e.output);
+        break;
+      case 'TurnFailed':
+        r.status = 'failed';
+        r.failure = e.failure;
+        break;
+      case 'TurnCancelled':
+        r.status = 'cancelled';
+        r.reason = e.reason;
+        break;
+      case 'TurnTimedOut':
+        r.status = 'timed_out';
+        r.reason = e.cause;
+        break;
+    }
+    return r;
+  }
+
+  #resolveWaiters(t: TaskEntry, inputIds: string[], result: TurnResult): void {
+    for (const id of inputIds) {
+      const list = t.waiters.get(id);
+      if (!list) continue;
+      t.waiters.delete(id);
+      for (const w of list) w.resolve(result);
+    }
+  }
+
+  /** Inputs still queued when the task ended or was cancelled will never run: tell their waiters. */
+  #settleQueued(t: TaskEntry, status: 'cancelled', reason: string): void {
+    for (const q of t.state?.queue ?? []) {
+      this.#resolveWaiters(t, [q.inputId], { taskId: t.id, turn: 0, inputIds: [q.inputId], status, reason });
+    }
+  }
+
+  #deferWaiters(t: TaskEntry, before: TaskState): void {
+    const ot = before.openTurn;
+    if (!ot) return;
+    for (const id of [...ot.inputIds, ...ot.taken.map((q) => q.inputId)]) {
+      const list = t.waiters.get(id);
+      if (!list) continue;
+      t.waiters.delete(id);
+      for (const w of list) w.reject(this.#deferred(t.id, ot.turn, 'the turn exited for recovery; the next engine re-runs it'));
+    }
+  }
+
+  #deferred(taskId: string, turn: number, why: string): TurnOutcomeError {
+    return new TurnOutcomeError('TURNLOG_TURN_DEFERRED', taskId, turn, `${why}. Ask again with handle.turnResult(inputId) on the engine that recovers it.`);
+  }
+
+  // -------------------------------------------------------------------------------------------
+  // Appends, leases, loading
+
+  #materialize(t: TaskEntry, drafts: Draft[], generation: number): HistoryEvent[] {
+    let id = t.state?.lastEventId ?? 0;
+    const time = this.#clock.now();
+    const enc = this.#codec?.encode;
+    return drafts.map((d) => {
+      const e = { ...d, eventId: ++id, generation, time } as HistoryEvent;
+      return enc ? mapEventPayloads(e, enc) : e;
+    });
+  }
+
+  #generation(t: TaskEntry): number {
+    return Math.max(t.lease?.instance === this.instance ? t.lease.generation : 0, t.state?.highestGeneration ?? 0);
+  }
+
+  #preview(t: TaskEntry, drafts: Draft[]): TaskState {
+    return fold(t.id, this.#materialize(t, drafts, this.#generation(t)), t.state);
+  }
+
+  /** Validates by folding first (an invalid batch throws before anything is written), then writes. */
+  async #append(t: TaskEntry, drafts: Draft[], lease?: Lease): Promise<void> {
+    if (drafts.length === 0) return;
+    const generation = lease ? lease.generation : this.#generation(t);
+    const events = this.#materialize(t, drafts, generation);
+    const next = fold(t.id, events, t.state);
+    const expectedLastEventId = t.state?.lastEventId ?? 0;
+    await this.store.append(t.id, events, lease ? { expectedLastEventId, generation, lease } : { expectedLastEventId, generation });
+    t.state = next;
+    if (lease) t.lease = lease;
+    this.#fault?.afterAppend();
+    if (next.lastEventId - t.snapshotAt >= this.#snapshotEvery) {
+      t.snapshotAt = next.lastEventId;
+      this.store
+        .putSnapshot(t.id, { eventId: next.lastEventId, data: encodeState(next) })
+        .catch((err) => this.#log.warn('snapshot write failed', { taskId: t.id, error: err }));
+    }
+  }
+
+  #armRenewal(t: TaskEntry, active: ActiveAttempt): void {
+    const every = Math.max(1, Math.floor(this.#leaseMs / 2));
+    const tick = () => {
+      if (t.active !== active || active.finalized) return;
+      void this.#withLock(t, async () => {
+        if (t.active !== active || !t.lease) return;
+        try {
+          t.lease = await this.store.renewLease(t.id, t.lease, this.#leaseMs, this.#clock.now());
+          active.renewFailures = 0;
+        } catch (err) {
+          active.renewFailures++;
+          this.#log.warn('lease renewal failed', { taskId: t.id, failures: active.renewFailures, error: err });
+          if (active.renewFailures >= 3) this.#cancelAttempt(active, 'cancel', 'lease lost: three renewals failed');
+        }
+      }).finally(() => {
+        if (t.active === active) active.timers.push(this.#clock.setTimer(tick, every));
+      });
+    };
+    active.timers.push(this.#clock.setTimer(tick, every));
+  }
+
+  async #load(taskId: string): Promise<TaskEntry> {
+    const cached = this.#tasks.get(taskId);
+    if (cached) return cached;
+    let loading = this.#loading.get(taskId);
+    if (!loading) {
+      loading = (async () => {
+        const t = new TaskEntry(taskId);
+        const snap = await this.store.getSnapshot(taskId);
+        let from: TaskState | undefined;
+        if (snap) {
+          try {
+            from = decodeState(snap.data);
+            t.snapshotAt = snap.eventId;
+          } catch (err) {
+            this.#log.warn('snapshot unreadable, folding the whole history', { taskId, error: err });
+          }
+        }
+        const events = await this.store.readEvents(taskId, { fromEventId: (from?.lastEventId ?? 0) + 1 });
+        t.state = events.length ? fold(taskId, events, from) : from;
+        t.lease = await this.store.getLease(taskId);
+        this.#evictIdle();
+        this.#tasks.set(taskId, t);
+        return t;
+      })().finally(() => this.#loading.delete(taskId));
+      this.#loading.set(taskId, loading);
+    }
+    return loading;
+  }
+
+  #evictIdle(): void {
+    if (this.#tasks.size < this.#maxCached) return;
+    for (const [id, t] of this.#tasks) {
+      if (this.#tasks.size < this.#maxCached * 0.9) break;
+      if (!t.active && t.waiters.size === 0) this.#tasks.delete(id);
+    }
+  }
+
+  async #recoverPass(): Promise<void> {
+    const now = this.#clock.now();
+    const ids = new Set(await this.store.listRecoverable(now, this.instance));
+    for (const status of ['suspended', 'pending'] as const) {
+      let cursor: string | undefined;
+      do {
+        const page = await this.store.listTasks(cursor ? { status, cursor } : { status });
+        for (const s of page.tasks) if (s.queued > 0 || status === 'pending') ids.add(s.taskId);
+        cursor = page.next;
+      } while (cursor);
+    }
+    for (const id of ids) {
+      if (this.#state !== 'open') return;
+      const t = await this.#load(id);
+      if (t.active) continue;
+      await this.#withLock(t, () => this.#drive(t)).catch((err) => this.#log.error('recovery failed', { taskId: id, error: err }));
+    }
+  }
+
+  #armScanner(): void {
+    if (this.#scanIntervalMs <= 0) return;
+    this.#scanTimer = this.#clock.setTimer(() => {
+      void this.recover()
+        .catch((err) => this.#log.error('recovery scan failed', { error: err }))
+        .finally(() => {
+          if (this.#state === 'open') this.#armScanner();
+        });
+    }, this.#scanIntervalMs);
+  }
+
+  #withLock<T>(t: TaskEntry, fn: () => Promise<T>): Promise<T> {
+    const run = t.chain.then(fn);
+    t.chain = run.catch(() => undefined);
+    return run;
+  }
+
+  #executorFor(kind: ExecutorKind): Executor {
+    const ex = this.#executors.get(kind);
+    if (!ex) {
+      throw new TurnlogError('TURNLOG_INVALID_ARGUMENT', `No ${kind} executor is configured. Pass Engine.open({ executors: { ${kind}: ... } }) or set the workflow's executor to 'inline'.`);
+    }
+    return ex;
+  }
+
+  #workflow(name: string): Workflow<any, any, any> {
+    const wf = this.#workflows.get(name);
+    if (!wf) {
+      throw new TurnlogError('TURNLOG_WORKFLOW_NOT_FOUND', `Workflow ${name} is not registered with this engine. Registered: ${[...this.#workflows.keys()].join(', ') || '(none)'}. Pass it in Engine.open({ workflows }).`);
+    }
+    return wf;
+  }
+
+  #assertOpen(api: string): void {
+    if (this.#state !== 'open') {
+      throw new TurnlogError('TURNLOG_ENGINE_CLOSED', `engine.${api}() called on an engine that is ${this.#state}. Open a new engine with Engine.open().`);
+    }
+  }
+}
+
+function positive(name: string, v: number): number {
+  if (typeof v !== 'number' || !(v > 0)) throw invalidArgument(`${name} must be a positive number of milliseconds, got ${String(v)}.`);
+  return v;
+}
+
+function checkId(what: string, id: string): void {
+  if (typeof id !== 'string' || id.length === 0 || id.length > 200 || /[\u0000-\u001f]/.test(id)) {
+    throw invalidArgument(`${what} must be a non-empty string of at most 200 printable characters, got ${JSON.stringify(id)}.`);
+  }
+}
+
+function notFound(taskId: string): TurnlogError {
+  return new TurnlogError('TURNLOG_TASK_NOT_FOUND', `Task ${taskId} does not exist in this store. Check the id, or start it with engine.start().`);
+}

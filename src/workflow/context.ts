@@ -1,0 +1,398 @@
+/**
+ * The turn context a handler receives, and the one implementation behind it. The same code
+ * runs inline in the engine, inside an isolated worker, and under replay testing; only the
+ * {@link TurnHost} it talks to differs (engine appends, protocol frames, a recorded history).
+ */
+import { FencedError, NonDeterminismError, TurnlogError } from '../errors.js';
+import type { EntryMode, FailureInfo, Payload, RetryPolicy, WorkflowKind } from '../history/events.js';
+import { errorToFailure, failureToError } from '../history/failure.js';
+import type { PayloadConverter } from '../history/payload.js';
+import type { QueuedInput, RecordedCall } from '../history/state.js';
+
+export interface StepOptions {
+  /** Overrides the workflow's step retry policy for this step. */
+  retry?: Partial<RetryPolicy>;
+}
+
+/** What a turn handler sees. Everything it records is durable before the call returns. */
+export interface TurnContext<I = unknown, S = unknown> {
+  readonly taskId: string;
+  readonly workflow: string;
+  /** 1, 2, … per task. */
+  readonly turn: number;
+  /** 1 on the first run of a turn; higher after crashes or exits for recovery. */
+  readonly attempt: number;
+  readonly inputId: string;
+  readonly input: I;
+  /** `fresh` (first turn), `resumed` (later turns), `recovered` (a re-run of an interrupted turn). */
+  readonly entryMode: EntryMode;
+  /** The input came from the steering queue (sent while an earlier turn ran). */
+  readonly steered: boolean;
+  /** Recovered attempts over the task's life. */
+  readonly recoveryCount: number;
+  /** Durable per-task state: read it, change it; it is committed when the turn completes or suspends. */
+  state: S;
+  /** Aborts on timeout, cancel or engine shutdown; pass it to fetch() and model clients. */
+  readonly signal: AbortSignal;
+  readonly timeoutExceeded: boolean;
+  readonly cancelRequested: boolean;
+  readonly shutdownRequested: boolean;
+  /** Inputs queued for this task right now (live). */
+  readonly pendingInputCount: number;
+  /** When the turn's cooperative cancel fires (ms since epoch). */
+  readonly deadline: number;
+  /** The latest checkpoint of this turn (from this or an earlier attempt), or undefined. */
+  readonly checkpointData: unknown;
+  /**
+   * Runs `fn` once and records its result; a later attempt gets the recorded result back
+   * without running it. A different name or order than recorded → NonDeterminismError.
+   */
+  step<T>(name: string, fn: (signal: AbortSignal) => Promise<T> | T, options?: StepOptions): Promise<T>;
+  /** Records `data` so a later attempt of this turn can read it as `checkpointData`. */
+  checkpoint(data: unknown): Promise<void>;
+  /** Takes every queued (steering) input into this turn, recorded; returns their values in order. */
+  takeInputs<T = I>(): Promise<T[]>;
+  /** `return ctx.suspend(reason, output)` ends a multi-turn turn as suspended (waiting for input). */
+  suspend<O>(reason: string, output?: O): Suspension<O>;
+  /** `return ctx.exitForRecovery()` while shutting down: the next engine re-runs this turn. */
+  exitForRecovery(reason?: string): ExitForRecovery;
+}
+
+const SUSPENSION = Symbol.for('turnlog.suspension');
+const EXIT = Symbol.for('turnlog.exit-for-recovery');
+
+export interface Suspension<O = unknown> {
+  readonly [SUSPENSION]: true;
+  readonly reason: string;
+  readonly output: O | undefined;
+}
+export interface ExitForRecovery {
+  readonly [EXIT]: true;
+  readonly reason: string;
+}
+
+export type CancelKind = 'timeout' | 'cancel' | 'shutdown';
+
+/** Everything an executor needs to run one attempt of one turn. Plain data (crosses processes). */
+export interface TurnSpec {
+  taskId: string;
+  workflow: string;
+  kind: WorkflowKind;
+  turn: number;
+  attempt: number;
+  entryMode: EntryMode;
+  steered: boolean;
+  inputId: string;
+  input: Payload;
+  state?: Payload;
+  /** Calls recorded by earlier attempts, in seq order. */
+  calls: RecordedCall[];
+  /** Inputs taken by recorded take-inputs calls, by id. */
+  taken: QueuedInput[];
+  checkpoint?: Payload;
+  turnStartedAt: number;
+  deadline: number;
+  recoveryCount: number;
+  stepRetry: RetryPolicy;
+  /** Cancel state at start (a recovered turn whose cancel was already requested). */
+  timeoutExceeded: boolean;
+  cancelRequested: boolean;
+}
+
+/** How an attempt ended, as the executor reports it. */
+export type AttemptOutcome =
+  | { kind: 'completed'; output: Payload; state?: Payload }
+  | { kind: 'suspended'; reason: string; output?: Payload; state?: Payload }
+  | { kind: 'failed'; failure: FailureInfo }
+  | { kind: 'cancelled'; reason: string }
+  | { kind: 'timed-out' }
+  | { kind: 'exit-for-recovery'; reason: string }
+  | { kind: 'crashed'; pid: number; exitCode: number | null; signal: string | null; message: string }
+  | { kind: 'killed'; pid: number; signal: string };
+
+export interface StepRecord {
+  seq: number;
+  name: string;
+  result?: Payload;
+  failure?: FailureInfo;
+  durationMs: number;
+}
+
+/** The environment of a running attempt. Each record resolves once durable (invariant 4). */
+export interface TurnHost {
+  recordStep(record: StepRecord): Promise<void>;
+  recordCheckpoint(seq: number, data: Payload): Promise<void>;
+  /** Takes every queued input, records InputsTaken, returns them. */
+  takeInputs(seq: number): Promise<{ inputId: string; input: Payload }[]>;
+  pendingInputCount(): number;
+  now(): number;
+  /** Retry backoff; rejects when `signal` aborts. */
+  sleep(ms: number, signal: AbortSignal): Promise<void>;
+}
+
+function abortReason(kind: CancelKind, spec: TurnSpec, reason: string): TurnlogError {
+  const at = `Task ${spec.taskId}, turn ${spec.turn}`;
+  switch (kind) {
+    case 'timeout':
+      return new TurnlogError('TURNLOG_TURN_TIMED_OUT', `${at}: turn timeout reached (${reason}).`);
+    case 'cancel':
+      return new TurnlogError('TURNLOG_TURN_CANCELLED', `${at}: cancelled (${reason}).`);
+    case 'shutdown':
+      return new TurnlogError('TURNLOG_ENGINE_CLOSED', `${at}: engine shutting down (${reason}).`);
+  }
+}
+
+export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I, S> {
+  readonly taskId: string;
+  readonly workflow: string;
+  readonly turn: number;
+  readonly attempt: number;
+  readonly inputId: string;
+  readonly input: I;
+  readonly entryMode: EntryMode;
+  readonly steered: boolean;
+  readonly recoveryCount: number;
+  readonly deadline: number;
+  state: S;
+
+  #spec: TurnSpec;
+  #host: TurnHost;
+  #converter: PayloadConverter;
+  #controller = new AbortController();
+  #seq = 0;
+  #checkpoint: Payload | undefined;
+  #timeoutExceeded: boolean;
+  #cancelRequested: boolean;
+  #shutdownRequested = false;
+  #cancelKind: CancelKind | undefined;
+  #fenced: string | undefined;
+  // Records land in seq order even when steps run in parallel: each waits for the one before.
+  #recordTail: Promise<unknown> = Promise.resolve();
+
+  constructor(spec: TurnSpec, host: TurnHost, converter: PayloadConverter, initialState: (() => S) | undefined) {
+    this.#spec = spec;
+    this.#host = host;
+    this.#converter = converter;
+    this.taskId = spec.taskId;
+    this.workflow = spec.workflow;
+    this.turn = spec.turn;
+    this.attempt = spec.attempt;
+    this.inputId = spec.inputId;
+    this.input = converter.fromPayload<I>(spec.input);
+    this.entryMode = spec.entryMode;
+    this.steered = spec.steered;
+    this.recoveryCount = spec.recoveryCount;
+    this.deadline = spec.deadline;
+    this.state = spec.state ? converter.fromPayload<S>(spec.state) : (initialState?.() as S);
+    this.#checkpoint = spec.checkpoint;
+    this.#timeoutExceeded = spec.timeoutExceeded;
+    this.#cancelRequested = spec.cancelRequested;
+    if (spec.timeoutExceeded) this.cancel('timeout', 'deadline already passed');
+    else if (spec.cancelRequested) this.cancel('cancel', 'cancel requested before this attempt');
+  }
+
+  get signal(): AbortSignal {
+    return this.#controller.signal;
+  }
+  get timeoutExceeded(): boolean {
+    return this.#timeoutExceeded;
+  }
+  get cancelRequested(): boolean {
+    return this.#cancelRequested;
+  }
+  get shutdownRequested(): boolean {
+    return this.#shutdownRequested;
+  }
+  get pendingInputCount(): number {
+    return this.#host.pendingInputCount();
+  }
+  get checkpointData(): unknown {
+    return this.#checkpoint ? this.#converter.fromPayload(this.#checkpoint) : undefined;
+  }
+  /** Why the signal aborted, if it did. */
+  get cancelKind(): CancelKind | undefined {
+    return this.#cancelKind;
+  }
+
+  /** Cooperative cancel: flags first, then the abort (handlers reading flags in the abort listener see them set). */
+  cancel(kind: CancelKind, reason: string): void {
+    if (kind === 'timeout') this.#timeoutExceeded = true;
+    if (kind === 'cancel') this.#cancelRequested = true;
+    if (kind === 'shutdown') this.#shutdownRequested = true;
+    if (this.#controller.signal.aborted) return;
+    this.#cancelKind = kind;
+    this.#controller.abort(abortReason(kind, this.#spec, reason));
+  }
+
+  /** After this, every record call fails: the attempt no longer owns its turn. */
+  fence(detail: string): void {
+    this.#fenced ??= detail;
+  }
+
+  async step<T>(name: string, fn: (signal: AbortSignal) => Promise<T> | T, options: StepOptions = {}): Promise<T> {
+    const seq = ++this.#seq;
+    const recorded = this.#spec.calls[seq - 1];
+    if (recorded) {
+      if (recorded.kind !== 'step' || recorded.name !== name) throw this.#diverged(recorded, `step "${name}"`);
+      if (recorded.failure) throw failureToError(recorded.failure);
+      return this.#converter.fromPayload<T>(recorded.result!);
+    }
+    this.#checkFenced();
+    const policy = { ...this.#spec.stepRetry, ...options.retry };
+    const started = this.#host.now();
+    let value: T;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        value = await fn(this.signal);
+        break;
+      } catch (err) {
+        if (attempt >= policy.maxAttempts || !isRetryable(err, policy) || this.signal.aborted) {
+          const failure = errorToFailure(err);
+          await this.#record(() =>
+            this.#host.recordStep({ seq, name, failure, durationMs: this.#host.now() - started }),
+          );
+          throw err;
+        }
+        const delay = Math.min(
+          policy.maxIntervalMs,
+          policy.initialIntervalMs * Math.pow(Math.max(1, policy.backoffCoefficient), attempt - 1),
+        );
+        await this.#host.sleep(delay, this.signal);
+      }
+    }
+    let result: Payload;
+    try {
+      result = this.#converter.toPayload(value);
+    } catch (err) {
+      await this.#record(() =>
+        this.#host.recordStep({ seq, name, failure: errorToFailure(err), durationMs: this.#host.now() - started }),
+      );
+      throw err;
+    }
+    await this.#record(() => this.#host.recordStep({ seq, name, result, durationMs: this.#host.now() - started }));
+    // Return what a replay would return, so the first run and later attempts see the same value.
+    return this.#converter.fromPayload<T>(result);
+  }
+
+  async checkpoint(data: unknown): Promise<void> {
+    const seq = ++this.#seq;
+    const recorded = this.#spec.calls[seq - 1];
+    const payload = this.#converter.toPayload(data);
+    if (recorded) {
+      if (recorded.kind !== 'checkpoint') throw this.#diverged(recorded, 'checkpoint');
+      this.#checkpoint = payload;
+      return;
+    }
+    this.#checkFenced();
+    await this.#record(() => this.#host.recordCheckpoint(seq, payload));
+    this.#checkpoint = payload;
+  }
+
+  async takeInputs<T = I>(): Promise<T[]> {
+    const seq = ++this.#seq;
+    const recorded = this.#spec.calls[seq - 1];
+    if (recorded) {
+      if (recorded.kind !== 'take-inputs') throw this.#diverged(recorded, 'takeInputs()');
+      const byId = new Map(this.#spec.taken.map((q) => [q.inputId, q]));
+      return recorded.inputIds.map((id) => this.#converter.fromPayload<T>(byId.get(id)!.input));
+    }
+    this.#checkFenced();
+    const taken = await this.#record(() => this.#host.takeInputs(seq));
+    return taken.map((q) => this.#converter.fromPayload<T>(q.input));
+  }
+
+  suspend<O>(reason: string, output?: O): Suspension<O> {
+    if (this.#spec.kind !== 'multi-turn') {
+      throw new TurnlogError(
+        'TURNLOG_WRONG_KIND',
+        `Task ${this.taskId}: ctx.suspend() is for multi-turn workflows; workflow ${this.workflow} is one-shot. Return a value instead, or define it with kind: 'multi-turn'.`,
+      );
+    }
+    return { [SUSPENSION]: true, reason, output };
+  }
+
+  exitForRecovery(reason = 'engine shutting down'): ExitForRecovery {
+    if (!this.#shutdownRequested) {
+      throw new TurnlogError(
+        'TURNLOG_EXIT_FOR_RECOVERY_OUTSIDE_SHUTDOWN',
+        `Task ${this.taskId}, turn ${this.turn}: exitForRecovery() is only allowed while the engine shuts down (ctx.shutdownRequested). Finish the turn, or throw to fail it.`,
+      );
+    }
+    return { [EXIT]: true, reason };
+  }
+
+  #record<T>(write: () => Promise<T>): Promise<T> {
+    const run = this.#recordTail.then(() => {
+      this.#checkFenced();
+      return write();
+    });
+    this.#recordTail = run.catch(() => undefined);
+    return run;
+  }
+
+  #checkFenced(): void {
+    if (this.#fenced !== undefined) throw new FencedError(this.taskId, this.turn, this.attempt, this.#fenced);
+  }
+
+  #diverged(recorded: RecordedCall, actual: string): NonDeterminismError {
+    const expected = recorded.kind === 'step' ? `step "${recorded.name}"` : recorded.kind === 'checkpoint' ? 'checkpoint' : 'takeInputs()';
+    return new NonDeterminismError(this.taskId, this.turn, recorded.eventId, `${expected} at position ${recorded.seq}`, actual);
+  }
+}
+
+function isRetryable(err: unknown, policy: RetryPolicy): boolean {
+  if (typeof err !== 'object' || err === null) return true;
+  const e = err as { nonRetryable?: unknown; type?: unknown; name?: unknown; code?: unknown };
+  if (e.nonRetryable === true) return false;
+  if (e.code === 'TURNLOG_FENCED' || e.code === 'TURNLOG_NON_DETERMINISM') return false;
+  const type = typeof e.type === 'string' ? e.type : typeof e.name === 'string' ? e.name : '';
+  return !policy.nonRetryableTypes.includes(type);
+}
+
+function isSuspension(v: unknown): v is Suspension {
+  return typeof v === 'object' && v !== null && (v as Record<symbol, unknown>)[SUSPENSION] === true;
+}
+function isExit(v: unknown): v is ExitForRecovery {
+  return typeof v === 'object' && v !== null && (v as Record<symbol, unknown>)[EXIT] === true;
+}
+
+/**
+ * Runs the handler to its outcome. Once the signal has aborted, a throw counts as the
+ * abort's outcome (timed out, cancelled, or exit for recovery at shutdown), whatever was thrown.
+ */
+export async function runHandler<I, O, S>(
+  handler: (ctx: TurnContext<I, S>, input: I) => Promise<O> | O,
+  ctx: TurnContextImpl<I, S>,
+  converter: PayloadConverter,
+): Promise<AttemptOutcome> {
+  let value: unknown;
+  try {
+    value = await handler(ctx, ctx.input);
+  } catch (err) {
+    switch (ctx.cancelKind) {
+      case 'timeout':
+        return { kind: 'timed-out' };
+      case 'cancel':
+        return { kind: 'cancelled', reason: (ctx.signal.reason as Error).message };
+      case 'shutdown':
+        return { kind: 'exit-for-recovery', reason: 'handler stopped at engine shutdown' };
+      default:
+        return { kind: 'failed', failure: errorToFailure(err) };
+    }
+  }
+  try {
+    const state = ctx.state === undefined ? undefined : converter.toPayload(ctx.state);
+    if (isExit(value)) return { kind: 'exit-for-recovery', reason: value.reason };
+    if (isSuspension(value)) {
+      const out: AttemptOutcome = { kind: 'suspended', reason: value.reason };
+      if (value.output !== undefined) out.output = converter.toPayload(value.output);
+      if (state) out.state = state;
+      return out;
+    }
+    const out: AttemptOutcome = { kind: 'completed', output: converter.toPayload(value) };
+    if (state) out.state = state;
+    return out;
+  } catch (err) {
+    return { kind: 'failed', failure: errorToFailure(err) };
+  }
+}

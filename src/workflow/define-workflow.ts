@@ -1,0 +1,125 @@
+/**
+ * The authoring API: a workflow is a name, a kind, a turn handler and a policy.
+ * See docs/workflows.md.
+ */
+import { TurnlogError } from '../errors.js';
+import type { ExecutorKind, RetryPolicy, TurnPolicy, WorkflowKind } from '../history/events.js';
+import type { TurnContext } from './context.js';
+
+export type TurnHandler<I, O, S> = (ctx: TurnContext<I, S>, input: I) => Promise<O> | O;
+
+export interface WorkflowOptions<I, O, S> {
+  /** Unique per engine; stored in every task's history, so renaming orphans existing tasks. */
+  name: string;
+  /** `one-shot` (default): the task completes when its turn ends. `multi-turn`: a conversation. */
+  kind?: WorkflowKind;
+  turn: TurnHandler<I, O, S>;
+  /** Initial durable state of a new task (multi-turn); default `undefined`. */
+  initialState?: () => S;
+  /** Per-turn timeout; the cooperative cancel fires here. Default 1 hour. */
+  turnTimeoutMs?: number;
+  /** After the timeout, how long the handler may take to wind down before the hard cap. Default 30 s. */
+  graceMs?: number;
+  /** Re-runs of one turn after engine crashes or exits for recovery. Default 5. */
+  maxRecoveries?: number;
+  /** Re-runs of one turn after its worker process died. Default 2. */
+  maxWorkerCrashes?: number;
+  /** Default retry policy of `ctx.step`. Default: 3 attempts, 100 ms doubling to 10 s. */
+  retry?: Partial<RetryPolicy>;
+  /**
+   * Inputs sent while a turn runs are queued (steering). `false` rejects them with
+   * TaskConflictError. Default: `{ maxQueued: 9 }` for multi-turn, `false` for one-shot.
+   */
+  steering?: { maxQueued?: number } | false;
+  /** Where turns run. Default: the engine's `defaultExecutor` (itself `inline` by default). */
+  executor?: ExecutorKind;
+}
+
+/** A defined workflow. Pass it to `Engine.open({ workflows })` and `engine.start()`. */
+export interface Workflow<I = unknown, O = unknown, S = unknown> {
+  readonly name: string;
+  readonly kind: WorkflowKind;
+  readonly turn: TurnHandler<I, O, S>;
+  readonly initialState: (() => S) | undefined;
+  readonly steerable: boolean;
+  /** `executor` is undefined when the workflow leaves it to the engine default. */
+  readonly policy: Omit<TurnPolicy, 'executor'> & { executor: ExecutorKind | undefined };
+  /** Phantom fields for type inference only. */
+  readonly __types?: { input: I; output: O; state: S };
+}
+
+export const DEFAULT_RETRY: RetryPolicy = {
+  maxAttempts: 3,
+  initialIntervalMs: 100,
+  backoffCoefficient: 2,
+  maxIntervalMs: 10_000,
+  nonRetryableTypes: [],
+};
+
+const MAX_TIMEOUT_MS = 7 * 24 * 3600_000;
+
+/**
+ * Defines a workflow.
+ * @example
+ * const echo = defineWorkflow({
+ *   name: 'echo',
+ *   kind: 'multi-turn',
+ *   turn: async (ctx, text: string) => ctx.step('shout', () => text.toUpperCase()),
+ * });
+ */
+export function defineWorkflow<I = unknown, O = unknown, S = unknown>(options: WorkflowOptions<I, O, S>): Workflow<I, O, S> {
+  const name = options.name;
+  if (typeof name !== 'string' || !/^[A-Za-z0-9_.:/-]{1,200}$/.test(name)) {
+    throw invalid(String(name), 'name must be 1–200 characters of letters, digits and _ . : / -');
+  }
+  if (typeof options.turn !== 'function') throw invalid(name, '`turn` must be a function (ctx, input) => output');
+  const kind = options.kind ?? 'one-shot';
+  if (kind !== 'one-shot' && kind !== 'multi-turn') throw invalid(name, `kind must be 'one-shot' or 'multi-turn', got ${String(kind)}`);
+  const turnTimeoutMs = options.turnTimeoutMs ?? 3600_000;
+  const graceMs = options.graceMs ?? 30_000;
+  checkRange(name, 'turnTimeoutMs', turnTimeoutMs, 1, MAX_TIMEOUT_MS);
+  checkRange(name, 'graceMs', graceMs, 0, MAX_TIMEOUT_MS);
+  const maxRecoveries = options.maxRecoveries ?? 5;
+  const maxWorkerCrashes = options.maxWorkerCrashes ?? 2;
+  checkRange(name, 'maxRecoveries', maxRecoveries, 0, 1000);
+  checkRange(name, 'maxWorkerCrashes', maxWorkerCrashes, 0, 1000);
+  const steering = options.steering ?? (kind === 'multi-turn' ? {} : false);
+  const steeringMaxQueued = steering === false ? 0 : (steering.maxQueued ?? 9);
+  checkRange(name, 'steering.maxQueued', steeringMaxQueued, 0, 10_000);
+  const stepRetry = { ...DEFAULT_RETRY, ...options.retry };
+  checkRange(name, 'retry.maxAttempts', stepRetry.maxAttempts, 1, 1000);
+  if (options.executor !== undefined && options.executor !== 'inline' && options.executor !== 'process') {
+    throw invalid(name, `executor must be 'inline' or 'process', got ${String(options.executor)}`);
+  }
+  return Object.freeze({
+    name,
+    kind,
+    turn: options.turn,
+    initialState: options.initialState,
+    steerable: steering !== false,
+    policy: Object.freeze({
+      turnTimeoutMs,
+      graceMs,
+      maxRecoveries,
+      maxWorkerCrashes,
+      steeringMaxQueued,
+      executor: options.executor,
+      stepRetry,
+    }),
+  });
+}
+
+/** The policy recorded for a task: the workflow's, with the executor resolved. */
+export function resolvePolicy(wf: Workflow<any, any, any>, defaultExecutor: ExecutorKind): TurnPolicy {
+  return { ...wf.policy, executor: wf.policy.executor ?? defaultExecutor, stepRetry: { ...wf.policy.stepRetry } };
+}
+
+function checkRange(wf: string, field: string, v: number, min: number, max: number): void {
+  if (typeof v !== 'number' || !Number.isFinite(v) || v < min || v > max) {
+    throw invalid(wf, `${field} must be a number from ${min} to ${max}, got ${String(v)}`);
+  }
+}
+
+function invalid(wf: string, detail: string): TurnlogError {
+  return new TurnlogError('TURNLOG_WORKFLOW_INVALID', `Workflow ${wf}: ${detail}.`);
+}
