@@ -277,7 +277,8 @@ export class LevelHistoryStore implements HistoryStore {
 
   #decode(taskId: string, key: Buffer, value: Buffer): HistoryEvent {
     const name = describeKey(key);
-    const e = decodeEvent(value, taskId, name);
+    // A plain Uint8Array view makes protobufjs return Uint8Array bytes fields, as the types say.
+    const e = decodeEvent(new Uint8Array(value.buffer, value.byteOffset, value.byteLength), taskId, name);
     if (e.eventId !== eventIdOfKey(key)) throw new HistoryCorruptError(name, `holds event ${e.eventId}`);
     return e;
   }

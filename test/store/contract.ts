@@ -1,0 +1,487 @@
+/**
+ * The HistoryStore contract: one suite every backend runs (level-store.test.ts,
+ * memory-store.test.ts, and any future backend). Like abstract-level's exported test suite.
+ */
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { isTurnlogError, type ErrorCode } from '../../src/errors.js';
+import type { HistoryEvent, Lease } from '../../src/history/events.js';
+import type { HistoryStore } from '../../src/store/history-store.js';
+import { created, queued, started, step, steps, taskCompleted, turnCompleted } from './events.js';
+
+export interface StoreFixture {
+  store: HistoryStore;
+  /** Closes the store and opens the same data again (persistent backends only). */
+  reopen?: () => Promise<HistoryStore>;
+  dispose(): Promise<void>;
+}
+
+async function rejectsWith(p: Promise<unknown>, code: ErrorCode): Promise<Error> {
+  const err = await p.then(
+    () => undefined,
+    (e: unknown) => e,
+  );
+  expect(isTurnlogError(err, code), `expected ${code}, got ${String(err)}`).toBe(true);
+  return err as Error;
+}
+
+/** What a backend can do beyond the core contract; gates the tests that need it. */
+export interface StoreCapabilities {
+  /** Data survives close + open (the fixture provides `reopen`). */
+  persistent?: boolean;
+}
+
+export function storeContract(name: string, factory: () => Promise<StoreFixture>, capabilities: StoreCapabilities = {}): void {
+  describe(`HistoryStore contract: ${name}`, () => {
+    let fx: StoreFixture;
+    let store: HistoryStore;
+    beforeEach(async () => {
+      fx = await factory();
+      store = fx.store;
+    });
+    afterEach(async () => {
+      await fx.dispose();
+    });
+
+    /** Creates task `id` with TaskCreated + InputQueued under generation `gen`. */
+    async function createTask(id: string, opts: { workflow?: string; kind?: 'one-shot' | 'multi-turn'; gen?: number } = {}) {
+      const gen = opts.gen ?? 1;
+      const c = { workflow: opts.workflow ?? 'wf', kind: opts.kind ?? 'one-shot', generation: gen };
+      return store.append(id, [created(1, c), queued(2, 'in-1', { generation: gen })], {
+        expectedLastEventId: 0,
+        generation: gen,
+      });
+    }
+
+    it('is exclusive', () => {
+      expect(store.exclusive).toBe(true);
+      expect(typeof store.location).toBe('string');
+    });
+
+    describe('append and read', () => {
+      it('round-trips events and returns the new summary', async () => {
+        const events: HistoryEvent[] = [created(1), queued(2, 'in-1'), started(3, 1), step(4, 1)];
+        const res = await store.append('t1', events, { expectedLastEventId: 0, generation: 1 });
+        expect(res.lastEventId).toBe(4);
+        expect(res.summary).toMatchObject({ taskId: 't1', workflow: 'wf', status: 'in_progress', lastEventId: 4, turn: 1 });
+        expect(await store.readEvents('t1')).toEqual(events);
+      });
+
+      it('reads nothing for an unknown task', async () => {
+        expect(await store.readEvents('nope')).toEqual([]);
+        expect(await store.getSummary('nope')).toBeUndefined();
+        expect(await store.getLease('nope')).toBeUndefined();
+        expect(await store.getSnapshot('nope')).toBeUndefined();
+      });
+
+      it('reads ranges: from, to and limit', async () => {
+        await store.append('t1', [created(1), ...steps(2, 9)], { expectedLastEventId: 0, generation: 1 });
+        const ids = (evs: HistoryEvent[]) => evs.map((e) => e.eventId);
+        expect(ids(await store.readEvents('t1', { fromEventId: 4 }))).toEqual([4, 5, 6, 7, 8, 9, 10]);
+        expect(ids(await store.readEvents('t1', { fromEventId: 4, toEventId: 6 }))).toEqual([4, 5, 6]);
+        expect(ids(await store.readEvents('t1', { fromEventId: 2, limit: 3 }))).toEqual([2, 3, 4]);
+        expect(ids(await store.readEvents('t1', { fromEventId: 11 }))).toEqual([]);
+        expect(ids(await store.readEvents('t1', { limit: 0 }))).toEqual([]);
+      });
+
+      it('iterates a long history in order, across pages', async () => {
+        await store.append('long', [created(1)], { expectedLastEventId: 0, generation: 1 });
+        let last = 1;
+        for (let chunk = 0; chunk < 6; chunk++) {
+          const res = await store.append('long', steps(last + 1, 100), { expectedLastEventId: last, generation: 1 });
+          last = res.lastEventId;
+        }
+        const seen: number[] = [];
+        for await (const e of store.iterateEvents('long')) seen.push(e.eventId);
+        expect(seen).toEqual(Array.from({ length: 601 }, (_, i) => i + 1));
+        const some: number[] = [];
+        for await (const e of store.iterateEvents('long', { fromEventId: 250, limit: 300 })) some.push(e.eventId);
+        expect(some).toEqual(Array.from({ length: 300 }, (_, i) => i + 250));
+      });
+
+      it('keeps task ids apart even when one prefixes another', async () => {
+        await store.append('a', [created(1)], { expectedLastEventId: 0, generation: 1 });
+        await store.append('ab', [created(1), queued(2, 'x')], { expectedLastEventId: 0, generation: 1 });
+        expect((await store.readEvents('a')).map((e) => e.eventId)).toEqual([1]);
+        expect((await store.readEvents('ab')).map((e) => e.eventId)).toEqual([1, 2]);
+      });
+
+      it('is not corrupted by callers mutating what they passed or got back', async () => {
+        const events: HistoryEvent[] = [created(1), queued(2, 'in-1')];
+        await store.append('t1', events, { expectedLastEventId: 0, generation: 1 });
+        (events[1] as { inputId: string }).inputId = 'mutated';
+        const read = await store.readEvents('t1');
+        expect((read[1] as { inputId: string }).inputId).toBe('in-1');
+        (read[0] as { workflow: string }).workflow = 'mutated';
+        const summary = (await store.getSummary('t1'))!;
+        summary.status = 'completed';
+        expect((await store.readEvents('t1'))[0]).toMatchObject({ workflow: 'wf' });
+        expect((await store.getSummary('t1'))!.status).toBe('pending');
+      });
+
+      it('rejects invalid task ids and empty appends', async () => {
+        await rejectsWith(store.append('', [created(1)], { expectedLastEventId: 0, generation: 1 }), 'TURNLOG_INVALID_ARGUMENT');
+        await rejectsWith(store.append('a\0b', [created(1)], { expectedLastEventId: 0, generation: 1 }), 'TURNLOG_INVALID_ARGUMENT');
+        await rejectsWith(store.append('t1', [], { expectedLastEventId: 0, generation: 1 }), 'TURNLOG_INVALID_ARGUMENT');
+      });
+    });
+
+    describe('dense ids and fencing write nothing when they reject', () => {
+      it('rejects ids that do not continue from expectedLastEventId + 1, naming the task', async () => {
+        await createTask('t1');
+        const err = await rejectsWith(
+          store.append('t1', [step(3, 1), step(5, 2)], { expectedLastEventId: 2, generation: 1 }),
+          'TURNLOG_INVALID_ARGUMENT',
+        );
+        expect(err.message).toContain('t1');
+        await rejectsWith(store.append('t1', [step(2, 1)], { expectedLastEventId: 2, generation: 1 }), 'TURNLOG_INVALID_ARGUMENT');
+        expect((await store.readEvents('t1')).length).toBe(2);
+        expect((await store.getSummary('t1'))!.lastEventId).toBe(2);
+      });
+
+      it('rejects an event stamped with another generation than the append', async () => {
+        await createTask('t1');
+        await rejectsWith(
+          store.append('t1', [step(3, 1, { generation: 2 })], { expectedLastEventId: 2, generation: 1 }),
+          'TURNLOG_INVALID_ARGUMENT',
+        );
+        expect((await store.readEvents('t1')).length).toBe(2);
+      });
+
+      it('ConcurrencyError on a wrong expected id writes nothing', async () => {
+        await createTask('t1');
+        const before = await store.getSummary('t1');
+        const err = await rejectsWith(store.append('t1', [step(2, 1)], { expectedLastEventId: 1, generation: 1 }), 'TURNLOG_CONCURRENCY');
+        expect(err).toMatchObject({ taskId: 't1', expected: 1, actual: 2 });
+        await rejectsWith(store.append('new', [created(2)], { expectedLastEventId: 1, generation: 1 }), 'TURNLOG_CONCURRENCY');
+        expect((await store.readEvents('t1')).length).toBe(2);
+        expect(await store.getSummary('t1')).toEqual(before);
+        expect(await store.readEvents('new')).toEqual([]);
+        expect(await store.getSummary('new')).toBeUndefined();
+      });
+
+      it('StaleGenerationError below the lease generation writes nothing', async () => {
+        await createTask('t1');
+        await store.claimLease('t1', { owner: 'engine', instance: 'i1', durationMs: 1_000, now: 0 });
+        const next = await store.claimLease('t1', { owner: 'engine', instance: 'i2', durationMs: 1_000, now: 10 });
+        expect(next.generation).toBe(2);
+        const err = await rejectsWith(store.append('t1', [step(3, 1)], { expectedLastEventId: 2, generation: 1 }), 'TURNLOG_STALE_GENERATION');
+        expect(err).toMatchObject({ taskId: 't1', generation: 1, current: 2 });
+        expect((await store.readEvents('t1')).length).toBe(2);
+        expect((await store.getSummary('t1'))!.lastEventId).toBe(2);
+        await store.append('t1', [step(3, 1, { generation: 2 })], { expectedLastEventId: 2, generation: 2 });
+      });
+
+      it('StaleGenerationError below the highest generation in the history, even without a lease', async () => {
+        await createTask('t1', { gen: 3 });
+        await rejectsWith(store.append('t1', [step(3, 1, { generation: 2 })], { expectedLastEventId: 2, generation: 2 }), 'TURNLOG_STALE_GENERATION');
+        expect((await store.readEvents('t1')).length).toBe(2);
+      });
+
+      it('checks the expected id before the generation (both reject, nothing written)', async () => {
+        await createTask('t1', { gen: 2 });
+        await rejectsWith(store.append('t1', [step(2, 1)], { expectedLastEventId: 1, generation: 1 }), 'TURNLOG_CONCURRENCY');
+        expect((await store.readEvents('t1')).length).toBe(2);
+      });
+    });
+
+    describe('leases', () => {
+      const req = (owner: string, instance: string, now: number, durationMs = 1_000) => ({ owner, instance, now, durationMs });
+
+      it('row 1: no lease → generation 1', async () => {
+        const l = await store.claimLease('t1', req('a', 'i1', 0));
+        expect(l).toEqual({ owner: 'a', instance: 'i1', generation: 1, expiresAt: 1_000 });
+        expect(await store.getLease('t1')).toEqual(l);
+      });
+
+      it('row 2: same owner and instance → same generation (renewal)', async () => {
+        await store.claimLease('t1', req('a', 'i1', 0));
+        const l = await store.claimLease('t1', req('a', 'i1', 500));
+        expect(l).toEqual({ owner: 'a', instance: 'i1', generation: 1, expiresAt: 1_500 });
+      });
+
+      it('row 3: same owner, new instance → generation + 1 (even while live)', async () => {
+        await store.claimLease('t1', req('a', 'i1', 0));
+        const l = await store.claimLease('t1', req('a', 'i2', 500));
+        expect(l.generation).toBe(2);
+        expect(l.instance).toBe('i2');
+      });
+
+      it('row 4: foreign owner, expired → generation + 1', async () => {
+        await store.claimLease('t1', req('a', 'i1', 0));
+        const l = await store.claimLease('t1', req('b', 'j1', 1_000));
+        expect(l).toEqual({ owner: 'b', instance: 'j1', generation: 2, expiresAt: 2_000 });
+      });
+
+      it('row 5: foreign owner, live → LeaseHeldError, lease unchanged', async () => {
+        const held = await store.claimLease('t1', req('a', 'i1', 0));
+        const err = await rejectsWith(store.claimLease('t1', req('b', 'j1', 999)), 'TURNLOG_LEASE_HELD');
+        expect(err).toMatchObject({ taskId: 't1', owner: 'a', instance: 'i1' });
+        expect(await store.getLease('t1')).toEqual(held);
+      });
+
+      it('a claim never goes below the generation already in the history', async () => {
+        await createTask('t1', { gen: 4 });
+        expect((await store.claimLease('t1', req('a', 'i1', 0))).generation).toBe(4);
+      });
+
+      it('claims in the same batch as an append', async () => {
+        await createTask('t1');
+        const lease: Lease = { owner: 'a', instance: 'i1', generation: 1, expiresAt: 5_000 };
+        await store.append('t1', [started(3, 1)], { expectedLastEventId: 2, generation: 1, lease });
+        expect(await store.getLease('t1')).toEqual(lease);
+        // A new instance takes over with generation 2 in its TurnStarted append.
+        const takeover: Lease = { owner: 'a', instance: 'i2', generation: 2, expiresAt: 9_000 };
+        await store.append('t1', [started(4, 1, { generation: 2, instance: 'i2' })], { expectedLastEventId: 3, generation: 2, lease: takeover });
+        expect(await store.getLease('t1')).toEqual(takeover);
+        await rejectsWith(store.append('t1', [step(5, 1)], { expectedLastEventId: 4, generation: 1 }), 'TURNLOG_STALE_GENERATION');
+      });
+
+      it('a claim-in-append against a foreign live lease is LeaseHeldError and writes nothing', async () => {
+        await createTask('t1');
+        const held = await store.claimLease('t1', req('a', 'i1', 1_000, 10_000));
+        const lease: Lease = { owner: 'b', instance: 'j1', generation: 2, expiresAt: 20_000 };
+        await rejectsWith(
+          store.append('t1', [started(3, 1, { generation: 2, time: 2_000 })], { expectedLastEventId: 2, generation: 2, lease }),
+          'TURNLOG_LEASE_HELD',
+        );
+        expect(await store.getLease('t1')).toEqual(held);
+        expect((await store.readEvents('t1')).length).toBe(2);
+      });
+
+      it('a claim-in-append below the table generation is StaleGenerationError and writes nothing', async () => {
+        await createTask('t1');
+        await store.claimLease('t1', req('a', 'i1', 0));
+        // New instance, but it claims generation 1 where the table says 2.
+        const lease: Lease = { owner: 'a', instance: 'i2', generation: 1, expiresAt: 9_000 };
+        await rejectsWith(store.append('t1', [started(3, 1)], { expectedLastEventId: 2, generation: 1, lease }), 'TURNLOG_STALE_GENERATION');
+        expect((await store.readEvents('t1')).length).toBe(2);
+        expect((await store.getLease('t1'))!.instance).toBe('i1');
+      });
+
+      it('renews the holder and fences a zombie', async () => {
+        const mine = await store.claimLease('t1', req('a', 'i1', 0));
+        const renewed = await store.renewLease('t1', mine, 2_000, 800);
+        expect(renewed).toEqual({ ...mine, expiresAt: 2_800 });
+        // Another instance takes over after expiry; the old holder's renewal is stale.
+        const theirs = await store.claimLease('t1', req('b', 'j1', 3_000));
+        await rejectsWith(store.renewLease('t1', mine, 1_000, 3_100), 'TURNLOG_STALE_GENERATION');
+        expect(await store.getLease('t1')).toEqual(theirs);
+      });
+
+      it('renewal by a different holder at the same generation while live is LeaseHeldError', async () => {
+        const mine = await store.claimLease('t1', req('a', 'i1', 0));
+        await rejectsWith(store.renewLease('t1', { ...mine, owner: 'z' }, 1_000, 10), 'TURNLOG_LEASE_HELD');
+      });
+
+      it('release expires the lease now; releasing a lease one no longer holds is a no-op', async () => {
+        const mine = await store.claimLease('t1', req('a', 'i1', 0, 10_000));
+        await store.releaseLease('t1', mine, 100);
+        expect(await store.getLease('t1')).toEqual({ ...mine, expiresAt: 100 });
+        const theirs = await store.claimLease('t1', req('b', 'j1', 200));
+        expect(theirs.generation).toBe(2);
+        await store.releaseLease('t1', mine, 300);
+        expect(await store.getLease('t1')).toEqual(theirs);
+        await store.releaseLease('unknown', mine, 300);
+      });
+
+      it('lists recoverable tasks: in progress with a missing, expired or other instance lease', async () => {
+        const open = async (id: string) => {
+          await createTask(id);
+          await store.append(id, [started(3, 1)], { expectedLastEventId: 2, generation: 1 });
+        };
+        await open('no-lease');
+        await open('expired');
+        await store.claimLease('expired', req('e', 'i1', 0, 100));
+        await open('other-instance');
+        await store.claimLease('other-instance', req('e', 'old', 0, 1_000_000));
+        await open('mine');
+        await store.claimLease('mine', req('e', 'me', 0, 1_000_000));
+        await createTask('pending');
+        await open('done');
+        await store.append('done', [turnCompleted(4, 1), taskCompleted(5)], { expectedLastEventId: 3, generation: 1 });
+        expect(await store.listRecoverable(500, 'me')).toEqual(['expired', 'no-lease', 'other-instance']);
+      });
+    });
+
+    describe('summaries', () => {
+      it('follows a one-shot task to completion', async () => {
+        await createTask('t1');
+        expect(await store.getSummary('t1')).toMatchObject({ status: 'pending', queued: 1, lastInputId: 'in-1', turn: 0, createdAt: 1_000 });
+        await store.append('t1', [{ ...started(3, 1), inputIds: ['in-1'] } as HistoryEvent], { expectedLastEventId: 2, generation: 1 });
+        expect(await store.getSummary('t1')).toMatchObject({ status: 'in_progress', queued: 0, turn: 1 });
+        await store.append('t1', [turnCompleted(4, 1), taskCompleted(5, { time: 9_000 })], { expectedLastEventId: 3, generation: 1 });
+        expect(await store.getSummary('t1')).toMatchObject({ status: 'completed', outcome: 'succeeded', lastEventId: 5, updatedAt: 9_000 });
+      });
+
+      it('leaves a multi-turn task suspended after a turn', async () => {
+        await createTask('m1', { kind: 'multi-turn' });
+        await store.append('m1', [started(3, 1), turnCompleted(4, 1)], { expectedLastEventId: 2, generation: 1 });
+        expect(await store.getSummary('m1')).toMatchObject({ kind: 'multi-turn', status: 'suspended', turn: 1 });
+      });
+    });
+
+    describe('listTasks', () => {
+      beforeEach(async () => {
+        for (let i = 0; i < 7; i++) await createTask(`a-${i}`, { workflow: 'alpha' });
+        for (let i = 0; i < 5; i++) await createTask(`b-${i}`, { workflow: 'beta' });
+        for (const id of ['a-1', 'a-3', 'b-2']) {
+          await store.append(id, [started(3, 1)], { expectedLastEventId: 2, generation: 1 });
+        }
+      });
+      const ids = (page: { tasks: { taskId: string }[] }) => page.tasks.map((t) => t.taskId);
+
+      it('lists all, by status, by workflow and by both', async () => {
+        expect(ids(await store.listTasks())).toHaveLength(12);
+        expect(ids(await store.listTasks({ status: 'in_progress' })).sort()).toEqual(['a-1', 'a-3', 'b-2']);
+        expect(ids(await store.listTasks({ workflow: 'beta' }))).toEqual(['b-0', 'b-1', 'b-2', 'b-3', 'b-4']);
+        expect(ids(await store.listTasks({ status: 'pending', workflow: 'alpha' }))).toEqual(['a-0', 'a-2', 'a-4', 'a-5', 'a-6']);
+        expect(ids(await store.listTasks({ status: 'completed' }))).toEqual([]);
+        expect(ids(await store.listTasks({ workflow: 'gamma' }))).toEqual([]);
+      });
+
+      it('pages with a cursor, each task once', async () => {
+        for (const filter of [{}, { status: 'pending' as const }, { workflow: 'alpha' }, { status: 'pending' as const, workflow: 'alpha' }]) {
+          const all = ids(await store.listTasks({ ...filter, limit: 1_000 }));
+          const seen: string[] = [];
+          let cursor: string | undefined;
+          for (let pages = 0; pages < 20; pages++) {
+            const page = await store.listTasks({ ...filter, limit: 2, ...(cursor === undefined ? {} : { cursor }) });
+            expect(page.tasks.length).toBeLessThanOrEqual(2);
+            seen.push(...ids(page));
+            if (page.next === undefined) break;
+            cursor = page.next;
+          }
+          expect(seen).toEqual(all);
+          expect(new Set(seen).size).toBe(seen.length);
+        }
+      });
+
+      it('moves a task between status lists as it changes', async () => {
+        await store.append('a-1', [turnCompleted(4, 1), taskCompleted(5)], { expectedLastEventId: 3, generation: 1 });
+        expect(ids(await store.listTasks({ status: 'completed' }))).toEqual(['a-1']);
+        expect(ids(await store.listTasks({ status: 'in_progress' })).sort()).toEqual(['a-3', 'b-2']);
+      });
+    });
+
+    describe('snapshots', () => {
+      it('stores and returns a snapshot; rejects one beyond the history', async () => {
+        await createTask('t1');
+        await store.putSnapshot('t1', { eventId: 2, data: new Uint8Array([1, 2, 3]) });
+        const snap = (await store.getSnapshot('t1'))!;
+        expect(snap.eventId).toBe(2);
+        expect([...snap.data]).toEqual([1, 2, 3]);
+        snap.data[0] = 9;
+        expect([...(await store.getSnapshot('t1'))!.data]).toEqual([1, 2, 3]);
+        await rejectsWith(store.putSnapshot('t1', { eventId: 3, data: new Uint8Array() }), 'TURNLOG_INVALID_ARGUMENT');
+        await rejectsWith(store.putSnapshot('none', { eventId: 1, data: new Uint8Array() }), 'TURNLOG_INVALID_ARGUMENT');
+      });
+    });
+
+    describe('deletion and retention', () => {
+      it('deleteTask removes history, summary, lease, snapshot and index entries', async () => {
+        await createTask('t1');
+        await store.claimLease('t1', { owner: 'a', instance: 'i1', durationMs: 1_000, now: 0 });
+        await store.putSnapshot('t1', { eventId: 1, data: new Uint8Array([7]) });
+        await createTask('t2');
+        await store.deleteTask('t1');
+        expect(await store.readEvents('t1')).toEqual([]);
+        expect(await store.getSummary('t1')).toBeUndefined();
+        expect(await store.getLease('t1')).toBeUndefined();
+        expect(await store.getSnapshot('t1')).toBeUndefined();
+        expect((await store.listTasks()).tasks.map((t) => t.taskId)).toEqual(['t2']);
+        expect((await store.listTasks({ status: 'pending' })).tasks.map((t) => t.taskId)).toEqual(['t2']);
+        expect((await store.listTasks({ workflow: 'wf' })).tasks.map((t) => t.taskId)).toEqual(['t2']);
+        // The id can be used again.
+        await createTask('t1');
+        expect((await store.readEvents('t1')).length).toBe(2);
+        await store.deleteTask('never-existed');
+      });
+
+      it('purgeCompleted deletes only completed tasks older than the retention', async () => {
+        const finish = async (id: string, time: number) => {
+          await createTask(id);
+          await store.append(id, [started(3, 1), turnCompleted(4, 1), taskCompleted(5, { time })], { expectedLastEventId: 2, generation: 1 });
+        };
+        await finish('old', 10_000);
+        await finish('recent', 90_000);
+        await createTask('running');
+        const purged = await store.purgeCompleted(50_000, 100_000);
+        expect(purged).toEqual(['old']);
+        expect(await store.readEvents('old')).toEqual([]);
+        expect(await store.getSummary('recent')).toMatchObject({ status: 'completed' });
+        expect(await store.getSummary('running')).toMatchObject({ status: 'pending' });
+        expect(await store.purgeCompleted(50_000, 100_000)).toEqual([]);
+      });
+    });
+
+    describe('group commit', () => {
+      it('100 concurrent appenders: each task keeps its order and nothing is lost', async () => {
+        const tasks = Array.from({ length: 100 }, (_, i) => `task-${String(i).padStart(3, '0')}`);
+        await Promise.all(
+          tasks.map(async (id) => {
+            await store.append(id, [created(1)], { expectedLastEventId: 0, generation: 1 });
+            for (let n = 2; n <= 10; n++) await store.append(id, [step(n, n - 1)], { expectedLastEventId: n - 1, generation: 1 });
+          }),
+        );
+        for (const id of tasks) {
+          expect((await store.readEvents(id)).map((e) => e.eventId)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+          expect((await store.getSummary(id))!.lastEventId).toBe(10);
+        }
+        expect((await store.listTasks({ limit: 1_000 })).tasks).toHaveLength(100);
+      });
+
+      it('pipelined appends to one task (not awaited) land in order', async () => {
+        await store.append('t1', [created(1)], { expectedLastEventId: 0, generation: 1 });
+        const results = await Promise.all(
+          Array.from({ length: 20 }, (_, i) => store.append('t1', [step(i + 2, i + 1)], { expectedLastEventId: i + 1, generation: 1 })),
+        );
+        expect(results.map((r) => r.lastEventId)).toEqual(Array.from({ length: 20 }, (_, i) => i + 2));
+        expect((await store.readEvents('t1')).map((e) => e.eventId)).toEqual(Array.from({ length: 21 }, (_, i) => i + 1));
+      });
+
+      it('one invalid append among 100 concurrent ones fails alone; the others land', async () => {
+        const tasks = Array.from({ length: 100 }, (_, i) => `g-${i}`);
+        for (const id of tasks) await store.append(id, [created(1)], { expectedLastEventId: 0, generation: 1 });
+        const settled = await Promise.allSettled(
+          tasks.map((id, i) =>
+            store.append(id, [step(2, 1), step(3, 2)], { expectedLastEventId: i === 42 ? 5 : 1, generation: 1 }),
+          ),
+        );
+        const rejected = settled.flatMap((s, i) => (s.status === 'rejected' ? [[i, s.reason] as const] : []));
+        expect(rejected).toHaveLength(1);
+        expect(rejected[0]![0]).toBe(42);
+        expect(isTurnlogError(rejected[0]![1], 'TURNLOG_CONCURRENCY')).toBe(true);
+        for (const [i, id] of tasks.entries()) {
+          expect((await store.readEvents(id)).length).toBe(i === 42 ? 1 : 3);
+        }
+      });
+    });
+
+    describe('lifecycle', () => {
+      it('a closed store rejects calls with TURNLOG_STORE_CLOSED', async () => {
+        await store.close();
+        await rejectsWith(store.append('t1', [created(1)], { expectedLastEventId: 0, generation: 1 }), 'TURNLOG_STORE_CLOSED');
+        await rejectsWith(store.readEvents('t1'), 'TURNLOG_STORE_CLOSED');
+        await rejectsWith(store.listTasks(), 'TURNLOG_STORE_CLOSED');
+      });
+
+      // Registered only for persistent backends, so no test is reported as skipped.
+      if (capabilities.persistent) it('keeps everything across a reopen, including fencing state', async () => {
+        if (!fx.reopen) throw new Error('a persistent backend fixture must provide reopen()');
+        await createTask('t1', { gen: 2 });
+        await store.claimLease('t1', { owner: 'a', instance: 'i1', durationMs: 1_000, now: 0 });
+        await store.putSnapshot('t1', { eventId: 2, data: new Uint8Array([5]) });
+        await createTask('t2');
+        store = await fx.reopen();
+        expect((await store.readEvents('t1')).map((e) => e.type)).toEqual(['TaskCreated', 'InputQueued']);
+        expect(await store.getSummary('t1')).toMatchObject({ lastEventId: 2, status: 'pending' });
+        expect(await store.getLease('t1')).toMatchObject({ owner: 'a', generation: 2 });
+        expect((await store.getSnapshot('t1'))!.eventId).toBe(2);
+        await rejectsWith(store.append('t1', [step(3, 1)], { expectedLastEventId: 2, generation: 1 }), 'TURNLOG_STALE_GENERATION');
+        await rejectsWith(store.append('t1', [step(3, 1, { generation: 2 })], { expectedLastEventId: 1, generation: 2 }), 'TURNLOG_CONCURRENCY');
+        await store.append('t1', [step(3, 1, { generation: 2 })], { expectedLastEventId: 2, generation: 2 });
+        expect((await store.listTasks()).tasks.map((t) => t.taskId)).toEqual(['t1', 't2']);
+      });
+    });
+  });
+}

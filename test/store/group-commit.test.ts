@@ -1,0 +1,78 @@
+import { describe, expect, it } from 'vitest';
+import { GroupCommitter, type BatchOp } from '../../src/store/group-commit.js';
+
+/** A batch writer the test settles by hand, so it chooses when each write completes. */
+function controlledWriter() {
+  const calls: { ops: BatchOp[]; sync: boolean; resolve: () => void; reject: (e: Error) => void }[] = [];
+  const write = (ops: BatchOp[], sync: boolean) =>
+    new Promise<void>((resolve, reject) => {
+      calls.push({ ops, sync, resolve, reject });
+    });
+  return { calls, write };
+}
+
+const put = (k: string): BatchOp => ({ type: 'put', key: Buffer.from(k), value: Buffer.alloc(0) });
+const keys = (ops: BatchOp[]) => ops.map((o) => o.key.toString());
+const settled = <T>(p: Promise<T>) => p.then(() => 'ok', (e: Error) => e.message);
+
+describe('GroupCommitter', () => {
+  it('writes at once when idle, then merges everything queued meanwhile into one batch, in order', async () => {
+    const w = controlledWriter();
+    const failed: string[][] = [];
+    const gc = new GroupCommitter(w.write, (t) => failed.push([...t]));
+    const committed: string[] = [];
+    const p1 = gc.submit('a', [put('a1')], false, () => committed.push('a1'));
+    expect(w.calls).toHaveLength(1);
+    const p2 = gc.submit('b', [put('b1')], false, () => committed.push('b1'));
+    const p3 = gc.submit('a', [put('a2'), put('a3')], true, () => committed.push('a2'));
+    expect(w.calls).toHaveLength(1);
+    w.calls[0]!.resolve();
+    await p1;
+    expect(w.calls).toHaveLength(2);
+    expect(keys(w.calls[1]!.ops)).toEqual(['b1', 'a2', 'a3']);
+    // One durable member makes the merged batch durable.
+    expect(w.calls[1]!.sync).toBe(true);
+    w.calls[1]!.resolve();
+    await Promise.all([p2, p3]);
+    expect(committed).toEqual(['a1', 'b1', 'a2']);
+    expect(failed).toEqual([]);
+    expect({ writes: gc.writes, batches: gc.batches }).toEqual({ writes: 3, batches: 2 });
+  });
+
+  it('a failed batch fails all its writes and the queued writes of the same tasks; others proceed', async () => {
+    const w = controlledWriter();
+    const failed: string[][] = [];
+    const gc = new GroupCommitter(w.write, (t) => failed.push([...t].sort()));
+    const committed: string[] = [];
+    const p1 = gc.submit('a', [put('a1')], true, () => committed.push('a1'));
+    const p2 = gc.submit('a', [put('a2')], true, () => committed.push('a2'));
+    const p3 = gc.submit('b', [put('b1')], true, () => committed.push('b1'));
+    w.calls[0]!.reject(new Error('disk full'));
+    expect(await settled(p1)).toBe('disk full');
+    expect(await settled(p2)).toBe('disk full');
+    expect(failed).toEqual([['a']]);
+    expect(w.calls).toHaveLength(2);
+    expect(keys(w.calls[1]!.ops)).toEqual(['b1']);
+    w.calls[1]!.resolve();
+    expect(await settled(p3)).toBe('ok');
+    expect(committed).toEqual(['b1']);
+  });
+
+  it('drain waits for queued batches', async () => {
+    const w = controlledWriter();
+    const gc = new GroupCommitter(w.write, () => undefined);
+    await gc.drain();
+    void gc.submit('a', [put('a1')], true, () => undefined);
+    void gc.submit('a', [put('a2')], true, () => undefined);
+    let drained = false;
+    const d = gc.drain().then(() => {
+      drained = true;
+    });
+    w.calls[0]!.resolve();
+    await new Promise((r) => setImmediate(r));
+    expect(drained).toBe(false);
+    w.calls[1]!.resolve();
+    await d;
+    expect(drained).toBe(true);
+  });
+});

@@ -1,0 +1,211 @@
+import { spawn, type ChildProcess } from 'node:child_process';
+import { fileURLToPath } from 'node:url';
+import { Level } from 'level';
+import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { isTurnlogError } from '../../src/errors.js';
+import { LevelHistoryStore } from '../../src/store/level-store.js';
+import { describeKey, eventKey, summaryKey } from '../../src/store/keys.js';
+import { openStore } from '../../src/store/index.js';
+import { makeTmpDir } from '../helpers/tmp-dir.js';
+import { storeContract } from './contract.js';
+import { created, queued, step, steps } from './events.js';
+
+storeContract(
+  'LevelHistoryStore',
+  async () => {
+    const dir = await makeTmpDir('turnlog-store-');
+    let store = new LevelHistoryStore(dir.path);
+    await store.open();
+    return {
+      get store() {
+        return store;
+      },
+      reopen: async () => {
+        await store.close();
+        store = new LevelHistoryStore(dir.path);
+        await store.open();
+        return store;
+      },
+      dispose: async () => {
+        await store.close();
+        await dir.remove();
+      },
+    };
+  },
+  { persistent: true },
+);
+
+const lockChild = fileURLToPath(new URL('../fixtures/children/hold-store-lock.mjs', import.meta.url));
+
+describe('LevelHistoryStore on disk', () => {
+  let dir: Awaited<ReturnType<typeof makeTmpDir>>;
+  let child: ChildProcess | undefined;
+  beforeEach(async () => {
+    dir = await makeTmpDir('turnlog-level-');
+  });
+  afterEach(async () => {
+    if (child && child.exitCode === null && child.signalCode === null) {
+      const exited = new Promise((r) => child!.once('exit', r));
+      child.kill('SIGKILL');
+      await exited;
+    }
+    child = undefined;
+    await dir.remove();
+  });
+
+  /** Writes raw bytes under a key with plain `level`, as a disk fault or a bug would. */
+  async function writeRaw(key: Uint8Array, value: Uint8Array | undefined): Promise<void> {
+    const db = new Level<Buffer, Buffer>(dir.path, { keyEncoding: 'buffer', valueEncoding: 'buffer' });
+    await db.open();
+    if (value === undefined) await db.del(Buffer.from(key));
+    else await db.put(Buffer.from(key), Buffer.from(value));
+    await db.close();
+  }
+
+  it('a directory held by another process gives StoreLockedError naming the path, and loses nothing', async () => {
+    const store = new LevelHistoryStore(dir.path);
+    await store.open();
+    await store.append('t1', [created(1), queued(2, 'x')], { expectedLastEventId: 0, generation: 1 });
+    await store.close();
+
+    child = spawn(process.execPath, [lockChild, dir.path], { stdio: ['pipe', 'pipe', 'inherit'] });
+    await new Promise<void>((resolve, reject) => {
+      let out = '';
+      child!.stdout!.on('data', (b: Buffer) => {
+        out += b.toString();
+        if (out.includes('ready\n')) resolve();
+      });
+      child!.once('exit', (code) => reject(new Error(`lock holder exited early (${code})`)));
+    });
+
+    const second = new LevelHistoryStore(dir.path);
+    const err = await second.open().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(isTurnlogError(err, 'TURNLOG_STORE_LOCKED')).toBe(true);
+    expect((err as Error).message).toContain(dir.path);
+    expect((err as { location: string }).location).toBe(dir.path);
+
+    const exited = new Promise((r) => child!.once('exit', r));
+    child.stdin!.end();
+    await exited;
+    await second.open();
+    expect((await second.readEvents('t1')).map((e) => e.eventId)).toEqual([1, 2]);
+    await second.close();
+  });
+
+  it('corrupt event bytes give HistoryCorruptError naming the key; other tasks still read', async () => {
+    let store = new LevelHistoryStore(dir.path);
+    await store.open();
+    await store.append('bad', [created(1), ...steps(2, 3)], { expectedLastEventId: 0, generation: 1 });
+    await store.append('good', [created(1)], { expectedLastEventId: 0, generation: 1 });
+    await store.close();
+
+    const key = eventKey('bad', 3);
+    await writeRaw(key, new Uint8Array([0x0a, 0xff, 0xff, 0xff, 0x0f, 0x01]));
+    store = new LevelHistoryStore(dir.path);
+    await store.open();
+    const err = await store.readEvents('bad').then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(isTurnlogError(err, 'TURNLOG_HISTORY_CORRUPT')).toBe(true);
+    expect((err as { key: string }).key).toBe(describeKey(key));
+    expect((err as Error).message).toContain('events/bad/3');
+    expect((await store.readEvents('bad', { toEventId: 2 })).length).toBe(2);
+    expect((await store.readEvents('good')).length).toBe(1);
+    await store.append('good', [step(2, 1)], { expectedLastEventId: 1, generation: 1 });
+    await store.close();
+  });
+
+  it('an event stored under the wrong key is corrupt, not silently renumbered', async () => {
+    let store = new LevelHistoryStore(dir.path);
+    await store.open();
+    await store.append('t1', [created(1), queued(2, 'a')], { expectedLastEventId: 0, generation: 1 });
+    const first = await store.readEvents('t1', { toEventId: 1 });
+    await store.close();
+    const { encodeEvent } = await import('../../src/history/codec.js');
+    await writeRaw(eventKey('t1', 2), encodeEvent(first[0]!));
+    store = new LevelHistoryStore(dir.path);
+    await store.open();
+    await expect(store.readEvents('t1')).rejects.toMatchObject({ code: 'TURNLOG_HISTORY_CORRUPT', key: 'events/t1/2' });
+    await store.close();
+  });
+
+  it('corrupt summary bytes give HistoryCorruptError naming the key', async () => {
+    let store = new LevelHistoryStore(dir.path);
+    await store.open();
+    await store.append('t1', [created(1)], { expectedLastEventId: 0, generation: 1 });
+    await store.close();
+    await writeRaw(summaryKey('t1'), new TextEncoder().encode('{not json'));
+    store = new LevelHistoryStore(dir.path);
+    await store.open();
+    await expect(store.getSummary('t1')).rejects.toMatchObject({ code: 'TURNLOG_HISTORY_CORRUPT', key: 'summary/t1' });
+    await store.close();
+  });
+
+  it('rebuilds a missing summary from the history (summaries are derived)', async () => {
+    let store = new LevelHistoryStore(dir.path);
+    await store.open();
+    await store.append('t1', [created(1), queued(2, 'a'), queued(3, 'b')], { expectedLastEventId: 0, generation: 1 });
+    await store.close();
+    await writeRaw(summaryKey('t1'), undefined);
+    store = new LevelHistoryStore(dir.path);
+    await store.open();
+    const res = await store.append('t1', [step(4, 1)], { expectedLastEventId: 3, generation: 1 });
+    expect(res.summary).toMatchObject({ lastEventId: 4, queued: 2, workflow: 'wf' });
+    expect(await store.getSummary('t1')).toMatchObject({ lastEventId: 4, queued: 2 });
+    await store.close();
+  });
+
+  it('merges concurrent appends of many tasks into fewer batches', async () => {
+    const store = new LevelHistoryStore(dir.path);
+    await store.open();
+    const before = store.commitStats;
+    await Promise.all(
+      Array.from({ length: 100 }, (_, i) => store.append(`t${i}`, [created(1)], { expectedLastEventId: 0, generation: 1 })),
+    );
+    const after = store.commitStats;
+    expect(after.writes - before.writes).toBe(100);
+    // The first append goes out alone; everything that arrives while it is written shares the next batch.
+    expect(after.batches - before.batches).toBeLessThan(100);
+    await store.close();
+  });
+
+  it('non-durable appends (sync: false) land and read back', async () => {
+    const store = new LevelHistoryStore(dir.path, { sync: false });
+    await store.open();
+    await store.append('t1', [created(1)], { expectedLastEventId: 0, generation: 1 });
+    await store.append('t1', [step(2, 1)], { expectedLastEventId: 1, generation: 1, sync: true });
+    await store.close();
+    await store.open();
+    expect((await store.readEvents('t1')).length).toBe(2);
+    await store.close();
+  });
+
+  it('openStore turns a path into an open LevelHistoryStore and opens a given store', async () => {
+    const store = await openStore(dir.path);
+    expect(store).toBeInstanceOf(LevelHistoryStore);
+    expect(store.location).toBe(dir.path);
+    await store.append('t1', [created(1)], { expectedLastEventId: 0, generation: 1 });
+    await store.close();
+    const again = await openStore(new LevelHistoryStore(dir.path));
+    expect((await again.readEvents('t1')).length).toBe(1);
+    await again.close();
+  });
+
+  it('refuses a store written by a newer store format', async () => {
+    const store = new LevelHistoryStore(dir.path);
+    await store.open();
+    await store.close();
+    const { metaKey } = await import('../../src/store/keys.js');
+    await writeRaw(metaKey('format'), new TextEncoder().encode(JSON.stringify({ store: 99, history: 1 })));
+    const err = await new LevelHistoryStore(dir.path).open().then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(isTurnlogError(err, 'TURNLOG_HISTORY_FORMAT')).toBe(true);
+    expect((err as Error).message).toContain('99');
+  });
+});
