@@ -166,8 +166,9 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
   #shutdownRequested = false;
   #cancelKind: CancelKind | undefined;
   #fenced: string | undefined;
-  // Records land in seq order even when steps run in parallel: each waits for the one before.
-  #recordTail: Promise<unknown> = Promise.resolve();
+  // Records land in seq order even when steps run in parallel: each call reserves its slot
+  // when it is made, and its record waits for the slot before it (test: parallel steps).
+  #recordTail: Promise<void> = Promise.resolve();
 
   constructor(spec: TurnSpec, host: TurnHost, converter: PayloadConverter, initialState: (() => S) | undefined) {
     this.#spec = spec;
@@ -238,38 +239,39 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
       return this.#converter.fromPayload<T>(recorded.result!);
     }
     this.#checkFenced();
+    const slot = this.#reserve();
     const policy = { ...this.#spec.stepRetry, ...options.retry };
     const started = this.#host.now();
+    const fail = async (err: unknown): Promise<never> => {
+      const failure = errorToFailure(err);
+      await slot.record(() => this.#host.recordStep({ seq, name, failure, durationMs: this.#host.now() - started }));
+      throw err;
+    };
     let value: T;
     for (let attempt = 1; ; attempt++) {
       try {
         value = await fn(this.signal);
         break;
       } catch (err) {
-        if (attempt >= policy.maxAttempts || !isRetryable(err, policy) || this.signal.aborted) {
-          const failure = errorToFailure(err);
-          await this.#record(() =>
-            this.#host.recordStep({ seq, name, failure, durationMs: this.#host.now() - started }),
-          );
-          throw err;
-        }
+        if (attempt >= policy.maxAttempts || !isRetryable(err, policy) || this.signal.aborted) return fail(err);
         const delay = Math.min(
           policy.maxIntervalMs,
           policy.initialIntervalMs * Math.pow(Math.max(1, policy.backoffCoefficient), attempt - 1),
         );
-        await this.#host.sleep(delay, this.signal);
+        try {
+          await this.#host.sleep(delay, this.signal);
+        } catch {
+          return fail(err);
+        }
       }
     }
     let result: Payload;
     try {
       result = this.#converter.toPayload(value);
     } catch (err) {
-      await this.#record(() =>
-        this.#host.recordStep({ seq, name, failure: errorToFailure(err), durationMs: this.#host.now() - started }),
-      );
-      throw err;
+      return fail(err);
     }
-    await this.#record(() => this.#host.recordStep({ seq, name, result, durationMs: this.#host.now() - started }));
+    await slot.record(() => this.#host.recordStep({ seq, name, result, durationMs: this.#host.now() - started }));
     // Return what a replay would return, so the first run and later attempts see the same value.
     return this.#converter.fromPayload<T>(result);
   }
@@ -284,7 +286,7 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
       return;
     }
     this.#checkFenced();
-    await this.#record(() => this.#host.recordCheckpoint(seq, payload));
+    await this.#reserve().record(() => this.#host.recordCheckpoint(seq, payload));
     this.#checkpoint = payload;
   }
 
@@ -297,7 +299,7 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
       return recorded.inputIds.map((id) => this.#converter.fromPayload<T>(byId.get(id)!.input));
     }
     this.#checkFenced();
-    const taken = await this.#record(() => this.#host.takeInputs(seq));
+    const taken = await this.#reserve().record(() => this.#host.takeInputs(seq));
     return taken.map((q) => this.#converter.fromPayload<T>(q.input));
   }
 
@@ -321,13 +323,22 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     return { [EXIT]: true, reason };
   }
 
-  #record<T>(write: () => Promise<T>): Promise<T> {
-    const run = this.#recordTail.then(() => {
-      this.#checkFenced();
-      return write();
-    });
-    this.#recordTail = run.catch(() => undefined);
-    return run;
+  /** Reserves the next record slot; its `record` must be called exactly once. */
+  #reserve(): { record<T>(write: () => Promise<T>): Promise<T> } {
+    const before = this.#recordTail;
+    let release!: () => void;
+    this.#recordTail = new Promise<void>((r) => (release = r));
+    return {
+      record: async <T>(write: () => Promise<T>): Promise<T> => {
+        try {
+          await before;
+          this.#checkFenced();
+          return await write();
+        } finally {
+          release();
+        }
+      },
+    };
   }
 
   #checkFenced(): void {

@@ -1,0 +1,592 @@
+import { afterEach, describe, expect, it } from 'vitest';
+import { Engine, type EngineOptions } from '../../src/runtime/engine.js';
+import { ManualClock } from '../../src/runtime/clock.js';
+import { silentLogger } from '../../src/runtime/logger.js';
+import { defineWorkflow } from '../../src/workflow/define-workflow.js';
+import { MemoryHistoryStore } from '../../src/store/memory-store.js';
+import { LevelHistoryStore } from '../../src/store/level-store.js';
+import { isTurnlogError } from '../../src/errors.js';
+import type { HistoryEvent } from '../../src/history/events.js';
+import { makeTmpDir } from '../helpers/tmp-dir.js';
+
+const engines: Engine[] = [];
+const cleanups: (() => Promise<void>)[] = [];
+afterEach(async () => {
+  for (const e of engines.splice(0)) await e.shutdown({ graceMs: 0 });
+  for (const c of cleanups.splice(0)) await c();
+});
+
+async function open(options: Partial<EngineOptions> & Pick<EngineOptions, 'workflows'>): Promise<Engine> {
+  const engine = await Engine.open({ store: new MemoryHistoryStore(), logger: silentLogger, scanIntervalMs: 0, ...options });
+  engines.push(engine);
+  return engine;
+}
+
+/** Polls until `cond` holds: LevelDB writes finish on real I/O, not on the manual clock. */
+async function until(cond: () => Promise<boolean>): Promise<void> {
+  for (let i = 0; i < 2000 && !(await cond()); i++) await new Promise((r) => setTimeout(r, 5));
+}
+
+function types(events: HistoryEvent[]): string[] {
+  return events.map((e) => e.type);
+}
+
+/** A promise the test settles by hand. */
+function gate<T = void>() {
+  let resolve!: (v: T) => void;
+  const promise = new Promise<T>((r) => (resolve = r));
+  return { promise, resolve };
+}
+
+describe('one-shot workflows', () => {
+  it('runs a turn to completion and records one terminal event and TaskCompleted', async () => {
+    const double = defineWorkflow({ name: 'double', turn: async (ctx, x: number) => ctx.step('mul', () => x * 2) });
+    const engine = await open({ workflows: [double] });
+    const h = await engine.start(double, 21, { taskId: 't1' });
+    expect(await h.result()).toBe(42);
+    const events = await h.history();
+    expect(types(events)).toEqual([
+      'TaskCreated',
+      'InputQueued',
+      'LeaseClaimed',
+      'TurnStarted',
+      'StepCompleted',
+      'TurnCompleted',
+      'TaskCompleted',
+    ]);
+    expect(events.map((e) => e.eventId)).toEqual([1, 2, 3, 4, 5, 6, 7]);
+    expect((await h.describe()).status).toBe('completed');
+    expect((await h.describe()).outcome).toBe('succeeded');
+  });
+
+  it('records a thrown error as TurnFailed and result() throws TURNLOG_TURN_FAILED with the cause', async () => {
+    const boom = defineWorkflow({
+      name: 'boom',
+      turn: async () => {
+        throw new TypeError('bad input');
+      },
+    });
+    const engine = await open({ workflows: [boom] });
+    const h = await engine.start(boom, null);
+    const err = await h.result().catch((e: unknown) => e);
+    expect(isTurnlogError(err, 'TURNLOG_TURN_FAILED')).toBe(true);
+    expect((err as Error).message).toContain('bad input');
+    const failed = (await h.history()).find((e) => e.type === 'TurnFailed');
+    expect(failed && failed.type === 'TurnFailed' && failed.failure.type).toBe('TypeError');
+    expect((await h.describe()).outcome).toBe('failed');
+  });
+
+  it('rejects a second input to a completed task with TaskConflictError and writes nothing', async () => {
+    const wf = defineWorkflow({ name: 'w', turn: () => 1 });
+    const engine = await open({ workflows: [wf] });
+    const h = await engine.start(wf, 0, { taskId: 'done' });
+    await h.result();
+    const before = (await h.history()).length;
+    const err = await engine.start(wf, 0, { taskId: 'done' }).catch((e: unknown) => e);
+    expect(isTurnlogError(err, 'TURNLOG_TASK_CONFLICT')).toBe(true);
+    expect((err as Error).message).toContain('done');
+    expect((await h.history()).length).toBe(before);
+  });
+
+  it('does not send an input twice when the caller reuses its inputId', async () => {
+    let runs = 0;
+    const chat = defineWorkflow({ name: 'chat', kind: 'multi-turn', turn: () => ++runs });
+    const engine = await open({ workflows: [chat] });
+    const a = await engine.start(chat, 'x', { taskId: 'c', inputId: 'msg-1' });
+    await a.nextTurn();
+    const b = await engine.start(chat, 'x', { taskId: 'c', inputId: 'msg-1' });
+    expect((await b.nextTurn()).turn).toBe(1);
+    expect(runs).toBe(1);
+  });
+});
+
+describe('multi-turn workflows', () => {
+  const chat = defineWorkflow({
+    name: 'chat',
+    kind: 'multi-turn',
+    initialState: () => ({ seen: [] as string[] }),
+    turn: async (ctx, text: string) => {
+      ctx.state.seen.push(text);
+      return ctx.step('reply', () => `${ctx.turn}:${ctx.state.seen.join(',')}`);
+    },
+  });
+
+  it('carries durable state across turns and suspends between them', async () => {
+    const engine = await open({ workflows: [chat] });
+    const h = await engine.start(chat, 'a', { taskId: 'c1' });
+    expect((await h.nextTurn()).output).toBe('1:a');
+    expect((await h.describe()).status).toBe('suspended');
+    await h.send('b');
+    const r = await h.nextTurn();
+    expect(r).toMatchObject({ turn: 2, status: 'completed', output: '2:a,b' });
+  });
+
+  it('checks ifLastInputId and reports the actual last input', async () => {
+    const engine = await open({ workflows: [chat] });
+    const h = await engine.start(chat, 'a', { taskId: 'c2', inputId: 'i1' });
+    await h.nextTurn();
+    const err = await h.send('b', { ifLastInputId: 'nope' }).catch((e: unknown) => e);
+    expect(isTurnlogError(err, 'TURNLOG_LAST_INPUT_ID_PRECONDITION')).toBe(true);
+    expect((err as Error).message).toContain('i1');
+    await h.send('b', { ifLastInputId: 'i1' });
+    expect((await h.nextTurn()).output).toBe('2:a,b');
+  });
+
+  it('ctx.suspend ends a turn as TurnSuspended with its reason and output', async () => {
+    const approval = defineWorkflow({
+      name: 'approval',
+      kind: 'multi-turn',
+      turn: (ctx, req: string) => ctx.suspend('awaiting-approval', { req }),
+    });
+    const engine = await open({ workflows: [approval] });
+    const h = await engine.start(approval, 'refund');
+    const r = await h.nextTurn();
+    expect(r.status).toBe('suspended');
+    expect(r.output).toEqual({ req: 'refund' });
+    const ev = (await h.history()).find((e) => e.type === 'TurnSuspended');
+    expect(ev && ev.type === 'TurnSuspended' && ev.reason).toBe('awaiting-approval');
+  });
+});
+
+describe('steering', () => {
+  it('queues inputs sent while a turn runs, drains them into later turns, and lets a turn take them', async () => {
+    const release = gate();
+    const seen: string[][] = [];
+    const agent = defineWorkflow({
+      name: 'agent',
+      kind: 'multi-turn',
+      turn: async (ctx, text: string) => {
+        if (text === 'first') await release.promise;
+        const extra = text === 'first' ? await ctx.takeInputs<string>() : [];
+        seen.push([text, ...extra]);
+        return seen.length;
+      },
+    });
+    const engine = await open({ workflows: [agent] });
+    const h = await engine.start(agent, 'first', { taskId: 's1' });
+    const taken = await h.send('steer-1');
+    expect((await h.describe()).queuedInputIds).toEqual([taken]);
+    release.resolve();
+    const r1 = await h.turnResult(taken);
+    expect(r1.turn).toBe(1);
+    expect(seen).toEqual([['first', 'steer-1']]);
+    const queuedEvent = (await h.history()).find((e) => e.type === 'InputQueued' && e.inputId === taken);
+    expect(queuedEvent && queuedEvent.type === 'InputQueued' && queuedEvent.steering).toBe(true);
+  });
+
+  it('drains a queued input into the next turn as a steered, resumed turn', async () => {
+    const release = gate();
+    const agent = defineWorkflow({
+      name: 'agent2',
+      kind: 'multi-turn',
+      turn: async (ctx, text: string) => {
+        if (text === 'slow') await release.promise;
+        return `${text}:${ctx.entryMode}:${ctx.steered}`;
+      },
+    });
+    const engine = await open({ workflows: [agent] });
+    const h = await engine.start(agent, 'slow', { taskId: 's2' });
+    const second = await h.send('next');
+    release.resolve();
+    expect((await h.turnResult(second)).output).toBe('next:resumed:true');
+  });
+
+  it('enforces the queue cap with SteeringQueueFull and writes nothing', async () => {
+    const release = gate();
+    const agent = defineWorkflow({ name: 'capped', kind: 'multi-turn', steering: { maxQueued: 2 }, turn: () => release.promise });
+    const engine = await open({ workflows: [agent] });
+    const h = await engine.start(agent, 0, { taskId: 'cap' });
+    await h.send(1);
+    await h.send(2);
+    const before = (await h.history()).length;
+    const err = await h.send(3).catch((e: unknown) => e);
+    expect(isTurnlogError(err, 'TURNLOG_STEERING_QUEUE_FULL')).toBe(true);
+    expect((await h.history()).length).toBe(before);
+    release.resolve();
+  });
+
+  it('rejects input to a busy non-steerable task with TaskConflictError', async () => {
+    const release = gate();
+    const wf = defineWorkflow({ name: 'solo', kind: 'multi-turn', steering: false, turn: () => release.promise });
+    const engine = await open({ workflows: [wf] });
+    const h = await engine.start(wf, 0, { taskId: 'solo' });
+    const err = await h.send(1).catch((e: unknown) => e);
+    expect(isTurnlogError(err, 'TURNLOG_TASK_CONFLICT')).toBe(true);
+    expect((err as Error).message).toContain('steering');
+    release.resolve();
+  });
+
+  it('withdraws a queued input; its waiter sees withdrawn and no turn runs it', async () => {
+    const release = gate();
+    const ran: number[] = [];
+    const wf = defineWorkflow({
+      name: 'wd',
+      kind: 'multi-turn',
+      turn: async (_ctx, n: number) => {
+        ran.push(n);
+        if (n === 0) await release.promise;
+      },
+    });
+    const engine = await open({ workflows: [wf] });
+    const h = await engine.start(wf, 0, { taskId: 'wd' });
+    const first = h.inputId!;
+    const id = await h.send(1);
+    await h.withdraw(id);
+    expect((await h.turnResult(id)).status).toBe('withdrawn');
+    release.resolve();
+    await h.turnResult(first);
+    expect(ran).toEqual([0]);
+  });
+});
+
+describe('steps', () => {
+  it('retries a failing step per its policy and records only the final result', async () => {
+    let calls = 0;
+    const wf = defineWorkflow({
+      name: 'flaky',
+      retry: { maxAttempts: 3, initialIntervalMs: 1 },
+      turn: (ctx) =>
+        ctx.step('call', () => {
+          if (++calls < 3) throw new Error('transient');
+          return 'ok';
+        }),
+    });
+    const engine = await open({ workflows: [wf] });
+    const h = await engine.start(wf, null);
+    expect(await h.result()).toBe('ok');
+    expect(calls).toBe(3);
+    expect(types(await h.history()).filter((t) => t === 'StepCompleted')).toHaveLength(1);
+  });
+
+  it('does not retry a TerminalError and records the failure', async () => {
+    const { TerminalError } = await import('../../src/errors.js');
+    let calls = 0;
+    const wf = defineWorkflow({
+      name: 'terminal',
+      retry: { maxAttempts: 5, initialIntervalMs: 1 },
+      turn: (ctx) =>
+        ctx.step('charge', () => {
+          calls++;
+          throw new TerminalError('card declined', { type: 'CardDeclined' });
+        }),
+    });
+    const engine = await open({ workflows: [wf] });
+    const h = await engine.start(wf, null);
+    await expect(h.result()).rejects.toThrow('card declined');
+    expect(calls).toBe(1);
+    const step = (await h.history()).find((e) => e.type === 'StepCompleted');
+    expect(step && step.type === 'StepCompleted' && step.failure?.type).toBe('CardDeclined');
+  });
+
+  it('records parallel steps densely in call order', async () => {
+    const wf = defineWorkflow({
+      name: 'par',
+      turn: async (ctx) => {
+        const slow = ctx.step('slow', async () => {
+          await new Promise((r) => setTimeout(r, 20));
+          return 'a';
+        });
+        const fast = ctx.step('fast', () => 'b');
+        return (await slow) + (await fast);
+      },
+    });
+    const engine = await open({ workflows: [wf] });
+    const h = await engine.start(wf, null);
+    expect(await h.result()).toBe('ab');
+    const steps = (await h.history()).filter((e) => e.type === 'StepCompleted');
+    expect(steps.map((e) => (e.type === 'StepCompleted' ? [e.seq, e.name] : []))).toEqual([
+      [1, 'slow'],
+      [2, 'fast'],
+    ]);
+  });
+});
+
+describe('timeouts (inline, injected clock)', () => {
+  it('appends the marker before aborting ctx.signal; a cooperative wind-down records TurnTimedOut(cooperative)', async () => {
+    const clock = new ManualClock();
+    const store = new MemoryHistoryStore();
+    let markerSeenInAbort = false;
+    const wf = defineWorkflow({
+      name: 'coop',
+      turnTimeoutMs: 1000,
+      graceMs: 500,
+      turn: (ctx) =>
+        new Promise((_, reject) => {
+          ctx.signal.addEventListener('abort', () => {
+            void store.readEvents(ctx.taskId).then((events) => {
+              markerSeenInAbort = events.some((e) => e.type === 'TimeoutCancelRequested');
+              reject(ctx.signal.reason);
+            });
+          });
+        }),
+    });
+    const engine = await open({ workflows: [wf], store, clock });
+    const h = await engine.start(wf, null, { taskId: 'coop' });
+    await clock.advance(1000);
+    const err = await h.result().catch((e: unknown) => e);
+    expect(isTurnlogError(err, 'TURNLOG_TURN_TIMED_OUT')).toBe(true);
+    expect(markerSeenInAbort).toBe(true);
+    const events = await h.history();
+    expect(types(events).slice(-3)).toEqual(['TimeoutCancelRequested', 'TurnTimedOut', 'TaskCompleted']);
+    const timedOut = events.find((e) => e.type === 'TurnTimedOut');
+    expect(timedOut && timedOut.type === 'TurnTimedOut' && timedOut.cause).toBe('cooperative');
+  });
+
+  it('keeps the handler outcome when it finishes within the grace', async () => {
+    const clock = new ManualClock();
+    const wf = defineWorkflow({
+      name: 'grace',
+      turnTimeoutMs: 1000,
+      graceMs: 500,
+      turn: (ctx) => new Promise((resolve) => ctx.signal.addEventListener('abort', () => resolve({ woundDown: true, timeoutExceeded: ctx.timeoutExceeded }))),
+    });
+    const engine = await open({ workflows: [wf], clock });
+    const h = await engine.start(wf, null);
+    await clock.advance(1000);
+    expect(await h.result()).toEqual({ woundDown: true, timeoutExceeded: true });
+  });
+
+  it('finalizes a runaway inline turn at the hard cap, discards its late result and fences its later steps', async () => {
+    const clock = new ManualClock();
+    const release = gate();
+    let lateStep: unknown;
+    const wf = defineWorkflow({
+      name: 'runaway',
+      turnTimeoutMs: 1000,
+      graceMs: 500,
+      turn: async (ctx) => {
+        await release.promise; // ignores ctx.signal
+        lateStep = await ctx.step('late', () => 'x').catch((e: unknown) => e);
+        return 'late result';
+      },
+    });
+    const engine = await open({ workflows: [wf], clock });
+    const h = await engine.start(wf, null, { taskId: 'runaway' });
+    await clock.advance(1000);
+    expect(types(await h.history())).toContain('TimeoutCancelRequested');
+    expect((await h.describe()).status).toBe('in_progress');
+    await clock.advance(500);
+    await expect(h.result()).rejects.toMatchObject({ code: 'TURNLOG_TURN_TIMED_OUT' });
+    release.resolve();
+    await new Promise((r) => setTimeout(r, 10));
+    expect(isTurnlogError(lateStep, 'TURNLOG_FENCED')).toBe(true);
+    const events = await h.history();
+    expect(types(events).slice(-3)).toEqual(['TimeoutCancelRequested', 'TurnTimedOut', 'TaskCompleted']);
+    expect(events.some((e) => e.type === 'StepCompleted')).toBe(false);
+    const t = events.find((e) => e.type === 'TurnTimedOut');
+    expect(t && t.type === 'TurnTimedOut' && t.cause).toBe('hard_cap');
+  });
+
+  it('a multi-turn runaway drains to the queued next input after the hard cap', async () => {
+    const clock = new ManualClock();
+    const wf = defineWorkflow({
+      name: 'mt-runaway',
+      kind: 'multi-turn',
+      turnTimeoutMs: 1000,
+      graceMs: 100,
+      turn: async (_ctx, x: string) => (x === 'hang' ? new Promise(() => {}) : `done ${x}`),
+    });
+    const engine = await open({ workflows: [wf], clock });
+    const h = await engine.start(wf, 'hang', { taskId: 'mt' });
+    const next = await h.send('B');
+    await clock.advance(1100);
+    expect(await h.turnResult(next)).toMatchObject({ turn: 2, status: 'completed', output: 'done B' });
+  });
+});
+
+describe('cancel', () => {
+  it('cancels the running turn cooperatively; the one-shot task completes as cancelled and never runs again', async () => {
+    const started = gate();
+    const wf = defineWorkflow({
+      name: 'cancellable',
+      turn: (ctx) =>
+        new Promise((_, reject) => {
+          started.resolve();
+          ctx.signal.addEventListener('abort', () => reject(ctx.signal.reason));
+        }),
+    });
+    const engine = await open({ workflows: [wf] });
+    const h = await engine.start(wf, null, { taskId: 'cx' });
+    await started.promise;
+    await h.cancel('user pressed stop');
+    await expect(h.result()).rejects.toMatchObject({ code: 'TURNLOG_TURN_CANCELLED' });
+    const events = await h.history();
+    expect(types(events)).toEqual(expect.arrayContaining(['CancelRequested', 'TurnCancelled', 'TaskCompleted']));
+    expect((await h.describe()).outcome).toBe('cancelled');
+    await engine.recover();
+    expect((await h.history()).length).toBe(events.length);
+  });
+
+  it('cancelTurn on a multi-turn task cancels only the turn; the task takes its next input', async () => {
+    const wf = defineWorkflow({
+      name: 'ct',
+      kind: 'multi-turn',
+      turn: (ctx, x: string) =>
+        x === 'long' ? new Promise((_, reject) => ctx.signal.addEventListener('abort', () => reject(ctx.signal.reason))) : `ok ${x}`,
+    });
+    const engine = await open({ workflows: [wf] });
+    const h = await engine.start(wf, 'long', { taskId: 'ct' });
+    const first = h.inputId!;
+    await h.cancelTurn('changed my mind');
+    expect((await h.turnResult(first)).status).toBe('cancelled');
+    await h.send('short');
+    expect((await h.nextTurn()).output).toBe('ok short');
+  });
+});
+
+describe('recovery and shutdown', () => {
+  it('re-runs an interrupted turn as recovered, replaying recorded steps instead of running them', async () => {
+    const dir = await makeTmpDir();
+    cleanups.push(dir.remove);
+    const runs: Record<string, number> = {};
+    const hang = gate();
+    const wf = defineWorkflow({
+      name: 'rec',
+      turn: async (ctx) => {
+        const a = await ctx.step('a', () => {
+          runs['a'] = (runs['a'] ?? 0) + 1;
+          return 'A';
+        });
+        await ctx.checkpoint({ after: 'a' });
+        if (ctx.attempt === 1) await hang.promise; // the "crash" window
+        const b = await ctx.step('b', () => {
+          runs['b'] = (runs['b'] ?? 0) + 1;
+          return 'B';
+        });
+        return { a, b, mode: ctx.entryMode, attempt: ctx.attempt, checkpoint: ctx.checkpointData };
+      },
+    });
+    const e1 = await Engine.open({ store: dir.path, workflows: [wf], logger: silentLogger, scanIntervalMs: 0 });
+    const h1 = await e1.start(wf, null, { taskId: 'r1' });
+    while (!(await h1.history()).some((e) => e.type === 'Checkpointed')) await new Promise((r) => setTimeout(r, 5));
+    const deferred = h1.result().catch((e: unknown) => e);
+    await e1.shutdown({ graceMs: 0 }); // leaves the turn in progress, like a crash
+    expect(isTurnlogError(await deferred, 'TURNLOG_TURN_DEFERRED')).toBe(true);
+
+    const e2 = await Engine.open({ store: dir.path, workflows: [wf], logger: silentLogger, scanIntervalMs: 0 });
+    engines.push(e2);
+    const h2 = e2.task('r1');
+    const result = await h2.turnResult(h1.inputId!);
+    expect(result.output).toEqual({ a: 'A', b: 'B', mode: 'recovered', attempt: 2, checkpoint: { after: 'a' } });
+    expect(runs).toEqual({ a: 1, b: 1 });
+    const events = await h2.history();
+    const claims = events.filter((e) => e.type === 'LeaseClaimed');
+    expect(claims.map((e) => e.generation)).toEqual([1, 2]);
+    expect(types(events).filter((t) => t === 'TurnCompleted')).toHaveLength(1);
+    hang.resolve();
+  });
+
+  it('lets a handler exitForRecovery during shutdown; the turn stays in progress and the next engine re-runs it', async () => {
+    const dir = await makeTmpDir();
+    cleanups.push(dir.remove);
+    const started = gate();
+    const wf = defineWorkflow({
+      name: 'efr',
+      turn: async (ctx) => {
+        if (ctx.attempt === 1) {
+          started.resolve();
+          await new Promise((r) => ctx.signal.addEventListener('abort', r));
+          return ctx.exitForRecovery('draining');
+        }
+        return `attempt ${ctx.attempt} ${ctx.entryMode}`;
+      },
+    });
+    const e1 = await Engine.open({ store: dir.path, workflows: [wf], logger: silentLogger, scanIntervalMs: 0 });
+    const h = await e1.start(wf, null, { taskId: 'efr' });
+    await started.promise;
+    await e1.shutdown({ graceMs: 5000 });
+    const e2 = await Engine.open({ store: dir.path, workflows: [wf], logger: silentLogger, scanIntervalMs: 0 });
+    engines.push(e2);
+    expect(await e2.turnResult('efr', h.inputId!)).toMatchObject({ status: 'completed', output: 'attempt 2 recovered' });
+    expect(types(await e2.history('efr'))).toContain('TurnExitedForRecovery');
+  });
+
+  it('exitForRecovery outside shutdown fails the turn with a clear error', async () => {
+    const wf = defineWorkflow({ name: 'efr2', turn: (ctx) => ctx.exitForRecovery() });
+    const engine = await open({ workflows: [wf] });
+    const h = await engine.start(wf, null);
+    const err = await h.result().catch((e: unknown) => e);
+    expect((err as Error).message).toContain('exitForRecovery() is only allowed while the engine shuts down');
+  });
+
+  it('finalizes (never re-runs) a turn whose marker is in the history when the engine died during the grace', async () => {
+    const dir = await makeTmpDir();
+    cleanups.push(dir.remove);
+    const clock = new ManualClock();
+    let runs = 0;
+    const wf = defineWorkflow({
+      name: 'nores',
+      turnTimeoutMs: 1000,
+      graceMs: 10_000,
+      turn: async () => {
+        runs++;
+        await new Promise(() => {});
+      },
+    });
+    const e1 = await Engine.open({ store: dir.path, workflows: [wf], logger: silentLogger, scanIntervalMs: 0, clock });
+    await e1.start(wf, null, { taskId: 'nr' });
+    await clock.advance(1000);
+    await until(async () => types(await e1.history('nr')).includes('TimeoutCancelRequested'));
+    expect(types(await e1.history('nr'))).toContain('TimeoutCancelRequested');
+    await e1.shutdown({ graceMs: 0 });
+    const e2 = await Engine.open({ store: dir.path, workflows: [wf], logger: silentLogger, scanIntervalMs: 0, clock });
+    engines.push(e2);
+    await until(async () => types(await e2.history('nr')).includes('TaskCompleted'));
+    const events = await e2.history('nr');
+    expect(types(events).slice(-2)).toEqual(['TurnTimedOut', 'TaskCompleted']);
+    const t = events.find((e) => e.type === 'TurnTimedOut');
+    expect(t && t.type === 'TurnTimedOut' && t.cause).toBe('recovery_marker');
+    expect(runs).toBe(1);
+  });
+
+  it('rejects a second engine on the same directory with TURNLOG_STORE_LOCKED', async () => {
+    const dir = await makeTmpDir();
+    cleanups.push(dir.remove);
+    const wf = defineWorkflow({ name: 'x', turn: () => 1 });
+    const e1 = await Engine.open({ store: dir.path, workflows: [wf], logger: silentLogger, scanIntervalMs: 0 });
+    engines.push(e1);
+    const err = await Engine.open({ store: new LevelHistoryStore(dir.path), workflows: [wf], logger: silentLogger }).catch((e: unknown) => e);
+    expect(isTurnlogError(err, 'TURNLOG_STORE_LOCKED')).toBe(true);
+  });
+});
+
+describe('determinism', () => {
+  it('fails a recovered attempt that calls a different step than recorded with NonDeterminismError naming both', async () => {
+    const dir = await makeTmpDir();
+    cleanups.push(dir.remove);
+    const hang = gate();
+    const v1 = defineWorkflow({
+      name: 'nd',
+      turn: async (ctx) => {
+        await ctx.step('search', () => 1);
+        await hang.promise;
+      },
+    });
+    const e1 = await Engine.open({ store: dir.path, workflows: [v1], logger: silentLogger, scanIntervalMs: 0 });
+    await e1.start(v1, null, { taskId: 'nd' });
+    while (!(await e1.history('nd')).some((e) => e.type === 'StepCompleted')) await new Promise((r) => setTimeout(r, 5));
+    await e1.shutdown({ graceMs: 0 });
+    const v2 = defineWorkflow({ name: 'nd', turn: async (ctx) => ctx.step('lookup', () => 2) });
+    const e2 = await Engine.open({ store: dir.path, workflows: [v2], logger: silentLogger, scanIntervalMs: 0 });
+    engines.push(e2);
+    await until(async () => types(await e2.history('nd')).includes('TurnFailed'));
+    const failed = (await e2.history('nd')).find((e) => e.type === 'TurnFailed');
+    expect(failed && failed.type === 'TurnFailed' && failed.failure.code).toBe('TURNLOG_NON_DETERMINISM');
+    expect(failed && failed.type === 'TurnFailed' && failed.failure.message).toMatch(/step "search".*step "lookup"/);
+    hang.resolve();
+  });
+});
+
+describe('payload codecs', () => {
+  it('stores only encoded payloads and hands handlers plain values', async () => {
+    const xor = (p: { metadata: Record<string, Uint8Array>; data: Uint8Array }) => ({ ...p, data: p.data.map((b) => b ^ 0x5a) });
+    const codec = { encode: xor, decode: xor };
+    const store = new MemoryHistoryStore();
+    const wf = defineWorkflow({ name: 'secret', turn: async (ctx, s: string) => ctx.step('echo', () => `${s}!`) });
+    const engine = await open({ workflows: [wf], store, payloadCodecs: [codec] });
+    const h = await engine.start(wf, 'classified', { taskId: 'sec' });
+    expect(await h.result()).toBe('classified!');
+    const raw = JSON.stringify((await store.readEvents('sec')).map((e) => ('input' in e ? Buffer.from(e.input.data).toString() : '')));
+    expect(raw).not.toContain('classified');
+  });
+});
