@@ -1,0 +1,59 @@
+import { describe, expect, it } from 'vitest';
+import { isTurnlogError } from '../../src/errors.js';
+import { lookupType } from '../../src/internal/proto/root.js';
+import { decodeEvent, encodeEvent } from '../../src/history/codec.js';
+import { decodeState, encodeState, SNAPSHOT_VERSION } from '../../src/history/state-codec.js';
+import { fold } from '../../src/replay/fold.js';
+import { historyBuilder } from '../helpers/build-history.js';
+
+// Every optional field set: checkpoint, marker, cancels, failures with details and causes.
+const full = () =>
+  historyBuilder('snap')
+    .created({ kind: 'multi-turn', policy: { executor: 'process', stepRetry: { maxAttempts: 3, initialIntervalMs: 10, backoffCoefficient: 2, maxIntervalMs: 100, nonRetryableTypes: ['TypeError'] } } })
+    .input('a')
+    .turnStarted()
+    .failed({ message: 'outer', type: 'AppError', code: 'E1', stack: 'at x', nonRetryable: true, details: { metadata: {}, data: new Uint8Array([1, 2]) }, cause: { message: 'inner', type: 'Error' } })
+    .input('b')
+    .turnStarted()
+    .step('s', { x: 1 })
+    .step('f', null, { failure: 'bad' })
+    .checkpoint({ c: 1 })
+    .input('steer')
+    .input('steer2')
+    .take(['in-3'])
+    .marker()
+    .crashed({ exitCode: null, signal: 'SIGKILL' })
+    .cancel('turn', 'stop')
+    .input('queued');
+
+describe('state snapshots', () => {
+  it('round-trip a state with every optional field set', () => {
+    const s = fold('snap', full().build());
+    expect(s.openTurn?.marker && s.openTurn.cancelRequested && s.openTurn.checkpoint && s.lastFailure?.cause).toBeTruthy();
+    expect(decodeState(encodeState(s))).toStrictEqual(s);
+    const completed = fold('snap', full().cancelled('stop').cancel('task', 'bye').taskCompleted('cancelled').build());
+    expect(decodeState(encodeState(completed))).toStrictEqual(completed);
+  });
+
+  it('hands back plain Uint8Arrays even when the state held Node Buffers', () => {
+    const events = full().build().map((e) => decodeEvent(encodeEvent(e), 'snap'));
+    const s = fold('snap', events);
+    const back = decodeState(encodeState(s));
+    expect(back.openTurn!.checkpoint!.data.constructor).toBe(Uint8Array);
+    expect(Array.from(back.openTurn!.checkpoint!.data)).toEqual(Array.from(s.openTurn!.checkpoint!.data));
+    expect(encodeState(back)).toEqual(encodeState(s));
+  });
+
+  it('rejects garbled bytes and unknown layout versions', () => {
+    expect(() => decodeState(new Uint8Array([0xff, 0xff, 0xff]))).toThrow(expect.objectContaining({ code: 'TURNLOG_HISTORY_CORRUPT' }));
+    const T = lookupType('turnlog.v1.TaskStateSnapshot');
+    const msg = T.decode(encodeState(fold('snap', full().build()))) as unknown as Record<string, unknown>;
+    msg['snapshotVersion'] = SNAPSHOT_VERSION + 1;
+    try {
+      decodeState(T.encode(msg as never).finish());
+      expect.unreachable();
+    } catch (err) {
+      expect(isTurnlogError(err, 'TURNLOG_HISTORY_FORMAT')).toBe(true);
+    }
+  });
+});
