@@ -93,19 +93,26 @@ export class GroupCommitter {
       this.#queue = this.#queue.filter((e) => !tasks.has(e.taskId));
       this.#onFailure(tasks);
     }
-    const next = this.#queue;
-    this.#queue = [];
-    this.#writing = false;
-    if (next.length > 0) this.#run(next);
     for (const e of entries) {
       if (err === undefined) e.resolve();
       else e.reject(err);
     }
     for (const e of failed) e.reject(err);
-    if (!this.#writing) {
-      const idle = this.#idle;
-      this.#idle = [];
-      for (const r of idle) r();
+    // Still "writing" until the next tick: the callers just resolved submit their next writes
+    // in microtasks, which run first, so they join one batch instead of one going out alone.
+    process.nextTick(() => this.#flush());
+  }
+
+  #flush(): void {
+    const next = this.#queue;
+    this.#queue = [];
+    if (next.length > 0) {
+      this.#run(next);
+      return;
     }
+    this.#writing = false;
+    const idle = this.#idle;
+    this.#idle = [];
+    for (const r of idle) r();
   }
 }

@@ -107,7 +107,15 @@ export class LevelHistoryStore implements HistoryStore {
     this.#sync = options.sync ?? true;
     this.#db = new Level<Buffer, Buffer>(location, { keyEncoding: 'buffer', valueEncoding: 'buffer' });
     this.#committer = new GroupCommitter(
-      (ops, sync) => this.#db.batch(ops, { sync }),
+      (ops, sync) => {
+        // The chained batch skips the array form's per-op option handling: measurably cheaper.
+        const batch = this.#db.batch();
+        for (const op of ops) {
+          if (op.type === 'put') batch.put(op.key, op.value);
+          else batch.del(op.key);
+        }
+        return batch.write({ sync });
+      },
       (tasks) => {
         // The failed batch may have been partly applied in memory only: reload from disk.
         for (const t of tasks) this.#heads.delete(t);

@@ -14,6 +14,8 @@ function controlledWriter() {
 const put = (k: string): BatchOp => ({ type: 'put', key: Buffer.from(k), value: Buffer.alloc(0) });
 const keys = (ops: BatchOp[]) => ops.map((o) => o.key.toString());
 const settled = <T>(p: Promise<T>) => p.then(() => 'ok', (e: Error) => e.message);
+/** Lets pending ticks and microtasks run (the next batch starts on the tick after a settle). */
+const turn = () => new Promise<void>((r) => setImmediate(r));
 
 describe('GroupCommitter', () => {
   it('writes at once when idle, then merges everything queued meanwhile into one batch, in order', async () => {
@@ -28,6 +30,7 @@ describe('GroupCommitter', () => {
     expect(w.calls).toHaveLength(1);
     w.calls[0]!.resolve();
     await p1;
+    await turn();
     expect(w.calls).toHaveLength(2);
     expect(keys(w.calls[1]!.ops)).toEqual(['b1', 'a2', 'a3']);
     // One durable member makes the merged batch durable.
@@ -51,11 +54,31 @@ describe('GroupCommitter', () => {
     expect(await settled(p1)).toBe('disk full');
     expect(await settled(p2)).toBe('disk full');
     expect(failed).toEqual([['a']]);
+    await turn();
     expect(w.calls).toHaveLength(2);
     expect(keys(w.calls[1]!.ops)).toEqual(['b1']);
     w.calls[1]!.resolve();
     expect(await settled(p3)).toBe('ok');
     expect(committed).toEqual(['b1']);
+  });
+
+  it('writes submitted by callers resumed from a finished batch join one batch, not one alone', async () => {
+    const w = controlledWriter();
+    const gc = new GroupCommitter(w.write, () => undefined);
+    // Ten "tasks" that each append again as soon as their previous append resolves.
+    const chains = Array.from({ length: 10 }, (_, i) =>
+      gc.submit(`t${i}`, [put(`t${i}-1`)], true, () => undefined).then(() => gc.submit(`t${i}`, [put(`t${i}-2`)], true, () => undefined)),
+    );
+    expect(w.calls.map((c) => c.ops.length)).toEqual([1]);
+    w.calls[0]!.resolve();
+    await turn();
+    // t0's second write joins t1..t9's first ones (starting the queued nine at once would leave it alone).
+    expect(w.calls.map((c) => c.ops.length)).toEqual([1, 10]);
+    w.calls[1]!.resolve();
+    await turn();
+    expect(w.calls.map((c) => c.ops.length)).toEqual([1, 10, 9]);
+    w.calls[2]!.resolve();
+    await Promise.all(chains);
   });
 
   it('drain waits for queued batches', async () => {
