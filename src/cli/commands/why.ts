@@ -1,0 +1,49 @@
+/**
+ * `turnlog why <task>`: folds the history and asks the replayer what an engine would do now,
+ * and which rule says so.
+ */
+import type { Command } from 'commander';
+import type { Lease } from '../../history/events.js';
+import { decide, explainDecision, fold } from '../../replay/index.js';
+import { printJSON, printText, requireTask, withStore } from '../context.js';
+import { isoTime } from '../format.js';
+
+/** Registers `why` on the program. */
+export function registerWhy(program: Command): void {
+  program
+    .command('why')
+    .description("the replayer's decision for a task now, and the rule that gave it")
+    .argument('<task>', 'task id')
+    .action(async (taskId: string, _flags: unknown, cmd: Command) => {
+      await withStore(cmd, {}, async (store, g) => {
+        await requireTask(store, taskId);
+        const events = await store.readEvents(taskId);
+        const state = fold(taskId, events);
+        const stored = await store.getLease(taskId);
+        // Holding an exclusive store's lock proves no engine runs, so its leases are void
+        // (DESIGN.md "Storage"): decide as the next engine to open the store would.
+        const lease: Lease | undefined = store.exclusive ? undefined : stored;
+        const now = Date.now();
+        const decision = decide(state, lease, now);
+        if (g.json) {
+          return printJSON({
+            taskId,
+            now,
+            decision,
+            lease: stored ?? null,
+            leaseConsidered: lease !== undefined,
+            status: state.status,
+            outcome: state.outcome ?? null,
+            lastEventId: state.lastEventId,
+            explanation: explainDecision(decision, state),
+          });
+        }
+        const leaseLine =
+          stored === undefined
+            ? 'lease:    none stored'
+            : `lease:    ${stored.owner}/${stored.instance} generation ${stored.generation}, expires ${isoTime(stored.expiresAt)}` +
+              (lease === undefined ? ' (void: this CLI holds the store lock, so no engine runs)' : '');
+        return printText(`${explainDecision(decision, state)}\n${leaseLine}\nnow:      ${isoTime(now)}`);
+      });
+    });
+}
