@@ -36,6 +36,7 @@ import type { HistoryStore } from '../store/history-store.js';
 import { LevelHistoryStore } from '../store/level-store.js';
 import type { Executor, AttemptHandle } from '../executor/executor.js';
 import { InlineExecutor } from '../executor/inline-executor.js';
+import { assertOutsideWorker } from '../executor/isolation.js';
 import type { AttemptOutcome, CancelKind, TurnHost, TurnSpec } from '../workflow/context.js';
 import { resolvePolicy, type Workflow } from '../workflow/define-workflow.js';
 import { sleep, systemClock, type Clock, type Timer } from './clock.js';
@@ -203,6 +204,7 @@ export class Engine {
    * starts the periodic scanner.
    */
   static async open(options: EngineOptions): Promise<Engine> {
+    assertOutsideWorker('Engine.open()');
     const engine = new Engine(options);
     await engine.#activate();
     return engine;
