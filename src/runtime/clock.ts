@@ -6,18 +6,26 @@ export interface Timer {
   cancel(): void;
 }
 
+export interface TimerOptions {
+  /** Do not keep the process alive for this timer (idle housekeeping such as the scanner). */
+  background?: boolean;
+}
+
 export interface Clock {
   now(): number;
   /** Calls `fn` once `ms` have passed on this clock. */
-  setTimer(fn: () => void, ms: number): Timer;
+  setTimer(fn: () => void, ms: number, options?: TimerOptions): Timer;
 }
 
-/** Wall-clock time and real timers. Timers are unref'd: they never keep the process alive. */
+/**
+ * Wall-clock time and real timers. Timers of running turns keep the process alive, so a turn's
+ * timeout always fires (test: crash matrix); background timers do not.
+ */
 export const systemClock: Clock = {
   now: () => Date.now(),
-  setTimer(fn, ms) {
+  setTimer(fn, ms, options) {
     const t = setTimeout(fn, Math.max(0, ms));
-    t.unref();
+    if (options?.background) t.unref();
     return { cancel: () => clearTimeout(t) };
   },
 };

@@ -136,6 +136,8 @@ class TaskEntry {
   active: ActiveAttempt | undefined;
   waiters = new Map<string, Deferred<TurnResult>[]>();
   snapshotAt = 0;
+  /** The last turn terminal event appended by this engine (waiters' results are built from it). */
+  lastTerminal: TurnTerminalEvent | undefined;
   constructor(readonly id: string) {}
 }
 
@@ -436,7 +438,7 @@ export class Engine {
     await Promise.race([
       Promise.all(running.map((t) => t.active?.done)),
       // Real time, not the engine clock: shutdown must end even when a test's manual clock stands still.
-      new Promise<void>((r) => (timer = systemClock.setTimer(r, grace))),
+      new Promise<void>((r) => (timer = systemClock.setTimer(r, grace, { background: true }))),
     ]);
     timer?.cancel();
     for (const t of running) {
@@ -482,7 +484,7 @@ export class Engine {
           return;
         case 'finalize-turn': {
           const before = preview;
-          const drafts: Draft[] = [...pending, this.#terminalDraft(decision)];
+          const drafts: Draft[] = [...pending, this.#terminalDraft(decision, preview)];
           if (decision.completeTask) drafts.push({ type: 'TaskCompleted', outcome: decision.completeTask });
           await this.#append(t, drafts);
           this.#afterTerminal(t, before);
@@ -497,10 +499,10 @@ export class Engine {
     }
   }
 
-  #terminalDraft(d: Extract<Decision, { kind: 'finalize-turn' }>): Draft {
+  #terminalDraft(d: Extract<Decision, { kind: 'finalize-turn' }>, s: TaskState): Draft {
     switch (d.terminal) {
       case 'TurnCancelled':
-        return { type: 'TurnCancelled', turn: d.turn, reason: d.reason };
+        return { type: 'TurnCancelled', turn: d.turn, reason: cancelReason(s, d.reason) };
       case 'TurnTimedOut':
         return { type: 'TurnTimedOut', turn: d.turn, cause: d.cause ?? 'recovery_backstop' };
       case 'TurnFailed':
@@ -710,7 +712,7 @@ export class Engine {
       for (const tm of active.timers) tm.cancel();
       t.active = undefined;
       const before = t.state!;
-      await this.#append(t, this.#endDrafts(before, why === 'timeout' ? { type: 'TurnTimedOut', turn: active.turn, cause: 'hard_cap' } : { type: 'TurnCancelled', turn: active.turn, reason: 'cancel grace expired' }, why === 'timeout' ? 'timed_out' : 'cancelled'));
+      await this.#append(t, this.#endDrafts(before, why === 'timeout' ? { type: 'TurnTimedOut', turn: active.turn, cause: 'hard_cap' } : { type: 'TurnCancelled', turn: active.turn, reason: cancelReason(before, 'cancel grace expired') }, why === 'timeout' ? 'timed_out' : 'cancelled'));
       this.#afterTerminal(t, before);
       await this.#drive(t);
     }).catch((err) => this.#log.error('hard cap failed', { taskId: t.id, error: err }));
@@ -754,7 +756,7 @@ export class Engine {
         drafts = this.#endDrafts(s, { type: 'TurnFailed', turn, failure: outcome.failure }, 'failed');
         break;
       case 'cancelled':
-        drafts = this.#endDrafts(s, { type: 'TurnCancelled', turn, reason: outcome.reason }, 'cancelled');
+        drafts = this.#endDrafts(s, { type: 'TurnCancelled', turn, reason: cancelReason(s, outcome.reason) }, 'cancelled');
         break;
       case 'timed-out':
         drafts = this.#endDrafts(s, { type: 'TurnTimedOut', turn, cause: 'cooperative' }, 'timed_out');
@@ -771,7 +773,7 @@ export class Engine {
         const killed: Draft = { type: 'WorkerKilled', turn, pid: outcome.pid, signal: outcome.signal, reason: active.killReason === 'cancel' ? 'cancel grace expired' : 'turn timeout hard cap' };
         drafts =
           active.killReason === 'cancel'
-            ? [killed, ...this.#endDrafts(s, { type: 'TurnCancelled', turn, reason: 'cancel grace expired' }, 'cancelled')]
+            ? [killed, ...this.#endDrafts(s, { type: 'TurnCancelled', turn, reason: cancelReason(s, 'cancel grace expired') }, 'cancelled')]
             : [killed, ...this.#endDrafts(s, { type: 'TurnTimedOut', turn, cause: 'hard_cap' }, 'timed_out')];
         break;
       }
@@ -786,40 +788,12 @@ export class Engine {
   #afterTerminal(t: TaskEntry, before: TaskState): void {
     const s = t.state!;
     const ot = before.openTurn;
-    const terminal = s.lastTurn && s.lastTurn.turn === ot?.turn ? s.lastTurn : undefined;
-    if (ot && terminal) {
+    const terminal = t.lastTerminal;
+    if (ot && terminal && terminal.turn === ot.turn) {
       const ids = [...ot.inputIds, ...ot.taken.map((q) => q.inputId)];
-      // The terminal event is among the last appended; rebuild the result from the folded state.
-      const result = this.#resultFromState(s, ot.turn, ids);
-      this.#resolveWaiters(t, ids, result);
+      this.#resolveWaiters(t, ids, this.#resultFromEvent(t.id, terminal, ids));
     }
     if (s.status === 'completed') this.#settleQueued(t, 'cancelled', `the task completed (${s.outcome}) before this input ran`);
-  }
-
-  #resultFromState(s: TaskState, turn: number, inputIds: string[]): TurnResult {
-    const last = s.lastTurn!;
-    const r: TurnResult = { taskId: s.taskId, turn, inputIds, status: 'completed' };
-    switch (last.terminal) {
-      case 'TurnCompleted':
-        r.status = 'completed';
-        if (s.lastOutput) r.output = this.#value(s.lastOutput);
-        break;
-      case 'TurnSuspended':
-        r.status = 'suspended';
-        if (s.lastOutput) r.output = this.#value(s.lastOutput);
-        break;
-      case 'TurnFailed':
-        r.status = 'failed';
-        if (s.lastFailure) r.failure = s.lastFailure;
-        break;
-      case 'TurnCancelled':
-        r.status = 'cancelled';
-        break;
-      case 'TurnTimedOut':
-        r.status = 'timed_out';
-        break;
-    }
-    return r;
   }
 
   #value(p: Payload): unknown {
@@ -828,32 +802,24 @@ export class Engine {
 
   async #findTurnResult(taskId: string, inputId: string): Promise<TurnResult | undefined> {
     let turn = 0;
-    let ids: string[] = [];
-    let output: Payload | undefined;
+    let seen = false;
+    const turnInputs = new Map<number, string[]>();
     for await (const e of this.store.iterateEvents(taskId)) {
-      if (e.type === 'TurnStarted' && e.inputIds.includes(inputId)) {
-        turn = e.turn;
-        ids = e.inputIds;
-      } else if (e.type === 'InputsTaken' && e.inputIds.includes(inputId)) {
-        turn = e.turn;
-      } else if (e.type === 'InputWithdrawn' && e.inputId === inputId) {
+      if (e.type === 'InputQueued' && e.inputId === inputId) seen = true;
+      else if (e.type === 'TurnStarted' && e.attempt === 1) turnInputs.set(e.turn, [...e.inputIds]);
+      else if (e.type === 'InputsTaken') turnInputs.get(e.turn)?.push(...e.inputIds);
+      else if (e.type === 'InputWithdrawn' && e.inputId === inputId) {
         return { taskId, turn: 0, inputIds: [inputId], status: 'withdrawn', reason: e.reason };
-      } else if (turn && isTurnTerminal(e) && e.turn === turn) {
-        return this.#resultFromEvent(taskId, e, ids.length ? ids : [inputId], output);
-      } else if (e.type === 'TaskCompleted' && turn === 0) {
-        const seen = await this.#hasInputEvent(taskId, inputId);
-        if (seen) return { taskId, turn: 0, inputIds: [inputId], status: 'cancelled', reason: `the task completed (${e.outcome}) before this input ran` };
+      } else if (e.type === 'TaskCompleted' && turn === 0 && seen) {
+        return { taskId, turn: 0, inputIds: [inputId], status: 'cancelled', reason: `the task completed (${e.outcome}) before this input ran` };
       }
+      if (turn === 0 && (e.type === 'TurnStarted' || e.type === 'InputsTaken') && e.inputIds.includes(inputId)) turn = e.turn;
+      if (turn !== 0 && isTurnTerminal(e) && e.turn === turn) return this.#resultFromEvent(taskId, e, turnInputs.get(turn) ?? [inputId]);
     }
     return undefined;
   }
 
-  async #hasInputEvent(taskId: string, inputId: string): Promise<boolean> {
-    for await (const e of this.store.iterateEvents(taskId)) if (e.type === 'InputQueued' && e.inputId === inputId) return true;
-    return false;
-  }
-
-  #resultFromEvent(taskId: string, e: TurnTerminalEvent, inputIds: string[], _output: Payload | undefined): TurnResult {
+  #resultFromEvent(taskId: string, e: TurnTerminalEvent, inputIds: string[]): TurnResult {
     const r: TurnResult = { taskId, turn: e.turn, inputIds, status: 'completed' };
     switch (e.type) {
       case 'TurnCompleted':
@@ -942,6 +908,7 @@ export class Engine {
     await this.store.append(t.id, events, lease ? { expectedLastEventId, generation, lease } : { expectedLastEventId, generation });
     t.state = next;
     if (lease) t.lease = lease;
+    for (const e of events) if (isTurnTerminal(e)) t.lastTerminal = e;
     this.#fault?.afterAppend();
     if (next.lastEventId - t.snapshotAt >= this.#snapshotEvery) {
       t.snapshotAt = next.lastEventId;
@@ -1036,7 +1003,7 @@ export class Engine {
         .finally(() => {
           if (this.#state === 'open') this.#armScanner();
         });
-    }, this.#scanIntervalMs);
+    }, this.#scanIntervalMs, { background: true });
   }
 
   #withLock<T>(t: TaskEntry, fn: () => Promise<T>): Promise<T> {
@@ -1066,6 +1033,11 @@ export class Engine {
       throw new TurnlogError('TURNLOG_ENGINE_CLOSED', `engine.${api}() called on an engine that is ${this.#state}. Open a new engine with Engine.open().`);
     }
   }
+}
+
+/** A cancelled turn records the reason its cancel was requested with, however it ended. */
+function cancelReason(s: TaskState, fallback: string): string {
+  return s.openTurn?.cancelRequested?.reason ?? s.cancelRequested?.reason ?? fallback;
 }
 
 function positive(name: string, v: number): number {

@@ -50,8 +50,12 @@ export interface TurnContext<I = unknown, S = unknown> {
   step<T>(name: string, fn: (signal: AbortSignal) => Promise<T> | T, options?: StepOptions): Promise<T>;
   /** Records `data` so a later attempt of this turn can read it as `checkpointData`. */
   checkpoint(data: unknown): Promise<void>;
-  /** Takes every queued (steering) input into this turn, recorded; returns their values in order. */
-  takeInputs<T = I>(): Promise<T[]>;
+  /**
+   * Takes every queued (steering) input into this turn, recorded; returns their values in order.
+   * With `wait: true` it first waits for at least one input (or the signal); a later attempt
+   * gets the recorded inputs back without waiting, so the pattern is replay-safe.
+   */
+  takeInputs<T = I>(options?: { wait?: boolean }): Promise<T[]>;
   /** `return ctx.suspend(reason, output)` ends a multi-turn turn as suspended (waiting for input). */
   suspend<O>(reason: string, output?: O): Suspension<O>;
   /** `return ctx.exitForRecovery()` while shutting down: the next engine re-runs this turn. */
@@ -59,6 +63,7 @@ export interface TurnContext<I = unknown, S = unknown> {
 }
 
 const SUSPENSION = Symbol.for('turnlog.suspension');
+const INPUT_POLL_MS = 5;
 const EXIT = Symbol.for('turnlog.exit-for-recovery');
 
 export interface Suspension<O = unknown> {
@@ -290,7 +295,7 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     this.#checkpoint = payload;
   }
 
-  async takeInputs<T = I>(): Promise<T[]> {
+  async takeInputs<T = I>(options: { wait?: boolean } = {}): Promise<T[]> {
     const seq = ++this.#seq;
     const recorded = this.#spec.calls[seq - 1];
     if (recorded) {
@@ -299,6 +304,8 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
       return recorded.inputIds.map((id) => this.#converter.fromPayload<T>(byId.get(id)!.input));
     }
     this.#checkFenced();
+    // Polling keeps the host contract small (it works the same across the worker protocol).
+    while (options.wait && this.#host.pendingInputCount() === 0) await this.#host.sleep(INPUT_POLL_MS, this.signal);
     const taken = await this.#reserve().record(() => this.#host.takeInputs(seq));
     return taken.map((q) => this.#converter.fromPayload<T>(q.input));
   }
