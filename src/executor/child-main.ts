@@ -1,0 +1,213 @@
+/**
+ * Entry point of an isolated worker process: `node [execArgv] child-main.js <workflows module>`.
+ * Loads the workflows module, says Ready on fd 3, then runs one turn per Run frame with the
+ * same TurnContextImpl the engine uses inline; its TurnHost turns every record into a frame
+ * and waits for the engine's acknowledgement. It never opens the store (invariant 2).
+ * Keep imports light: no engine, store, `level` or `@temporalio/proto` (cold start).
+ */
+import { Socket } from 'node:net';
+import { isAbsolute, resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
+import { Worker } from 'node:worker_threads';
+import { TurnlogError } from '../errors.js';
+import type { Payload } from '../history/events.js';
+import { errorToFailure, failureToError } from '../history/failure.js';
+import { DefaultPayloadConverter } from '../history/payload.js';
+import { TurnContextImpl, runHandler, type TurnHost, type TurnSpec } from '../workflow/context.js';
+import type { Workflow } from '../workflow/define-workflow.js';
+import { markIsolatedWorker } from './isolation.js';
+import {
+  FrameReader,
+  PROTOCOL_FD,
+  PROTOCOL_VERSION,
+  decodeEngineMessage,
+  encodeWorkerMessage,
+  type EngineMessage,
+  type TerminalOutcome,
+  type WorkerMessage,
+} from './protocol.js';
+
+const HEARTBEAT_MS = 1000;
+const ORPHAN_POLL_MS = 250;
+
+interface Pending {
+  resolve(v: unknown): void;
+  reject(e: unknown): void;
+}
+
+interface Turn {
+  ctx: TurnContextImpl<unknown, unknown> | undefined;
+  pending: Map<number, Pending>;
+  heartbeat: NodeJS.Timeout;
+}
+
+// Before any user code loads: engine and client entry points now throw IsolationBoundaryError.
+markIsolatedWorker();
+
+const converter = new DefaultPayloadConverter();
+const pipe = new Socket({ fd: PROTOCOL_FD, readable: true, writable: true });
+const reader = new FrameReader();
+const workflows = new Map<string, Workflow<any, any, any>>();
+let turn: Turn | undefined;
+let pendingInputs = 0;
+let shutdownAsked = false;
+
+// EOF or a broken pipe: the engine is gone or done with us. Exit at once: nothing this process
+// does from now on could be recorded. (A busy handler never gets here: see watchOrphan.)
+pipe.on('end', () => process.exit(0));
+pipe.on('error', () => process.exit(0));
+pipe.on('data', (chunk: Buffer) => {
+  let frames: Uint8Array[];
+  try {
+    frames = reader.push(chunk);
+  } catch (err) {
+    fatal(err);
+  }
+  for (const f of frames) {
+    let m: EngineMessage;
+    try {
+      m = decodeEngineMessage(f);
+    } catch (err) {
+      fatal(err);
+    }
+    onMessage(m);
+  }
+});
+
+function send(m: WorkerMessage): void {
+  pipe.write(encodeWorkerMessage(m));
+}
+
+function fatal(err: unknown): never {
+  process.stderr.write(`[turnlog worker ${process.pid}] ${(err as Error).stack ?? String(err)}\n`);
+  process.exit(70);
+}
+
+function onMessage(m: EngineMessage): void {
+  switch (m.type) {
+    case 'run':
+      if (turn) fatal(new Error(`Run for task ${m.spec.taskId} while turn ${turn.ctx?.turn} still runs`));
+      pendingInputs = m.pendingInputs;
+      void runTurn(m.spec);
+      return;
+    case 'cancel':
+      turn?.ctx?.cancel(m.kind, m.reason);
+      return;
+    case 'record-ack':
+    case 'take-inputs-reply': {
+      const p = turn?.pending.get(m.seq);
+      // An ack for a record the handler stopped waiting for (the turn already ended): nothing to do.
+      if (!p) return;
+      turn!.pending.delete(m.seq);
+      if (m.error) p.reject(failureToError(m.error));
+      else p.resolve(m.type === 'take-inputs-reply' ? m.inputs : undefined);
+      return;
+    }
+    case 'pending-inputs':
+      pendingInputs = m.count;
+      return;
+    case 'shutdown':
+      shutdownAsked = true;
+      if (!turn) process.exit(0);
+      return;
+  }
+}
+
+function request<T>(seq: number, m: WorkerMessage): Promise<T> {
+  const t = turn!;
+  return new Promise<T>((resolve, reject) => {
+    t.pending.set(seq, { resolve: resolve as (v: unknown) => void, reject });
+    send(m);
+  });
+}
+
+function sleep(ms: number, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal.aborted) return reject(signal.reason);
+    const onAbort = () => {
+      clearTimeout(timer);
+      reject(signal.reason);
+    };
+    const timer = setTimeout(() => {
+      signal.removeEventListener('abort', onAbort);
+      resolve();
+    }, ms);
+    signal.addEventListener('abort', onAbort, { once: true });
+  });
+}
+
+const host: TurnHost = {
+  recordStep: (record) => request<void>(record.seq, { type: 'step-record', record }),
+  recordCheckpoint: (seq, data) => request<void>(seq, { type: 'checkpoint', seq, data }),
+  takeInputs: (seq) => request<{ inputId: string; input: Payload }[]>(seq, { type: 'take-inputs', seq }),
+  pendingInputCount: () => pendingInputs,
+  now: () => Date.now(),
+  sleep,
+};
+
+async function runTurn(spec: TurnSpec): Promise<void> {
+  const heartbeat = setInterval(() => send({ type: 'heartbeat' }), HEARTBEAT_MS);
+  heartbeat.unref();
+  const t: Turn = { ctx: undefined, pending: new Map(), heartbeat };
+  turn = t;
+  let outcome: TerminalOutcome;
+  const wf = workflows.get(spec.workflow);
+  if (!wf) {
+    const err = new TurnlogError(
+      'TURNLOG_WORKFLOW_NOT_FOUND',
+      `Task ${spec.taskId}: workflow ${spec.workflow} is not exported by the worker's workflows module (it exports ${[...workflows.keys()].join(', ') || 'none'}). Export it from the module given as ProcessExecutor({ workflowsModule }).`,
+    );
+    outcome = { kind: 'failed', failure: errorToFailure(err) };
+  } else {
+    try {
+      t.ctx = new TurnContextImpl(spec, host, converter, wf.initialState);
+      outcome = (await runHandler(wf.turn, t.ctx, converter)) as TerminalOutcome;
+    } catch (err) {
+      outcome = { kind: 'failed', failure: errorToFailure(err) };
+    }
+  }
+  clearInterval(heartbeat);
+  turn = undefined;
+  send({ type: 'terminal', outcome });
+  if (shutdownAsked) pipe.end(() => process.exit(0));
+}
+
+function isWorkflow(v: unknown): v is Workflow<any, any, any> {
+  return typeof v === 'object' && v !== null && typeof (v as Workflow).name === 'string' && typeof (v as Workflow).turn === 'function' && 'policy' in v;
+}
+
+/** Named exports and a default export (one workflow or an array of them). */
+function collect(mod: Record<string, unknown>): void {
+  for (const v of Object.values(mod)) {
+    for (const item of Array.isArray(v) ? v : [v]) if (isWorkflow(item)) workflows.set(item.name, item);
+  }
+}
+
+/**
+ * A busy handler never sees the pipe's EOF, so a tiny thread polls the parent: once it is
+ * gone, the thread SIGKILLs this process. No orphan keeps running handler code.
+ */
+function watchOrphan(): void {
+  const code = `const { workerData: d } = require('node:worker_threads');
+setInterval(() => { try { process.kill(d.ppid, 0); } catch (e) { if (e.code === 'ESRCH') process.kill(d.pid, 'SIGKILL'); } }, d.ms);`;
+  const w = new Worker(code, { eval: true, workerData: { ppid: process.ppid, pid: process.pid, ms: ORPHAN_POLL_MS }, stdout: false, stderr: false });
+  w.unref();
+}
+
+async function main(): Promise<void> {
+  const spec = process.argv[2];
+  if (!spec) fatal(new Error('usage: child-main.js <workflows module path or file URL>'));
+  try {
+    const url = spec.startsWith('file:') ? spec : pathToFileURL(isAbsolute(spec) ? spec : resolve(spec)).href;
+    collect((await import(url)) as Record<string, unknown>);
+  } catch (err) {
+    const e = new TurnlogError('TURNLOG_WORKER_START', `Worker ${process.pid} could not load workflows module ${spec}: ${(err as Error).message}`, { cause: err });
+    send({ type: 'ready', protocolVersion: PROTOCOL_VERSION, pid: process.pid, workflows: [], error: errorToFailure(e) });
+    pipe.end(() => process.exit(1));
+    return;
+  }
+  send({ type: 'ready', protocolVersion: PROTOCOL_VERSION, pid: process.pid, workflows: [...workflows.keys()] });
+  setImmediate(watchOrphan);
+}
+
+void main();

@@ -1,0 +1,320 @@
+/**
+ * Runs turns in child processes that the engine can SIGKILL (tier 3 of docs/isolation.md).
+ * The engine stays the only writer: a worker's step records, checkpoints and terminal
+ * arrive as frames, are validated here, and go through the same TurnHost as inline turns.
+ */
+import { availableParallelism } from 'node:os';
+import { existsSync } from 'node:fs';
+import { dirname, join } from 'node:path';
+import { fileURLToPath } from 'node:url';
+import { FencedError, invalidArgument } from '../errors.js';
+import type { FailureInfo, Payload } from '../history/events.js';
+import { errorToFailure } from '../history/failure.js';
+import type { Logger } from '../runtime/logger.js';
+import type { AttemptOutcome, CancelKind, TurnHost, TurnSpec } from '../workflow/context.js';
+import type { AttemptHandle, Executor } from './executor.js';
+import { WorkerProtocolError, type WorkerMessage } from './protocol.js';
+import { WorkerPool, type WorkerListener, type WorkerProcess } from './worker-pool.js';
+
+export interface ProcessExecutorOptions {
+  /**
+   * Path or file URL of the ES module that exports the workflows (named exports, or a default
+   * array). Workers import it and resolve handlers by name: export every workflow that runs here.
+   */
+  workflowsModule: string | URL;
+  /** Node flags for workers (TypeScript loaders such as `--import tsx`). Default `process.execArgv`. */
+  execArgv?: readonly string[];
+  /** Worker environment. Default `process.env`. */
+  env?: NodeJS.ProcessEnv;
+  /** Live worker processes at most; further turns wait in FIFO order. Default max(4, CPUs). */
+  maxWorkers?: number;
+  /** Workers spawned ahead of need, refilled in the background. Default 0. */
+  warmPool?: number;
+  /** Keep one worker per multi-turn task between turns. Default false. */
+  reuseWorkers?: boolean;
+  /** An idle reused worker exits after this long. Default 300 s. */
+  idleTtlMs?: number;
+  /** Receives worker stdout (info) and stderr (warn) lines tagged with the task id. Default: prefixed to this process's stdout/stderr. */
+  logger?: Logger;
+  /** @internal The worker entry script. Default: child-main.js beside this file (or in dist/ when running from sources). */
+  childEntry?: string;
+}
+
+function defaultChildEntry(): string {
+  const here = fileURLToPath(import.meta.url);
+  const beside = join(dirname(here), 'child-main.js');
+  if (existsSync(beside)) return beside;
+  // Running from TypeScript sources (vitest, tsx): the worker runs the compiled entry.
+  const compiled = join(dirname(here), '..', '..', 'dist', 'src', 'executor', 'child-main.js');
+  if (existsSync(compiled)) return compiled;
+  throw invalidArgument(`The worker entry child-main.js was found neither at ${beside} nor at ${compiled}. Build turnlog (npm run build) or pass childEntry.`);
+}
+
+/**
+ * @example
+ * const exec = new ProcessExecutor({ workflowsModule: new URL('./workflows.js', import.meta.url), warmPool: 2 });
+ * const engine = await Engine.open({ workflows, executors: { process: exec }, defaultExecutor: 'process' });
+ */
+export class ProcessExecutor implements Executor {
+  readonly kind = 'process' as const;
+  readonly #pool: WorkerPool;
+  readonly #reuse: boolean;
+  readonly #logger: Logger | undefined;
+
+  constructor(options: ProcessExecutorOptions) {
+    if (!options || (typeof options.workflowsModule !== 'string' && !(options.workflowsModule instanceof URL))) {
+      throw invalidArgument('ProcessExecutor needs { workflowsModule }: the path or file URL of the module exporting your workflows.');
+    }
+    const maxWorkers = options.maxWorkers ?? Math.max(4, availableParallelism());
+    const warmPool = options.warmPool ?? 0;
+    const idleTtlMs = options.idleTtlMs ?? 300_000;
+    if (!Number.isInteger(maxWorkers) || maxWorkers < 1) throw invalidArgument(`maxWorkers must be an integer ≥ 1, got ${maxWorkers}.`);
+    if (!Number.isInteger(warmPool) || warmPool < 0) throw invalidArgument(`warmPool must be an integer ≥ 0, got ${warmPool}.`);
+    if (!(idleTtlMs >= 0)) throw invalidArgument(`idleTtlMs must be ≥ 0, got ${idleTtlMs}.`);
+    const mod = options.workflowsModule;
+    this.#reuse = options.reuseWorkers ?? false;
+    this.#logger = options.logger;
+    this.#pool = new WorkerPool({
+      spawn: {
+        childEntry: options.childEntry ?? defaultChildEntry(),
+        workflowsModule: mod instanceof URL ? mod.href : mod,
+        execArgv: options.execArgv ?? process.execArgv,
+        env: options.env,
+        logger: options.logger,
+      },
+      maxWorkers,
+      warmPool: Math.min(warmPool, maxWorkers),
+      idleTtlMs,
+      logger: options.logger,
+    });
+    this.#pool.fill();
+  }
+
+  /** Idle workers parked for reuse: task id → pid. */
+  get parkedWorkers(): ReadonlyMap<string, number> {
+    return this.#pool.parked;
+  }
+  /** Live worker processes (busy, parked, warm and starting). */
+  get workerCount(): number {
+    return this.#pool.size;
+  }
+  /** Pre-spawned workers waiting for a turn. */
+  get warmCount(): number {
+    return this.#pool.warmCount;
+  }
+
+  async start(spec: TurnSpec, host: TurnHost): Promise<AttemptHandle> {
+    const reuse = this.#reuse && spec.kind === 'multi-turn';
+    const attempt = new ProcessAttempt(spec, host, this.#pool, reuse, this.#logger);
+    const got = this.#pool.acquire(spec.taskId, reuse);
+    if ('worker' in got) attempt.bind(got.worker);
+    else attempt.queue(got.queued, got.cancel);
+    return attempt;
+  }
+
+  async close(): Promise<void> {
+    await this.#pool.close();
+  }
+}
+
+/** One attempt on one worker: validates its frames, answers them, and settles one outcome. */
+class ProcessAttempt implements AttemptHandle, WorkerListener {
+  readonly outcome: Promise<AttemptOutcome>;
+  #settle!: (o: AttemptOutcome) => void;
+  #done = false;
+  #spec: TurnSpec;
+  #host: TurnHost;
+  #pool: WorkerPool;
+  #reuse: boolean;
+  #logger: Logger | undefined;
+  #worker: WorkerProcess | undefined;
+  #cancelQueued: (() => void) | undefined;
+  #killedBecause: string | undefined;
+  #fenced: string | undefined;
+  #cancelled: CancelKind | undefined;
+  /** The record the worker waits on (the context sends one at a time). */
+  #inFlight: number | undefined;
+  readonly #recorded = new Set<number>();
+  #pendingSent = -1;
+  #lastHeartbeat = 0;
+
+  constructor(spec: TurnSpec, host: TurnHost, pool: WorkerPool, reuse: boolean, logger: Logger | undefined) {
+    this.#spec = spec;
+    this.#host = host;
+    this.#pool = pool;
+    this.#reuse = reuse;
+    this.#logger = logger;
+    this.outcome = new Promise((r) => (this.#settle = r));
+  }
+
+  get pid(): number {
+    return this.#worker?.pid ?? 0;
+  }
+  /** performance.now() of the last heartbeat (0 before any). */
+  get lastHeartbeat(): number {
+    return this.#lastHeartbeat;
+  }
+
+  readonly kill = (reason: string): void => {
+    if (this.#done) return;
+    if (!this.#worker) {
+      this.#cancelQueued?.();
+      this.#finish({ kind: 'killed', pid: 0, signal: 'SIGKILL' });
+      return;
+    }
+    this.#killedBecause = reason;
+    this.#worker.kill();
+  };
+
+  cancel(kind: CancelKind, reason: string): void {
+    if (this.#done) return;
+    this.#cancelled ??= kind;
+    if (!this.#worker) {
+      // Still queued for a worker: it never started, so it ends as the cancel says, at once.
+      this.#cancelQueued?.();
+      this.#finish(
+        kind === 'timeout' ? { kind: 'timed-out' } : kind === 'cancel' ? { kind: 'cancelled', reason } : { kind: 'exit-for-recovery', reason: 'engine shutdown before a worker was free' },
+      );
+      return;
+    }
+    this.#worker.send({ type: 'cancel', kind, reason });
+  }
+
+  fence(detail: string): void {
+    this.#fenced ??= detail;
+  }
+
+  bind(w: WorkerProcess): void {
+    this.#worker = w;
+    w.listener = this;
+    if (w.startFailure) return this.onStartFailed(w.startFailure);
+    if (!w.alive) return this.onExit(null, null);
+    const pending = this.#host.pendingInputCount();
+    this.#pendingSent = pending;
+    // Sent at once, even before Ready: the pipe buffers it until the worker has loaded the module.
+    w.send({ type: 'run', spec: this.#spec, pendingInputs: pending });
+    if (this.#cancelled) w.send({ type: 'cancel', kind: this.#cancelled, reason: 'requested before the worker started' });
+  }
+
+  queue(p: Promise<WorkerProcess>, cancel: () => void): void {
+    this.#cancelQueued = cancel;
+    p.then(
+      (w) => {
+        if (this.#done) this.#pool.release(w, undefined);
+        else this.bind(w);
+      },
+      (err) => this.#finish({ kind: 'failed', failure: { ...errorToFailure(err), code: 'TURNLOG_WORKER_START' } }),
+    );
+  }
+
+  // --- WorkerListener ------------------------------------------------------------------------
+
+  onMessage(m: WorkerMessage): void {
+    if (this.#done) return;
+    switch (m.type) {
+      case 'heartbeat':
+        this.#lastHeartbeat = performance.now();
+        return;
+      case 'step-record':
+        return this.#record(m.record.seq, () => this.#host.recordStep(m.record), 'record-ack');
+      case 'checkpoint':
+        return this.#record(m.seq, () => this.#host.recordCheckpoint(m.seq, m.data), 'record-ack');
+      case 'take-inputs':
+        return this.#record(m.seq, () => this.#host.takeInputs(m.seq), 'take-inputs-reply');
+      case 'terminal': {
+        const o = m.outcome;
+        if (o.kind === 'suspended' && this.#spec.kind !== 'multi-turn') {
+          return this.#protocolViolation(`suspend terminal from one-shot workflow ${this.#spec.workflow}`);
+        }
+        const w = this.#worker!;
+        this.#finish(o);
+        this.#pool.release(w, this.#reuse ? this.#spec.taskId : undefined);
+        return;
+      }
+      case 'ready':
+        return this.#protocolViolation('unexpected ready frame');
+    }
+  }
+
+  onProtocolError(err: WorkerProtocolError): void {
+    if (this.#done) return;
+    this.#pool.discard(this.#worker!);
+    this.#finish({
+      kind: 'failed',
+      failure: { message: `Task ${this.#spec.taskId}, turn ${this.#spec.turn}, worker ${this.pid}: ${err.message}`, type: err.name, code: err.code, nonRetryable: true },
+    });
+  }
+
+  onStartFailed(failure: FailureInfo): void {
+    if (this.#done) return;
+    this.#pool.discard(this.#worker!);
+    this.#finish({ kind: 'failed', failure: { ...failure, code: 'TURNLOG_WORKER_START', nonRetryable: true } });
+  }
+
+  onExit(exitCode: number | null, signal: NodeJS.Signals | null): void {
+    if (this.#done) return;
+    const w = this.#worker!;
+    this.#pool.discard(w);
+    if (this.#killedBecause !== undefined) {
+      this.#finish({ kind: 'killed', pid: w.pid, signal: signal ?? 'SIGKILL' });
+      return;
+    }
+    const tail = w.stderrTail.slice(-5).join('\n');
+    this.#finish({
+      kind: 'crashed',
+      pid: w.pid,
+      exitCode,
+      signal,
+      message: `Worker ${w.pid} of task ${this.#spec.taskId} exited (${signal ? `signal ${signal}` : `code ${exitCode}`}) without ending turn ${this.#spec.turn}${tail ? `; last stderr:\n${tail}` : ''}`,
+    });
+  }
+
+  // --- internals -----------------------------------------------------------------------------
+
+  #record(seq: number, write: () => Promise<unknown>, reply: 'record-ack' | 'take-inputs-reply'): void {
+    if (this.#inFlight !== undefined) return this.#protocolViolation(`record ${seq} sent while record ${this.#inFlight} awaits its acknowledgement`);
+    if (seq <= this.#spec.calls.length || this.#recorded.has(seq)) return this.#protocolViolation(`record seq ${seq} was already recorded`);
+    this.#inFlight = seq;
+    this.#recorded.add(seq);
+    const w = this.#worker!;
+    const run = this.#fenced !== undefined ? Promise.reject(new FencedError(this.#spec.taskId, this.#spec.turn, this.#spec.attempt, this.#fenced)) : write();
+    // The ack goes out only after the append resolved: the step is durable before the handler continues (invariant 4).
+    run.then(
+      (value) => {
+        this.#inFlight = undefined;
+        if (this.#done) return;
+        this.#syncPending();
+        if (reply === 'take-inputs-reply') w.send({ type: 'take-inputs-reply', seq, inputs: value as { inputId: string; input: Payload }[] });
+        else w.send({ type: 'record-ack', seq });
+      },
+      (err) => {
+        this.#inFlight = undefined;
+        if (this.#done) return;
+        const error = errorToFailure(err);
+        if (reply === 'take-inputs-reply') w.send({ type: 'take-inputs-reply', seq, inputs: [], error });
+        else w.send({ type: 'record-ack', seq, error });
+      },
+    );
+  }
+
+  /** Pushes the live steering-queue length when it changed (ctx.pendingInputCount in the worker). */
+  #syncPending(): void {
+    const n = this.#host.pendingInputCount();
+    if (n !== this.#pendingSent) {
+      this.#pendingSent = n;
+      this.#worker?.send({ type: 'pending-inputs', count: n });
+    }
+  }
+
+  #protocolViolation(detail: string): void {
+    const w = this.#worker!;
+    this.#logger?.error('worker protocol violation', { taskId: this.#spec.taskId, pid: w.pid, detail });
+    this.onProtocolError(new WorkerProtocolError(detail));
+  }
+
+  #finish(o: AttemptOutcome): void {
+    if (this.#done) return;
+    this.#done = true;
+    this.#settle(o);
+  }
+}

@@ -1,0 +1,402 @@
+/**
+ * Worker processes and the pool that hands them out: a warm pool of pre-spawned workers
+ * (already past `import(workflowsModule)`), one parked worker per multi-turn task when reuse
+ * is on, and a cap on live workers with FIFO queueing. Turn logic lives in process-executor.ts.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import type { Socket } from 'node:net';
+import { createInterface } from 'node:readline';
+import type { Logger } from '../runtime/logger.js';
+import {
+  FrameReader,
+  PROTOCOL_VERSION,
+  WorkerProtocolError,
+  decodeWorkerMessage,
+  encodeEngineMessage,
+  type EngineMessage,
+  type WorkerMessage,
+} from './protocol.js';
+import type { FailureInfo } from '../history/events.js';
+
+/** Lines of stderr kept per worker for crash messages. */
+const STDERR_TAIL = 20;
+/** After an EOF, how long a worker may take to exit before it is SIGKILLed. */
+const CLOSE_KILL_MS = 2000;
+/** After the exit event, how long to wait for the protocol pipe to drain (a terminal may be in it). */
+const DRAIN_MS = 200;
+
+/** Who receives a bound worker's frames and its death. */
+export interface WorkerListener {
+  onMessage(m: WorkerMessage): void;
+  /** A malformed or unexpected frame: the worker has been killed already. */
+  onProtocolError(err: WorkerProtocolError): void;
+  /** Ready came with an error: the workflows module did not load. */
+  onStartFailed(failure: FailureInfo): void;
+  onExit(exitCode: number | null, signal: NodeJS.Signals | null): void;
+}
+
+export interface SpawnOptions {
+  childEntry: string;
+  workflowsModule: string;
+  execArgv: readonly string[];
+  env: NodeJS.ProcessEnv | undefined;
+  logger: Logger | undefined;
+}
+
+/** One child process and its protocol pipe. */
+export class WorkerProcess {
+  readonly pid: number;
+  readonly child: ChildProcess;
+  /** Task whose turn runs (or ran last) here; tags forwarded log lines. */
+  taskId: string | undefined;
+  listener: WorkerListener | undefined;
+  readonly stderrTail: string[] = [];
+  /** Settles once Ready arrived (true) or the worker can never become ready (false). */
+  readonly ready: Promise<boolean>;
+  /** Settles when the process exited and its pipe drained. */
+  readonly exited: Promise<{ exitCode: number | null; signal: NodeJS.Signals | null }>;
+  startFailure: FailureInfo | undefined;
+  alive = true;
+  readonly spawnedAt = performance.now();
+  #pipe: Socket;
+  #reader = new FrameReader();
+  #gotReady = false;
+  /** A protocol error happened: the worker is being killed, its frames are ignored. */
+  #broken = false;
+  #setReady!: (v: boolean) => void;
+  #closeTimer: NodeJS.Timeout | undefined;
+
+  constructor(options: SpawnOptions) {
+    this.ready = new Promise((r) => (this.#setReady = r));
+    this.child = spawn(process.execPath, [...options.execArgv, options.childEntry, options.workflowsModule], {
+      stdio: ['ignore', 'pipe', 'pipe', 'pipe'],
+      env: options.env ?? process.env,
+    });
+    this.pid = this.child.pid ?? 0;
+    this.#pipe = this.child.stdio[3] as Socket;
+    this.#pipe.on('data', (chunk: Buffer) => this.#onData(chunk));
+    this.#pipe.on('error', () => undefined);
+    this.#forward(this.child.stdout!, 'stdout', options.logger);
+    this.#forward(this.child.stderr!, 'stderr', options.logger);
+    let pipeClosed = false;
+    let exitInfo: { exitCode: number | null; signal: NodeJS.Signals | null } | undefined;
+    let settle!: (v: { exitCode: number | null; signal: NodeJS.Signals | null }) => void;
+    this.exited = new Promise((r) => (settle = r));
+    const finish = () => {
+      if (!exitInfo) return;
+      if (!this.alive) return;
+      this.alive = false;
+      clearTimeout(this.#closeTimer);
+      this.#setReady(false);
+      settle(exitInfo);
+      this.listener?.onExit(exitInfo.exitCode, exitInfo.signal);
+    };
+    this.#pipe.on('close', () => {
+      pipeClosed = true;
+      finish();
+    });
+    this.child.on('error', (err) => {
+      // spawn failed (ENOENT, EMFILE): no exit event follows.
+      this.stderrTail.push(String(err.message));
+      exitInfo = { exitCode: null, signal: null };
+      finish();
+    });
+    this.child.on('exit', (exitCode, signal) => {
+      exitInfo = { exitCode, signal };
+      if (pipeClosed) finish();
+      else setTimeout(finish, DRAIN_MS).unref();
+    });
+  }
+
+  get isReady(): boolean {
+    return this.#gotReady;
+  }
+
+  send(m: EngineMessage): void {
+    if (this.alive && this.#pipe.writable) this.#pipe.write(encodeEngineMessage(m));
+  }
+
+  /** SIGKILL. The exit event follows. */
+  kill(): void {
+    if (this.alive) this.child.kill('SIGKILL');
+  }
+
+  /** EOF on the pipe: the worker exits by itself; SIGKILL if it has not after a while. */
+  close(): void {
+    if (!this.alive) return;
+    this.#pipe.end();
+    this.#closeTimer ??= setTimeout(() => this.kill(), CLOSE_KILL_MS);
+    this.#closeTimer.unref();
+    this.unref();
+  }
+
+  /** Busy workers keep the engine process alive; idle ones do not. */
+  ref(): void {
+    this.child.ref();
+    for (const s of [this.#pipe, this.child.stdout, this.child.stderr] as (Socket | null)[]) s?.ref?.();
+  }
+  unref(): void {
+    this.child.unref();
+    for (const s of [this.#pipe, this.child.stdout, this.child.stderr] as (Socket | null)[]) s?.unref?.();
+  }
+
+  #onData(chunk: Buffer): void {
+    if (!this.alive || this.#broken) return;
+    let frames: Uint8Array[];
+    let m: WorkerMessage;
+    try {
+      frames = this.#reader.push(chunk);
+      for (const f of frames) {
+        m = decodeWorkerMessage(f);
+        if (!this.#gotReady) {
+          if (m.type !== 'ready') throw new WorkerProtocolError(`first frame is ${m.type}, expected ready`);
+          if (m.protocolVersion !== PROTOCOL_VERSION) {
+            throw new WorkerProtocolError(`worker speaks protocol ${m.protocolVersion}, the engine ${PROTOCOL_VERSION} (mixed installs?)`);
+          }
+          this.#gotReady = true;
+          if (m.error) {
+            this.startFailure = m.error;
+            this.#setReady(false);
+            this.listener?.onStartFailed(m.error);
+          } else {
+            this.#setReady(true);
+          }
+          continue;
+        }
+        if (m.type === 'ready') throw new WorkerProtocolError('a second ready frame');
+        if (!this.listener) {
+          // Between turns only heartbeats may trail in.
+          if (m.type === 'heartbeat') continue;
+          throw new WorkerProtocolError(`${m.type} frame while no turn runs`);
+        }
+        this.listener.onMessage(m);
+        if (!this.alive || this.#broken) return;
+      }
+    } catch (err) {
+      const e = err instanceof WorkerProtocolError ? err : new WorkerProtocolError(String((err as Error).message ?? err));
+      // Kill first: nothing more from this worker is read. The exit is still observed (pool bookkeeping).
+      this.#broken = true;
+      this.kill();
+      this.#setReady(false);
+      this.listener?.onProtocolError(e);
+    }
+  }
+
+  #forward(stream: NodeJS.ReadableStream, name: 'stdout' | 'stderr', logger: Logger | undefined): void {
+    const rl = createInterface({ input: stream, crlfDelay: Infinity });
+    rl.on('line', (line) => {
+      if (name === 'stderr') {
+        this.stderrTail.push(line);
+        if (this.stderrTail.length > STDERR_TAIL) this.stderrTail.shift();
+      }
+      const fields = { taskId: this.taskId ?? '(idle)', pid: this.pid, stream: name, line };
+      if (logger) {
+        if (name === 'stderr') logger.warn('worker output', fields);
+        else logger.info('worker output', fields);
+      } else {
+        (name === 'stderr' ? process.stderr : process.stdout).write(`[turnlog worker ${this.pid} ${fields.taskId}] ${line}\n`);
+      }
+    });
+  }
+}
+
+export interface PoolOptions {
+  spawn: SpawnOptions;
+  maxWorkers: number;
+  warmPool: number;
+  idleTtlMs: number;
+  logger: Logger | undefined;
+}
+
+interface Waiter {
+  taskId: string;
+  reuse: boolean;
+  resolve(w: WorkerProcess): void;
+  reject(e: unknown): void;
+}
+
+/** What {@link WorkerPool.acquire} gives: a worker now, or a place in the FIFO queue. */
+export type Acquired = { worker: WorkerProcess } | { queued: Promise<WorkerProcess>; cancel: () => void };
+
+export class WorkerPool {
+  readonly #o: PoolOptions;
+  /** Every live worker: busy, parked, warm or starting. */
+  readonly #all = new Set<WorkerProcess>();
+  /** Every process not yet exited, closing ones included (close() waits for them). */
+  readonly #every = new Set<WorkerProcess>();
+  /** Fresh pre-spawned workers, oldest first. */
+  readonly #warm: WorkerProcess[] = [];
+  /** One idle worker per multi-turn task (reuse), in parking order (oldest first). */
+  readonly #parked = new Map<string, { worker: WorkerProcess; timer: NodeJS.Timeout }>();
+  readonly #waiters: Waiter[] = [];
+  #closed = false;
+  // A warm worker that failed to load the module stops refills until a cold start succeeds.
+  #warmBroken = false;
+
+  constructor(options: PoolOptions) {
+    this.#o = options;
+  }
+
+  get size(): number {
+    return this.#all.size;
+  }
+  /** Pids of idle workers parked for reuse, by task id. */
+  get parked(): ReadonlyMap<string, number> {
+    return new Map([...this.#parked].map(([k, v]) => [k, v.worker.pid]));
+  }
+  get warmCount(): number {
+    return this.#warm.length;
+  }
+  get queued(): number {
+    return this.#waiters.length;
+  }
+
+  /** Fills the warm pool (in the background; never throws). */
+  fill(): void {
+    while (!this.#closed && !this.#warmBroken && this.#warm.length < this.#o.warmPool && this.#all.size < this.#o.maxWorkers) {
+      const w = this.#spawn();
+      this.#warm.push(w);
+      void w.ready.then((ok) => {
+        if (ok || this.#closed) return;
+        if (w.startFailure) {
+          this.#warmBroken = true;
+          this.#o.logger?.error('warm worker failed to load the workflows module; warm pool paused', { pid: w.pid, error: w.startFailure.message });
+        }
+      });
+    }
+  }
+
+  acquire(taskId: string, reuse: boolean): Acquired {
+    if (this.#closed) throw new Error('worker pool closed');
+    const now = this.#takeNow(taskId, reuse);
+    if (now) return { worker: now };
+    let waiter!: Waiter;
+    const queued = new Promise<WorkerProcess>((resolve, reject) => {
+      waiter = { taskId, reuse, resolve, reject };
+      this.#waiters.push(waiter);
+    });
+    return {
+      queued,
+      cancel: () => {
+        const i = this.#waiters.indexOf(waiter);
+        if (i >= 0) this.#waiters.splice(i, 1);
+      },
+    };
+  }
+
+  /** A turn ended on `w`. Park it for `taskId` (reuse) or let it go. */
+  release(w: WorkerProcess, parkFor: string | undefined): void {
+    w.listener = undefined;
+    if (parkFor !== undefined && w.alive && !this.#closed) {
+      this.#parked.get(parkFor)?.worker.close();
+      w.unref();
+      const timer = setTimeout(() => {
+        if (this.#parked.get(parkFor)?.worker === w) {
+          this.#parked.delete(parkFor);
+          w.close();
+        }
+      }, this.#o.idleTtlMs);
+      timer.unref();
+      this.#parked.set(parkFor, { worker: w, timer });
+    } else {
+      // A closing worker no longer counts against the cap: it exits on the EOF.
+      this.#all.delete(w);
+      w.close();
+    }
+    this.#pump();
+  }
+
+  /** A killed, crashed or broken worker: never reused; it no longer counts against the cap. */
+  discard(w: WorkerProcess): void {
+    w.listener = undefined;
+    this.#all.delete(w);
+    w.kill();
+    this.#pump();
+  }
+
+  async close(): Promise<void> {
+    this.#closed = true;
+    for (const wt of this.#waiters.splice(0)) wt.reject(new Error('executor closed'));
+    for (const { timer } of this.#parked.values()) clearTimeout(timer);
+    this.#parked.clear();
+    this.#warm.length = 0;
+    const all = [...this.#every];
+    for (const w of all) {
+      if (w.listener) w.kill();
+      else w.close();
+    }
+    await Promise.all(all.map((w) => w.exited));
+  }
+
+  #spawn(): WorkerProcess {
+    const w = new WorkerProcess(this.#o.spawn);
+    this.#all.add(w);
+    this.#every.add(w);
+    w.unref();
+    void w.ready.then((ok) => {
+      if (ok && this.#warmBroken) {
+        this.#warmBroken = false;
+        setImmediate(() => this.fill());
+      }
+    });
+    void w.exited.then(() => {
+      this.#all.delete(w);
+      this.#every.delete(w);
+      const i = this.#warm.indexOf(w);
+      if (i >= 0) this.#warm.splice(i, 1);
+      for (const [k, v] of this.#parked) {
+        if (v.worker === w) {
+          clearTimeout(v.timer);
+          this.#parked.delete(k);
+        }
+      }
+      this.#pump();
+      // Refill in the background, off the path of whatever turn is starting now.
+      setImmediate(() => this.fill());
+    });
+    return w;
+  }
+
+  #takeNow(taskId: string, reuse: boolean): WorkerProcess | undefined {
+    if (reuse) {
+      const p = this.#parked.get(taskId);
+      if (p) {
+        this.#parked.delete(taskId);
+        clearTimeout(p.timer);
+        if (p.worker.alive) return this.#claim(p.worker, taskId);
+      }
+    }
+    const warm = this.#warm.shift();
+    if (warm) {
+      setImmediate(() => this.fill());
+      return this.#claim(warm, taskId);
+    }
+    if (this.#all.size >= this.#o.maxWorkers) {
+      // At the cap: an idle worker (parked for another task, oldest first) makes room.
+      const oldest = this.#parked.entries().next();
+      if (oldest.done) return undefined;
+      const [k, v] = oldest.value;
+      clearTimeout(v.timer);
+      this.#parked.delete(k);
+      this.#all.delete(v.worker); // counted free now; its exit follows the EOF
+      v.worker.close();
+    }
+    return this.#claim(this.#spawn(), taskId);
+  }
+
+  #claim(w: WorkerProcess, taskId: string): WorkerProcess {
+    w.taskId = taskId;
+    w.ref();
+    return w;
+  }
+
+  #pump(): void {
+    while (this.#waiters.length && !this.#closed) {
+      const wt = this.#waiters[0]!;
+      const w = this.#takeNow(wt.taskId, wt.reuse);
+      if (!w) return;
+      this.#waiters.shift();
+      wt.resolve(w);
+    }
+  }
+}
