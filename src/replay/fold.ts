@@ -9,7 +9,7 @@ import type { OpenTurn, QueuedInput, TaskState } from '../history/state.js';
 /**
  * Folds `events` into a task state. With `from`, continues from that state (a snapshot), so
  * `fold(id, tail, fold(id, prefix))` deep-equals `fold(id, prefix.concat(tail))`.
- * `from` is never mutated. A history that breaks an invariant throws
+ * `from` is never mutated (with no events, `from` itself is returned). A history that breaks an invariant throws
  * {@link HistoryInvariantError} naming the first offending event; nothing is folded silently.
  *
  * @example
