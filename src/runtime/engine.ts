@@ -33,7 +33,6 @@ import { decodeState, encodeState } from '../history/state-codec.js';
 import { decide, fold } from '../replay/index.js';
 import type { Decision } from '../replay/decision.js';
 import type { HistoryStore } from '../store/history-store.js';
-import { LevelHistoryStore } from '../store/level-store.js';
 import type { Executor, AttemptHandle } from '../executor/executor.js';
 import { InlineExecutor } from '../executor/inline-executor.js';
 import { assertOutsideWorker } from '../executor/isolation.js';
@@ -70,6 +69,26 @@ export interface EngineOptions {
   logger?: Logger;
   /** Idle tasks kept in memory. Default 10,000. */
   maxCachedTasks?: number;
+  /**
+   * Capture mode for memory snapshots: register workflows, open nothing. Default:
+   * `TURNLOG_SNAPSHOT_CAPTURE=true` in the environment. See docs/snapshots.md.
+   */
+  capture?: boolean;
+}
+
+export interface ActivateOptions {
+  /** Deployment identity for this activation (e.g. bound to a restored session). */
+  owner?: string;
+  /** Instance identity; default a new one per activation. */
+  instance?: string;
+  /** Called before each activation phase; a throw fails activation there (fault injection, tracing). */
+  onPhase?: (phase: 'open' | 'recovery' | 'scanner') => void | Promise<void>;
+}
+
+/** Capture mode: an explicit option wins; else `TURNLOG_SNAPSHOT_CAPTURE=true`. */
+export function isCaptureMode(options: { capture?: boolean }, env: NodeJS.ProcessEnv = process.env): boolean {
+  if (options.capture !== undefined) return options.capture;
+  return (env['TURNLOG_SNAPSHOT_CAPTURE'] ?? '').toLowerCase() === 'true';
 }
 
 export interface StartOptions {
@@ -152,10 +171,12 @@ type Draft = HistoryEvent extends infer E ? (E extends HistoryEvent ? Omit<E, 'e
  * await engine.shutdown();
  */
 export class Engine {
-  readonly owner: string;
-  readonly instance: string;
-  readonly store: HistoryStore;
-  readonly #ownsStore: boolean;
+  readonly #storeSpec: string | HistoryStore;
+  #store: HistoryStore | undefined;
+  #owner: string | undefined;
+  #instance: string | undefined;
+  readonly #ownerOption: string | undefined;
+  readonly #instanceOption: string | undefined;
   readonly #workflows = new Map<string, Workflow<any, any, any>>();
   readonly #executors = new Map<ExecutorKind, Executor>();
   readonly #defaultExecutor: ExecutorKind;
@@ -173,7 +194,7 @@ export class Engine {
   readonly #loading = new Map<string, Promise<TaskEntry>>();
   #scanTimer: Timer | undefined;
   #scanning: Promise<void> | undefined;
-  #state: 'new' | 'open' | 'closing' | 'closed' = 'new';
+  #state: 'inactive' | 'activating' | 'open' | 'quiescing' | 'closed' = 'inactive';
 
   private constructor(options: EngineOptions) {
     if (!options || !Array.isArray(options.workflows)) {
@@ -183,11 +204,9 @@ export class Engine {
       if (this.#workflows.has(wf.name)) throw invalidArgument(`Workflow ${wf.name} is registered twice; names must be unique.`);
       this.#workflows.set(wf.name, wf);
     }
-    const store = options.store ?? '.turnlog';
-    this.#ownsStore = typeof store === 'string';
-    this.store = typeof store === 'string' ? new LevelHistoryStore(store) : store;
-    this.owner = options.owner ?? `${hostname()}|turnlog`;
-    this.instance = options.instance ?? `engine-${process.pid}-${nanoid(8)}`;
+    this.#storeSpec = options.store ?? '.turnlog';
+    this.#ownerOption = options.owner;
+    this.#instanceOption = options.instance;
     this.#clock = options.clock ?? systemClock;
     this.#codec = codecChain(options.payloadCodecs ?? []);
     this.#leaseMs = positive('leaseMs', options.leaseMs ?? 60_000);
@@ -203,24 +222,91 @@ export class Engine {
 
   /**
    * Opens the store, recovers at once (the store's lock proves earlier owners dead), and
-   * starts the periodic scanner.
+   * starts the periodic scanner. In capture mode (`capture: true` or
+   * `TURNLOG_SNAPSHOT_CAPTURE=true`) it opens nothing: call `activate()` after restore.
    */
   static async open(options: EngineOptions): Promise<Engine> {
     assertOutsideWorker('Engine.open()');
     const engine = new Engine(options);
-    await engine.#activate();
+    if (!isCaptureMode(options)) await engine.activate();
     return engine;
   }
 
-  async #activate(): Promise<void> {
-    await this.store.open();
-    this.#state = 'open';
+  /**
+   * Builds an engine without any I/O: workflows are registered; no store, lease, timer or
+   * worker exists until `activate()`. Safe to call while building a memory snapshot.
+   */
+  static create(options: EngineOptions): Engine {
+    assertOutsideWorker('Engine.create()');
+    return new Engine(options);
+  }
+
+  /** True once activated and until quiesced or shut down. */
+  get active(): boolean {
+    return this.#state === 'open';
+  }
+
+  /** The store; TURNLOG_ENGINE_NOT_ACTIVATED before activation. */
+  get store(): HistoryStore {
+    if (!this.#store) throw this.#notActive('store');
+    return this.#store;
+  }
+
+  /** Deployment identity, e.g. `<agent>|session:<id>`; set at activation. */
+  get owner(): string {
+    return this.#owner ?? this.#ownerOption ?? `${hostname()}|turnlog`;
+  }
+
+  /** This activation's identity (new on every activation unless given). */
+  get instance(): string {
+    if (!this.#instance) throw this.#notActive('instance');
+    return this.#instance;
+  }
+
+  /**
+   * Activates the engine: open the store, recover at once, start one periodic scanner.
+   * On failure everything it did is rolled back and the engine stays inactive (retry allowed).
+   * A no-op on an active engine.
+   */
+  async activate(options: ActivateOptions = {}): Promise<void> {
+    if (this.#state === 'open') return;
+    if (this.#state !== 'inactive') throw new TurnlogError('TURNLOG_ACTIVATION_FAILED', `Engine cannot activate while ${this.#state}.`);
+    this.#state = 'activating';
+    const phase = options.onPhase ?? (() => undefined);
     try {
+      this.#owner = options.owner ?? this.#ownerOption ?? `${hostname()}|turnlog`;
+      this.#instance = options.instance ?? this.#instanceOption ?? `engine-${process.pid}-${nanoid(8)}`;
+      await phase('open');
+      this.#store = await this.#makeStore();
+      await this.#store.open();
+      this.#state = 'open';
+      await phase('recovery');
       await this.recover();
+      await phase('scanner');
+      this.#armScanner();
     } catch (err) {
-      this.#log.error('recovery at open failed', { error: err });
+      await this.#quiesce(0).catch((e) => this.#log.warn('rollback after failed activation failed', { error: e }));
+      this.#state = 'inactive';
+      throw err;
     }
-    this.#armScanner();
+  }
+
+  /**
+   * Quiesces to no open handles and leaves the engine inactive (re-activatable): scanner
+   * stopped, running turns cancelled then left to recovery, workers stopped, store closed.
+   * Queued inputs are never run during this. Use before a memory snapshot.
+   */
+  async deactivate(options: { graceMs?: number } = {}): Promise<void> {
+    if (this.#state !== 'open') return;
+    await this.#quiesce(options.graceMs ?? this.#shutdownGraceMs);
+    this.#state = 'inactive';
+  }
+
+  async #makeStore(): Promise<HistoryStore> {
+    if (typeof this.#storeSpec !== 'string') return this.#storeSpec;
+    // Loaded on first activation, never at import: native modules cannot be in a startup snapshot.
+    const { LevelHistoryStore } = await import('../store/level-store.js');
+    return new LevelHistoryStore(this.#storeSpec);
   }
 
   /** The workflows this engine runs, by name. */
@@ -427,18 +513,24 @@ export class Engine {
    * and recovered by the next engine. Waiters of unfinished turns get TURNLOG_TURN_DEFERRED.
    */
   async shutdown(options: { graceMs?: number } = {}): Promise<void> {
-    if (this.#state === 'closed' || this.#state === 'closing') return;
-    this.#state = 'closing';
+    if (this.#state === 'closed') return;
+    if (this.#state === 'open' || this.#state === 'activating') await this.#quiesce(options.graceMs ?? this.#shutdownGraceMs);
+    this.#state = 'closed';
+  }
+
+  /** Stops everything this activation started; leaves history and leases for recovery. */
+  async #quiesce(graceMs: number): Promise<void> {
+    this.#state = 'quiescing';
     this.#scanTimer?.cancel();
+    this.#scanTimer = undefined;
     await this.#scanning?.catch(() => undefined);
     const running = [...this.#tasks.values()].filter((t) => t.active);
     for (const t of running) this.#cancelAttempt(t.active!, 'shutdown', 'engine shutdown');
-    const grace = options.graceMs ?? this.#shutdownGraceMs;
     let timer: Timer | undefined;
     await Promise.race([
       Promise.all(running.map((t) => t.active?.done)),
       // Real time, not the engine clock: shutdown must end even when a test's manual clock stands still.
-      new Promise<void>((r) => (timer = systemClock.setTimer(r, grace, { background: true }))),
+      new Promise<void>((r) => (timer = systemClock.setTimer(r, graceMs, { background: true }))),
     ]);
     timer?.cancel();
     for (const t of running) {
@@ -455,9 +547,11 @@ export class Engine {
       for (const [, list] of t.waiters) for (const w of list) w.reject(this.#deferred(t.id, t.state?.turn ?? 0, 'the engine shut down before the turn ended; the next engine recovers it'));
       t.waiters.clear();
     }
+    // The next activation may see another store or session: forget everything cached.
+    this.#tasks.clear();
     for (const ex of new Set(this.#executors.values())) await ex.close().catch((err) => this.#log.warn('executor close failed', { error: err }));
-    if (this.#ownsStore) await this.store.close();
-    this.#state = 'closed';
+    if (this.#store && typeof this.#storeSpec === 'string') await this.#store.close();
+    this.#store = undefined;
   }
 
   // -------------------------------------------------------------------------------------------
@@ -1028,7 +1122,15 @@ export class Engine {
     return wf;
   }
 
+  #notActive(api: string): TurnlogError {
+    return new TurnlogError(
+      'TURNLOG_ENGINE_NOT_ACTIVATED',
+      `engine.${api} used before the engine was activated (capture mode). Call engine.activate() or the snapshot lifecycle's afterRestore() first.`,
+    );
+  }
+
   #assertOpen(api: string): void {
+    if (this.#state === 'inactive') throw this.#notActive(`${api}()`);
     if (this.#state !== 'open') {
       throw new TurnlogError('TURNLOG_ENGINE_CLOSED', `engine.${api}() called on an engine that is ${this.#state}. Open a new engine with Engine.open().`);
     }
