@@ -45,6 +45,7 @@ import {
   workflowIndexKey,
   workflowIndexPrefix,
 } from './keys.js';
+import { decodeSummary, encodeSummary } from './records.js';
 import { decodeCursorBytes, encodeCursor, pageLimit, readBounds } from './paging.js';
 import {
   EMPTY_HEAD,
@@ -272,7 +273,7 @@ export class LevelHistoryStore implements HistoryStore {
       lastEventId = e.eventId;
       maxGeneration = e.generation;
     }
-    let summary = rawSummary === undefined ? undefined : (parseJson(rawSummary, entry.summaryKey) as TaskSummary);
+    let summary = rawSummary === undefined ? undefined : this.#summary(taskId, entry.summaryKey, rawSummary);
     // The summary is derived (invariant 1): if it disagrees with the history, rebuild it.
     if (lastEventId > 0 && summary?.lastEventId !== lastEventId) {
       summary = summarize(taskId, undefined, await this.readEvents(taskId));
@@ -300,10 +301,10 @@ export class LevelHistoryStore implements HistoryStore {
       const next = applyAppend(taskId, prev, events, options);
       const ops: BatchOp[] = [];
       for (const e of events) {
-        ops.push({ type: 'put', key: eventKey(taskId, e.eventId, h.eventPrefix), value: Buffer.from(encodeEvent(e)) });
+        ops.push({ type: 'put', key: eventKey(taskId, e.eventId, h.eventPrefix), value: asBuffer(encodeEvent(e)) });
       }
       const summary = next.summary!;
-      ops.push({ type: 'put', key: h.summaryKey, value: Buffer.from(JSON.stringify(summary)) });
+      ops.push({ type: 'put', key: h.summaryKey, value: encodeSummary(summary) });
       indexOps(taskId, prev.summary, summary, ops);
       if (options.lease) ops.push({ type: 'put', key: leaseKey(taskId), value: Buffer.from(JSON.stringify(next.lease)) });
       h.pending = next;
@@ -460,7 +461,15 @@ export class LevelHistoryStore implements HistoryStore {
     if (taskIds.length === 0) return [];
     const keys = taskIds.map(summaryKey);
     const raws = await this.#db.getMany(keys);
-    return raws.map((raw, i) => (raw === undefined ? undefined : (parseJson(raw, keys[i]!) as TaskSummary)));
+    return raws.map((raw, i) => (raw === undefined ? undefined : this.#summary(taskIds[i]!, keys[i]!, raw)));
+  }
+
+  #summary(taskId: string, key: Buffer, raw: Buffer): TaskSummary {
+    try {
+      return decodeSummary(taskId, raw);
+    } catch (err) {
+      throw new HistoryCorruptError(describeKey(key), (err as Error).message, { cause: err });
+    }
   }
 
   async listTasks(options: ListOptions = {}): Promise<TaskPage> {
@@ -514,6 +523,11 @@ function indexOps(taskId: string, prev: TaskSummary | undefined, next: TaskSumma
     if (prev) ops.push({ type: 'del', key: workflowIndexKey(prev.workflow, taskId) });
     ops.push({ type: 'put', key: workflowIndexKey(next.workflow, taskId), value: empty });
   }
+}
+
+/** A Buffer view of encoded bytes, without the copy `Buffer.from(uint8array)` makes. */
+function asBuffer(bytes: Uint8Array): Buffer {
+  return Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
 }
 
 function parseJson(raw: Buffer, key: Buffer): unknown {

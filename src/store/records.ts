@@ -1,0 +1,43 @@
+/**
+ * Encodings of the derived records the Level store keeps beside events. The summary is
+ * written with every append, so it is a compact JSON array (about a third of the object form's
+ * bytes); docs/storage.md lists the fields. The store format version covers these encodings.
+ */
+import type { TaskOutcome, TaskStatus, TaskSummary, WorkflowKind } from '../history/events.js';
+
+const KINDS: readonly WorkflowKind[] = ['one-shot', 'multi-turn'];
+const STATUSES: readonly TaskStatus[] = ['pending', 'in_progress', 'suspended', 'completed'];
+const OUTCOMES: readonly TaskOutcome[] = ['succeeded', 'failed', 'cancelled', 'timed_out'];
+
+type SummaryRow = [string, number, number, number, number, number, number, string | null, number, number];
+
+export function encodeSummary(s: TaskSummary): Buffer {
+  const row: SummaryRow = [
+    s.workflow,
+    KINDS.indexOf(s.kind),
+    STATUSES.indexOf(s.status),
+    s.outcome === undefined ? -1 : OUTCOMES.indexOf(s.outcome),
+    s.lastEventId,
+    s.turn,
+    s.queued,
+    s.lastInputId ?? null,
+    s.createdAt,
+    s.updatedAt,
+  ];
+  return Buffer.from(JSON.stringify(row));
+}
+
+/** Decodes a summary row; throws a plain Error on a malformed one (the caller names the key). */
+export function decodeSummary(taskId: string, raw: Uint8Array): TaskSummary {
+  const row = JSON.parse(Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength).toString('utf8')) as unknown;
+  if (!Array.isArray(row) || row.length !== 10) throw new Error('not a summary row');
+  const [workflow, kind, status, outcome, lastEventId, turn, queued, lastInputId, createdAt, updatedAt] = row as SummaryRow;
+  const k = KINDS[kind];
+  const st = STATUSES[status];
+  if (typeof workflow !== 'string' || k === undefined || st === undefined) throw new Error('bad summary fields');
+  const s: TaskSummary = { taskId, workflow, kind: k, status: st, lastEventId, turn, queued, createdAt, updatedAt };
+  const o = OUTCOMES[outcome];
+  if (o !== undefined) s.outcome = o;
+  if (typeof lastInputId === 'string') s.lastInputId = lastInputId;
+  return s;
+}
