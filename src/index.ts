@@ -1,4 +1,24 @@
-// turnlog public API. Named exports, grouped by area.
+// turnlog public API. Named exports, grouped by area. Nothing here loads LevelDB's native module
+// at import time (startup snapshots need that): the Level store is loaded on first activation.
+
+// authoring
+export { defineWorkflow, DEFAULT_RETRY } from './workflow/define-workflow.js';
+export type { Workflow, WorkflowOptions, TurnHandler } from './workflow/define-workflow.js';
+export type { TurnContext, StepOptions, Suspension, ExitForRecovery, CancelKind } from './workflow/context.js';
+
+// engine and client
+export { Engine, isCaptureMode } from './runtime/engine.js';
+export type { EngineOptions, StartOptions, SendOptions, ActivateOptions, TaskDescription } from './runtime/engine.js';
+export { TaskHandle } from './client/task-handle.js';
+export type { TurnResult } from './client/task-handle.js';
+export { systemClock, ManualClock } from './runtime/clock.js';
+export type { Clock, Timer, TimerOptions } from './runtime/clock.js';
+export { consoleLogger, silentLogger } from './runtime/logger.js';
+export type { Logger } from './runtime/logger.js';
+
+// executors
+export type { Executor, AttemptHandle } from './executor/executor.js';
+export { InlineExecutor } from './executor/inline-executor.js';
 
 // errors
 export * from './errors.js';
@@ -7,10 +27,23 @@ export * from './errors.js';
 export * from './history/events.js';
 export type { PayloadCodec, PayloadConverter } from './history/payload.js';
 export { DefaultPayloadConverter, defaultPayloadConverter } from './history/payload.js';
-export type { TaskState, OpenTurn, QueuedInput, RecordedCall } from './history/state.js';
+export { errorToFailure, failureToError, RecordedFailure } from './history/failure.js';
+export type { TaskState, OpenTurn, QueuedInput, RecordedCall, TurnRecord } from './history/state.js';
+export { encodeEvent, decodeEvent, eventToJSON, eventFromJSON } from './history/codec.js';
 
 // store
 export type * from './store/history-store.js';
+export { MemoryHistoryStore } from './store/memory-store.js';
+export type { LevelHistoryStore, LevelHistoryStoreOptions } from './store/level-store.js';
+/** Creates (does not open) the default LevelDB store; loads the native module on first call. */
+export async function createLevelStore(
+  location: string,
+  options?: import('./store/level-store.js').LevelHistoryStoreOptions,
+): Promise<import('./store/level-store.js').LevelHistoryStore> {
+  const { LevelHistoryStore } = await import('./store/level-store.js');
+  return new LevelHistoryStore(location, options);
+}
 
 // replay
+export { fold, decide, explainDecision } from './replay/index.js';
 export type { Decision, DecisionRule } from './replay/decision.js';

@@ -644,7 +644,7 @@ export class Engine {
         owner: this.owner,
         instance: this.instance,
         executor: policy.executor,
-        pid: 0,
+        pid: policy.executor === 'inline' ? process.pid : 0,
         turnStartedAt: open!.turnStartedAt,
         deadline: open!.deadline,
       });
@@ -659,12 +659,12 @@ export class Engine {
         owner: this.owner,
         instance: this.instance,
         executor: policy.executor,
-        pid: 0,
+        pid: policy.executor === 'inline' ? process.pid : 0,
         turnStartedAt: now,
         deadline: now + policy.turnTimeoutMs,
       });
     }
-    await this.#append(t, drafts, lease);
+    await this.#append(t, drafts, lease, now);
     const s = t.state!;
     const ot = s.openTurn!;
     const active: ActiveAttempt = { turn: ot.turn, attempt: ot.attempt, finalized: false, timers: [], renewFailures: 0, done: Promise.resolve() };
@@ -974,9 +974,8 @@ export class Engine {
   // -------------------------------------------------------------------------------------------
   // Appends, leases, loading
 
-  #materialize(t: TaskEntry, drafts: Draft[], generation: number): HistoryEvent[] {
+  #materialize(t: TaskEntry, drafts: Draft[], generation: number, time = this.#clock.now()): HistoryEvent[] {
     let id = t.state?.lastEventId ?? 0;
-    const time = this.#clock.now();
     const enc = this.#codec?.encode;
     return drafts.map((d) => {
       const e = { ...d, eventId: ++id, generation, time } as HistoryEvent;
@@ -993,10 +992,10 @@ export class Engine {
   }
 
   /** Validates by folding first (an invalid batch throws before anything is written), then writes. */
-  async #append(t: TaskEntry, drafts: Draft[], lease?: Lease): Promise<void> {
+  async #append(t: TaskEntry, drafts: Draft[], lease?: Lease, time?: number): Promise<void> {
     if (drafts.length === 0) return;
     const generation = lease ? lease.generation : this.#generation(t);
-    const events = this.#materialize(t, drafts, generation);
+    const events = this.#materialize(t, drafts, generation, time);
     const next = fold(t.id, events, t.state);
     const expectedLastEventId = t.state?.lastEventId ?? 0;
     await this.store.append(t.id, events, lease ? { expectedLastEventId, generation, lease } : { expectedLastEventId, generation });
