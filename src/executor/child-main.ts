@@ -56,7 +56,9 @@ let shutdownAsked = false;
 // does from now on could be recorded. (A busy handler never gets here: see watchOrphan.)
 pipe.on('end', () => process.exit(0));
 pipe.on('error', () => process.exit(0));
-pipe.on('data', (chunk: Buffer) => {
+// Attached once the module has loaded (main): until then the socket stays paused, and a Run
+// sent early waits in it rather than meeting an empty workflow table.
+const onData = (chunk: Buffer): void => {
   let frames: Uint8Array[];
   try {
     frames = reader.push(chunk);
@@ -72,7 +74,7 @@ pipe.on('data', (chunk: Buffer) => {
     }
     onMessage(m);
   }
-});
+};
 
 function send(m: WorkerMessage): void {
   pipe.write(encodeWorkerMessage(m));
@@ -207,6 +209,7 @@ async function main(): Promise<void> {
     return;
   }
   send({ type: 'ready', protocolVersion: PROTOCOL_VERSION, pid: process.pid, workflows: [...workflows.keys()] });
+  pipe.on('data', onData);
   setImmediate(watchOrphan);
 }
 

@@ -98,6 +98,10 @@ export class ProcessExecutor implements Executor {
   get workerCount(): number {
     return this.#pool.size;
   }
+  /** Pids of every live worker (tests, diagnostics). */
+  get workerPids(): number[] {
+    return this.#pool.pids;
+  }
   /** Pre-spawned workers waiting for a turn. */
   get warmCount(): number {
     return this.#pool.warmCount;

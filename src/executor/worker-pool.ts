@@ -244,6 +244,9 @@ export class WorkerPool {
   get parked(): ReadonlyMap<string, number> {
     return new Map([...this.#parked].map(([k, v]) => [k, v.worker.pid]));
   }
+  get pids(): number[] {
+    return [...this.#every].map((w) => w.pid);
+  }
   get warmCount(): number {
     return this.#warm.length;
   }

@@ -1,0 +1,324 @@
+// ProcessExecutor against real worker processes and real SIGKILLs (issue 5, docs/isolation.md).
+// Workers import the compiled fixtures (dist/test/fixtures/workflows): run `npx tsc -p tsconfig.json` first.
+// Timeouts are small (300 ms + 300 ms grace) on the real clock; tests assert on history, never on elapsed time.
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { afterEach, describe, expect, it } from 'vitest';
+import { Engine } from '../../src/runtime/engine.js';
+import { MemoryHistoryStore } from '../../src/store/memory-store.js';
+import { ProcessExecutor, type ProcessExecutorOptions } from '../../src/executor/process-executor.js';
+import { defineWorkflow } from '../../src/workflow/define-workflow.js';
+import { silentLogger, type Logger } from '../../src/runtime/logger.js';
+import type { HistoryEvent } from '../../src/history/events.js';
+import * as fixtures from '../fixtures/workflows/index.js';
+import { makeTmpDir } from '../helpers/tmp-dir.js';
+
+const DIST = fileURLToPath(new URL('../../dist/test/fixtures/', import.meta.url));
+const MODULE = `${DIST}workflows/index.js`;
+
+const inlineSlow = defineWorkflow({
+  name: 'inline-slow',
+  executor: 'inline',
+  turn: async (_ctx, ms: number) => {
+    await new Promise((r) => setTimeout(r, ms));
+    return 'inline-ok';
+  },
+});
+const ALL = [...Object.values(fixtures), inlineSlow];
+
+const cleanups: (() => Promise<void> | void)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+function executor(options: Partial<ProcessExecutorOptions> = {}): ProcessExecutor {
+  const exec = new ProcessExecutor({ workflowsModule: MODULE, execArgv: [], logger: silentLogger, ...options });
+  cleanups.push(async () => {
+    const pids = exec.workerPids;
+    await exec.close();
+    for (const pid of pids) killQuietly(pid);
+  });
+  return exec;
+}
+
+async function open(exec: ProcessExecutor, store = new MemoryHistoryStore()): Promise<Engine> {
+  const engine = await Engine.open({ store, workflows: ALL, executors: { process: exec }, logger: silentLogger, scanIntervalMs: 0 });
+  cleanups.push(() => engine.shutdown({ graceMs: 100 }));
+  return engine;
+}
+
+function killQuietly(pid: number): void {
+  try {
+    process.kill(pid, 'SIGKILL');
+  } catch {
+    // already gone
+  }
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
+
+/** Polls `cond` until true (bounded); a wait, not a timing assertion. */
+async function until(cond: () => boolean | Promise<boolean>, what: string, limitMs = 15_000): Promise<void> {
+  const end = Date.now() + limitMs;
+  while (!(await cond())) {
+    if (Date.now() > end) throw new Error(`gave up waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+const types = (h: HistoryEvent[]) => h.map((e) => e.type);
+const of = <T extends HistoryEvent['type']>(h: HistoryEvent[], type: T) => h.filter((e): e is Extract<HistoryEvent, { type: T }> => e.type === type);
+const expectBefore = (h: HistoryEvent[], a: HistoryEvent['type'], b: HistoryEvent['type']) =>
+  expect(types(h).indexOf(a)).toBeLessThan(types(h).lastIndexOf(b));
+
+describe('ProcessExecutor: basics', () => {
+  it('runs an isolated echo in another process', async () => {
+    const engine = await open(executor());
+    const h = await engine.start(fixtures.echo, { hi: 1 });
+    const out = (await h.result()) as { echo: unknown; pid: number };
+    expect(out.echo).toEqual({ hi: 1 });
+    expect(out.pid).not.toBe(process.pid);
+    expect(types(await h.history())).toEqual(['TaskCreated', 'InputQueued', 'LeaseClaimed', 'TurnStarted', 'TurnCompleted', 'TaskCompleted']);
+  });
+
+  it('gives a handler that calls Engine.open inside a worker an IsolationBoundaryError', async () => {
+    const exec = executor({ workflowsModule: `${DIST}workflows/boundary.js` });
+    const { boundary } = await import('../fixtures/workflows/boundary.js');
+    const engine = await Engine.open({ store: new MemoryHistoryStore(), workflows: [boundary], executors: { process: exec }, logger: silentLogger });
+    cleanups.push(() => engine.shutdown({ graceMs: 100 }));
+    const out = (await (await engine.start(boundary, null)).result()) as { name: string; code: string; message: string };
+    expect(out.name).toBe('IsolationBoundaryError');
+    expect(out.code).toBe('TURNLOG_ISOLATION_BOUNDARY');
+    expect(out.message).toContain('Engine.open()');
+  });
+
+  it('queues turns FIFO behind maxWorkers and runs them all', async () => {
+    const exec = executor({ maxWorkers: 1 });
+    const engine = await open(exec);
+    const hs = await Promise.all([1, 2, 3].map((i) => engine.start(fixtures.echo, i)));
+    const outs = (await Promise.all(hs.map((h) => h.result()))) as { echo: number }[];
+    expect(outs.map((o) => o.echo)).toEqual([1, 2, 3]);
+  });
+
+  it('runs a turn on a pre-warmed worker and refills the pool', async () => {
+    const exec = executor({ warmPool: 2 });
+    await until(() => exec.warmCount === 2, 'two warm workers');
+    const warm = exec.workerPids;
+    const engine = await open(exec);
+    const out = (await (await engine.start(fixtures.echo, 'x')).result()) as { pid: number };
+    expect(warm).toContain(out.pid);
+    await until(() => exec.warmCount === 2, 'the pool refilled');
+  });
+
+  it('forwards worker stderr tagged with the task id, and re-runs a crashed worker up to the limit', async () => {
+    const lines: Record<string, unknown>[] = [];
+    const logger: Logger = { ...silentLogger, warn: (_m, f) => lines.push(f ?? {}) };
+    const engine = await open(executor({ logger }));
+    const h = await engine.start(fixtures.crash, null, { taskId: 'crashy' });
+    await expect(h.result()).rejects.toMatchObject({ code: 'TURNLOG_TURN_FAILED' });
+    const hist = await h.history();
+    const crashes = of(hist, 'WorkerCrashed');
+    expect(crashes).toHaveLength(2); // first attempt + maxWorkerCrashes (1) re-run
+    expect(crashes.every((c) => c.exitCode === 3 && c.signal === null && c.pid > 0)).toBe(true);
+    expect(of(hist, 'TurnStarted').map((e) => e.entryMode)).toEqual(['fresh', 'recovered']);
+    expect(of(hist, 'TurnFailed')[0]!.failure.code).toBe('TURNLOG_WORKER_CRASHED');
+    expect(lines).toContainEqual(expect.objectContaining({ taskId: 'crashy', stream: 'stderr', line: 'about to crash' }));
+  });
+});
+
+describe('ProcessExecutor: timeout tiers', () => {
+  it('lets a cooperative handler wind down within the grace; it is not killed', async () => {
+    const engine = await open(executor());
+    const h = await engine.start(fixtures.cooperative, null);
+    expect(await h.result()).toMatchObject({ woundDown: true, timeoutExceeded: true });
+    const hist = await h.history();
+    expect(types(hist)).toContain('TimeoutCancelRequested');
+    expect(types(hist)).not.toContain('WorkerKilled');
+    expectBefore(hist, 'TimeoutCancelRequested', 'TurnCompleted');
+  });
+
+  it('SIGKILLs a runaway one-shot after the grace: WorkerKilled + TurnTimedOut(hard_cap), task timed_out', async () => {
+    const engine = await open(executor());
+    const h = await engine.start(fixtures.runaway, null);
+    await expect(h.result()).rejects.toMatchObject({ code: 'TURNLOG_TURN_TIMED_OUT' });
+    const hist = await h.history();
+    expect(types(hist).slice(-4)).toEqual(['TimeoutCancelRequested', 'WorkerKilled', 'TurnTimedOut', 'TaskCompleted']);
+    const killed = of(hist, 'WorkerKilled')[0]!;
+    expect(killed.signal).toBe('SIGKILL');
+    expect(alive(killed.pid)).toBe(false);
+    expect(of(hist, 'TurnTimedOut')[0]!.cause).toBe('hard_cap');
+    expect(of(hist, 'TaskCompleted')[0]!.outcome).toBe('timed_out');
+  });
+
+  it('has the marker in the history during the grace, with the worker still running', async () => {
+    const exec = executor();
+    const engine = await open(exec);
+    const h = await engine.start(fixtures.runawayLongGrace, null);
+    await until(async () => types(await h.history()).includes('TimeoutCancelRequested'), 'the marker');
+    const hist = await h.history();
+    expect(types(hist)).not.toContain('WorkerKilled');
+    expect(types(hist)).not.toContain('TurnTimedOut');
+    expect((await h.describe()).status).toBe('in_progress');
+    expect(exec.workerPids).toHaveLength(1);
+    expect(alive(exec.workerPids[0]!)).toBe(true);
+  });
+
+  it('drains a multi-turn runaway to the queued next input', async () => {
+    const engine = await open(executor());
+    const h = await engine.start(fixtures.runawayChat, 'hang', { taskId: 'chat-drain' });
+    const b = await h.send('B');
+    const r = await engine.task('chat-drain').turnResult(b);
+    expect(r).toMatchObject({ turn: 2, status: 'suspended', output: { seen: 'B' } });
+    const hist = await h.history();
+    expect(of(hist, 'TurnTimedOut')).toMatchObject([{ turn: 1, cause: 'hard_cap' }]);
+    expect(of(hist, 'WorkerKilled')).toMatchObject([{ turn: 1, signal: 'SIGKILL' }]);
+    expect(of(hist, 'TurnStarted').map((e) => [e.turn, e.entryMode, e.inputIds.length])).toEqual([
+      [1, 'fresh', 1],
+      [2, 'resumed', 1],
+    ]);
+  });
+
+  it('suspends a multi-turn runaway with no queued input', async () => {
+    const engine = await open(executor());
+    const h = await engine.start(fixtures.runawayChat, 'hang', { taskId: 'chat-suspend' });
+    expect(await h.nextTurn()).toMatchObject({ turn: 1, status: 'timed_out' });
+    expect((await h.describe()).status).toBe('suspended');
+    expect(types(await h.history()).slice(-2)).toEqual(['WorkerKilled', 'TurnTimedOut']);
+  });
+
+  it('keeps an inline task and another worker running through a kill', async () => {
+    const exec = executor();
+    const engine = await open(exec);
+    const runaway = await engine.start(fixtures.runaway, null);
+    const slow = await engine.start(fixtures.slow, 1500);
+    const inline = await engine.start(inlineSlow, 1500);
+    await expect(runaway.result()).rejects.toMatchObject({ code: 'TURNLOG_TURN_TIMED_OUT' });
+    expect(await slow.result()).toMatchObject({ done: true });
+    expect(await inline.result()).toBe('inline-ok');
+    expect(types(await slow.history())).not.toContain('WorkerKilled');
+    expect(types(await runaway.history())).toContain('WorkerKilled');
+    // The engine still takes new work.
+    expect(await (await engine.start(fixtures.echo, 'after')).result()).toMatchObject({ echo: 'after' });
+  });
+});
+
+describe('ProcessExecutor: worker reuse', () => {
+  it('keeps one pid across the turns of a task', async () => {
+    const exec = executor({ reuseWorkers: true });
+    const engine = await open(exec);
+    const h = await engine.start(fixtures.pids, 'a', { taskId: 'reuse-1' });
+    const pids: number[] = [];
+    pids.push(((await h.nextTurn()).output as { pid: number }).pid);
+    for (const input of ['b', 'c']) {
+      const id = await h.send(input);
+      pids.push(((await h.turnResult(id)).output as { pid: number }).pid);
+    }
+    expect(new Set(pids).size).toBe(1);
+    expect(exec.parkedWorkers.get('reuse-1')).toBe(pids[0]);
+  });
+
+  it('respawns a new pid after a kill and never reuses the killed worker', async () => {
+    const exec = executor({ reuseWorkers: true });
+    const engine = await open(exec);
+    const h = await engine.start(fixtures.pids, 'a', { taskId: 'reuse-kill' });
+    const first = ((await h.nextTurn()).output as { pid: number }).pid;
+    const hang = await h.send('hang');
+    expect(await h.turnResult(hang)).toMatchObject({ status: 'timed_out' });
+    expect(of(await h.history(), 'WorkerKilled')[0]!.pid).toBe(first);
+    const next = await h.send('b');
+    const second = ((await h.turnResult(next)).output as { pid: number }).pid;
+    expect(second).not.toBe(first);
+    expect(alive(first)).toBe(false);
+  });
+
+  it('evicts an idle reused worker after the idle TTL', async () => {
+    const exec = executor({ reuseWorkers: true, idleTtlMs: 50 });
+    const engine = await open(exec);
+    const h = await engine.start(fixtures.pids, 'a', { taskId: 'reuse-ttl' });
+    const first = ((await h.nextTurn()).output as { pid: number }).pid;
+    await until(() => !exec.parkedWorkers.has('reuse-ttl') && !alive(first), 'the idle worker to exit');
+    const next = await h.send('b');
+    expect(((await h.turnResult(next)).output as { pid: number }).pid).not.toBe(first);
+  });
+});
+
+describe('ProcessExecutor: broken workers', () => {
+  it.each(['oversized', 'undecodable', 'unexpected'])('kills a worker that writes a %s frame; the turn fails with TURNLOG_WORKER_PROTOCOL', async (mode) => {
+    const exec = executor();
+    const engine = await open(exec);
+    const h = await engine.start(fixtures.garbage, mode);
+    await expect(h.result()).rejects.toMatchObject({ code: 'TURNLOG_TURN_FAILED' });
+    const failed = of(await h.history(), 'TurnFailed')[0]!;
+    expect(failed.failure.code).toBe('TURNLOG_WORKER_PROTOCOL');
+    expect(failed.failure.message).toMatch(/Worker protocol violation/);
+    await until(() => exec.workerCount === 0 && exec.workerPids.length === 0, 'the broken worker to be gone');
+    expect(await (await engine.start(fixtures.echo, mode)).result()).toMatchObject({ echo: mode });
+  });
+
+  it('replays a step recorded before a crash instead of running it again', async () => {
+    const engine = await open(executor());
+    const h = await engine.start(fixtures.stepThenCrash, null);
+    const out = (await h.result()) as { charged: { by: number; attempt: number }; attempt: number; pid: number };
+    expect(out.attempt).toBe(2);
+    expect(out.charged.attempt).toBe(1);
+    expect(out.charged.by).not.toBe(out.pid);
+    const hist = await h.history();
+    expect(of(hist, 'StepCompleted')).toHaveLength(1);
+    expect(of(hist, 'WorkerCrashed')).toMatchObject([{ attempt: 1, exitCode: 3 }]);
+  });
+
+  it('keeps a step recorded before a kill', async () => {
+    const engine = await open(executor());
+    const h = await engine.start(fixtures.stepThenHang, null);
+    await expect(h.result()).rejects.toMatchObject({ code: 'TURNLOG_TURN_TIMED_OUT' });
+    const hist = await h.history();
+    expectBefore(hist, 'StepCompleted', 'WorkerKilled');
+    const step = of(hist, 'StepCompleted')[0]!;
+    const by = (JSON.parse(new TextDecoder().decode(step.result!.data)) as { by: number }).by;
+    expect(by).toBe(of(hist, 'WorkerKilled')[0]!.pid);
+  });
+});
+
+describe('ProcessExecutor: engine crash', () => {
+  let host: ChildProcess | undefined;
+  afterEach(() => {
+    if (host?.pid) killQuietly(host.pid);
+    host = undefined;
+  });
+
+  it('finalizes a turn whose engine died in the grace (not re-run); its orphaned workers exit', async () => {
+    const dir = await makeTmpDir('turnlog-iso-');
+    cleanups.push(dir.remove);
+    host = spawn(process.execPath, [`${DIST}children/engine-host.js`, dir.path], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const line = await new Promise<string>((resolve, reject) => {
+      createInterface({ input: host!.stdout! }).once('line', resolve);
+      host!.once('exit', (code) => reject(new Error(`engine host exited (${code}) before the marker`)));
+    });
+    const { workerPids } = JSON.parse(line) as { workerPids: number[] };
+    cleanups.push(() => workerPids.forEach(killQuietly));
+    expect(workerPids.length).toBeGreaterThanOrEqual(2); // the runaway and a warm one
+    expect(workerPids.every(alive)).toBe(true);
+    host.kill('SIGKILL');
+    await new Promise((r) => host!.once('exit', r));
+    // The busy orphan (event loop blocked) and the idle warm one both go away on their own.
+    await until(() => !workerPids.some(alive), 'orphaned workers to exit');
+
+    // Reopen the store: recovery finds the marker and finalizes the turn instead of re-running it.
+    const engine = await Engine.open({ store: dir.path, workflows: ALL, executors: { process: executor() }, logger: silentLogger, scanIntervalMs: 0 });
+    cleanups.push(() => engine.shutdown({ graceMs: 100 }));
+    await until(async () => types(await engine.history('t1')).includes('TaskCompleted'), 'recovery to finalize t1');
+    const hist = await engine.history('t1');
+    expect(of(hist, 'TurnStarted')).toHaveLength(1);
+    expect(of(hist, 'TurnTimedOut')).toMatchObject([{ turn: 1, cause: 'recovery_marker' }]);
+    expect(of(hist, 'TaskCompleted')).toMatchObject([{ outcome: 'timed_out' }]);
+    expect(types(hist)).not.toContain('WorkerKilled');
+  });
+});
