@@ -157,6 +157,8 @@ class TaskEntry {
   snapshotAt = 0;
   /** The last turn terminal event appended by this engine (waiters' results are built from it). */
   lastTerminal: TurnTerminalEvent | undefined;
+  /** Results of recently finished inputs, so `nextTurn()` after the fact needs no history scan. */
+  recent = new Map<string, TurnResult>();
   constructor(readonly id: string) {}
 }
 
@@ -492,7 +494,7 @@ export class Engine {
         t.waiters.set(inputId, list);
       });
     }
-    const found = await this.#findTurnResult(taskId, inputId);
+    const found = t.recent.get(inputId) ?? (await this.#findTurnResult(taskId, inputId));
     if (!found) {
       throw new TurnlogError('TURNLOG_INPUT_NOT_FOUND', `Task ${taskId} has no input ${inputId}. Use the id returned by start() or send().`);
     }
@@ -587,7 +589,7 @@ export class Engine {
         }
         case 'rerun':
         case 'start-turn':
-          await this.#startAttempt(t, decision, pending);
+          await this.#startAttempt(t, decision, pending, preview);
           return;
       }
     }
@@ -612,9 +614,9 @@ export class Engine {
     t: TaskEntry,
     d: Extract<Decision, { kind: 'rerun' | 'start-turn' }>,
     pending: Draft[],
+    preview: TaskState,
   ): Promise<void> {
     const now = this.#clock.now();
-    const preview = pending.length ? this.#preview(t, pending) : t.state!;
     const policy = preview.policy;
     const wf = this.#workflows.get(preview.workflow);
     // An exclusive store proves other instances dead: their leases count as expired.
@@ -942,6 +944,8 @@ export class Engine {
 
   #resolveWaiters(t: TaskEntry, inputIds: string[], result: TurnResult): void {
     for (const id of inputIds) {
+      t.recent.set(id, result);
+      if (t.recent.size > RECENT_RESULTS) t.recent.delete(t.recent.keys().next().value!);
       const list = t.waiters.get(id);
       if (!list) continue;
       t.waiters.delete(id);
@@ -1135,6 +1139,8 @@ export class Engine {
     }
   }
 }
+
+const RECENT_RESULTS = 64;
 
 /** A cancelled turn records the reason its cancel was requested with, however it ended. */
 function cancelReason(s: TaskState, fallback: string): string {

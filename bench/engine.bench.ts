@@ -1,0 +1,112 @@
+/**
+ * Engine benchmark (issue 4): inline one-step turns on LevelDB with sync writes, beside a bare
+ * function call and raw `level` sync writes measured in the same run.
+ * Targets: a sequential durable step ≤ 1.2× one raw sync put; ≤ 1 sync write per step plus
+ * 2 per turn; ≥ 8,000 one-step turns/s across 100 concurrent tasks with group commit.
+ */
+import { mkdtemp, rm } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { Level } from 'level';
+import { Engine } from '../src/runtime/engine.js';
+import { silentLogger } from '../src/runtime/logger.js';
+import { defineWorkflow } from '../src/workflow/define-workflow.js';
+import { LevelHistoryStore } from '../src/store/level-store.js';
+import type { HistoryStore } from '../src/store/history-store.js';
+
+const now = () => Number(process.hrtime.bigint()) / 1e6;
+const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+
+/** Counts appends (each one is one sync batch unless group commit merged it with others). */
+function counting(store: HistoryStore): { store: HistoryStore; appends: () => number } {
+  let n = 0;
+  const proxy = new Proxy(store, {
+    get(target, prop, receiver) {
+      const v = Reflect.get(target, prop, receiver) as unknown;
+      if (prop === 'append') return (...args: Parameters<HistoryStore['append']>) => (n++, target.append(...args));
+      return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+    },
+  });
+  return { store: proxy, appends: () => n };
+}
+
+async function rawSyncPut(dir: string, n: number): Promise<number> {
+  const db = new Level<string, Uint8Array>(join(dir, 'raw'), { valueEncoding: 'view' });
+  await db.open();
+  const value = new Uint8Array(80).fill(7);
+  const t0 = now();
+  for (let i = 0; i < n; i++) await db.put(`k${String(i).padStart(8, '0')}`, value, { sync: true });
+  const per = (now() - t0) / n;
+  await db.close();
+  return per;
+}
+
+export async function run(): Promise<void> {
+  const dir = await mkdtemp(join(tmpdir(), 'turnlog-bench-engine-'));
+  try {
+    const rawMs = median([await rawSyncPut(dir, 300), await rawSyncPut(dir, 300), await rawSyncPut(dir, 300)]);
+
+    // Bare function call: the handler's own cost with no engine.
+    const handler = async (x: number) => x + 1;
+    let t0 = now();
+    for (let i = 0; i < 100_000; i++) await handler(i);
+    const bareUs = ((now() - t0) / 100_000) * 1000;
+
+    // Sequential durable steps inside one turn.
+    const STEPS = 400;
+    const many = defineWorkflow({
+      name: 'many-steps',
+      turn: async (ctx) => {
+        const t = now();
+        for (let i = 0; i < STEPS; i++) await ctx.step('s', () => i);
+        return now() - t;
+      },
+    });
+    // Sequential one-step turns on one multi-turn task.
+    const oneStep = defineWorkflow({ name: 'one-step', kind: 'multi-turn', turn: (ctx, x: number) => ctx.step('s', () => x + 1) });
+
+    const level = new LevelHistoryStore(join(dir, 'engine'));
+    const { store, appends } = counting(level);
+    const engine = await Engine.open({ store, workflows: [many, oneStep], logger: silentLogger, scanIntervalMs: 0 });
+    const stepRuns: number[] = [];
+    for (let r = 0; r < 3; r++) stepRuns.push((await (await engine.start(many, null)).result()) as number / STEPS);
+    const stepMs = median(stepRuns);
+
+    const TURNS = 300;
+    const h = await engine.start(oneStep, 0, { taskId: 'seq' });
+    await h.nextTurn();
+    const a0 = appends();
+    t0 = now();
+    for (let i = 0; i < TURNS; i++) {
+      await h.send(i);
+      await h.nextTurn();
+    }
+    const turnMs = (now() - t0) / TURNS;
+    const writesPerTurn = (appends() - a0) / TURNS;
+
+    // 100 concurrent multi-turn tasks, each running one-step turns back to back.
+    const TASKS = 100;
+    const PER_TASK = 40;
+    const handles = await Promise.all(Array.from({ length: TASKS }, (_, i) => engine.start(oneStep, 0, { taskId: `c${i}` })));
+    await Promise.all(handles.map((x) => x.nextTurn()));
+    t0 = now();
+    await Promise.all(
+      handles.map(async (x) => {
+        for (let i = 0; i < PER_TASK; i++) {
+          await x.send(i);
+          await x.nextTurn();
+        }
+      }),
+    );
+    const concurrentPerS = (TASKS * PER_TASK) / ((now() - t0) / 1000);
+    await engine.shutdown();
+
+    console.log(`raw level sync put                 ${rawMs.toFixed(3)} ms`);
+    console.log(`bare async function call           ${bareUs.toFixed(3)} µs`);
+    console.log(`durable step (sequential)          ${stepMs.toFixed(3)} ms = ${(stepMs / rawMs).toFixed(2)}× raw sync put (target ≤ 1.2×)`);
+    console.log(`one-step turn (sequential)         ${turnMs.toFixed(3)} ms = ${(turnMs / rawMs).toFixed(2)}× raw sync put; ${writesPerTurn.toFixed(2)} appends/turn (target ≤ 3: 1 step + 2 turn)`);
+    console.log(`100 concurrent tasks, group commit ${Math.round(concurrentPerS)} one-step turns/s (target ≥ 8,000); sequential ${Math.round(1000 / turnMs)} turns/s`);
+  } finally {
+    await rm(dir, { recursive: true, force: true });
+  }
+}
