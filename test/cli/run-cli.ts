@@ -50,6 +50,17 @@ export function cli(args: readonly string[], env: Record<string, string | undefi
   });
 }
 
+/** Runs `turnlog …args` and returns stdout as bytes (binary exports to stdout). */
+export function cliBytes(args: readonly string[]): Promise<{ code: number; stdout: Buffer; stderr: string }> {
+  const env: Record<string, string | undefined> = { ...process.env };
+  delete env['TURNLOG_STORE'];
+  return new Promise((res) => {
+    execFile(process.execPath, [MAIN, ...args], { env: env as NodeJS.ProcessEnv, maxBuffer: 256 * 1024 * 1024, encoding: 'buffer' }, (err, stdout, stderr) => {
+      res({ code: err ? (typeof err.code === 'number' ? err.code : 1) : 0, stdout, stderr: stderr.toString('utf8') });
+    });
+  });
+}
+
 /** Runs the CLI with `--json` and parses stdout. */
 export async function cliJSON(args: readonly string[], env: Record<string, string | undefined> = {}): Promise<{ code: number; json: any; stderr: string }> {
   const r = await cli([...args, '--json'], env);
