@@ -379,7 +379,7 @@ function isExit(v: unknown): v is ExitForRecovery {
  * abort's outcome (timed out, cancelled, or exit for recovery at shutdown), whatever was thrown.
  */
 export async function runHandler<I, O, S>(
-  handler: (ctx: TurnContext<I, S>, input: I) => Promise<O> | O,
+  handler: (ctx: TurnContext<I, S>, input: I) => Promise<O | Suspension<O> | ExitForRecovery> | O | Suspension<O> | ExitForRecovery,
   ctx: TurnContextImpl<I, S>,
   converter: PayloadConverter,
 ): Promise<AttemptOutcome> {

@@ -4,9 +4,11 @@
  */
 import { TurnlogError } from '../errors.js';
 import type { ExecutorKind, RetryPolicy, TurnPolicy, WorkflowKind } from '../history/events.js';
-import type { TurnContext } from './context.js';
+import type { ExitForRecovery, Suspension, TurnContext } from './context.js';
 
-export type TurnHandler<I, O, S> = (ctx: TurnContext<I, S>, input: I) => Promise<O> | O;
+/** What a turn may return: its output, `ctx.suspend(reason, output)`, or `ctx.exitForRecovery()`. */
+export type TurnReturn<O> = O | Suspension<O> | ExitForRecovery;
+export type TurnHandler<I, O, S> = (ctx: TurnContext<I, S>, input: I) => Promise<TurnReturn<O>> | TurnReturn<O>;
 
 export interface WorkflowOptions<I, O, S> {
   /** Unique per engine; stored in every task's history, so renaming orphans existing tasks. */
