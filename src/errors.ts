@@ -297,3 +297,18 @@ export class TerminalError extends Error {
     this.type = options.type ?? 'TerminalError';
   }
 }
+
+/** `afterRestore` named a session other than the one this process was bound to (a failed restore binds it too). */
+export class SessionMismatchError extends TurnlogError {
+  override readonly name = 'SessionMismatchError';
+  constructor(
+    readonly sessionId: string,
+    readonly requestedSessionId: string,
+    readonly restoreId: string,
+  ) {
+    super(
+      'TURNLOG_SESSION_MISMATCH',
+      `Restore ${restoreId} asked for session ${requestedSessionId}, but this process is bound to session ${sessionId}; nothing was changed. A restored process serves one session: restore a fresh snapshot for another session.`,
+    );
+  }
+}
