@@ -1,0 +1,32 @@
+// Every error code is documented (docs/errors.md has a `## CODE` anchor), and codes are unique.
+import { readFileSync } from 'node:fs';
+import { describe, expect, it } from 'vitest';
+import { isTurnlogError, TaskConflictError, TurnlogError } from '../src/errors.js';
+
+const source = readFileSync('src/errors.ts', 'utf8');
+const union = source.slice(source.indexOf('export type ErrorCode'), source.indexOf('export interface TurnlogErrorOptions'));
+const codes = [...union.matchAll(/'(TURNLOG_[A-Z_]+)'/g)].map((m) => m[1]!);
+const docs = readFileSync('docs/errors.md', 'utf8');
+
+describe('error codes', () => {
+  it('has a stable, unique list of TURNLOG_* codes', () => {
+    expect(codes.length).toBeGreaterThan(30);
+    expect(new Set(codes).size).toBe(codes.length);
+  });
+
+  it.each(codes)('%s is documented in docs/errors.md', (code) => {
+    expect(docs).toContain(`## ${code}\n`);
+  });
+
+  it('isTurnlogError recognises errors by brand, also across realms, and filters by code', () => {
+    const err = new TaskConflictError('t1', 'completed', 'it ended');
+    expect(isTurnlogError(err)).toBe(true);
+    expect(isTurnlogError(err, 'TURNLOG_TASK_CONFLICT')).toBe(true);
+    expect(isTurnlogError(err, 'TURNLOG_FENCED')).toBe(false);
+    expect(isTurnlogError(new Error('x'))).toBe(false);
+    const foreign = Object.assign(Object.create(null), { code: 'TURNLOG_FENCED', [Symbol.for('turnlog.error')]: true });
+    expect(isTurnlogError(foreign, 'TURNLOG_FENCED')).toBe(true);
+    expect(err).toBeInstanceOf(TurnlogError);
+    expect(err.message).toMatch(/^Task t1 is completed/);
+  });
+});
