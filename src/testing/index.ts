@@ -1,0 +1,29 @@
+/**
+ * `turnlog/testing`: replay-test turns against recorded histories, and run workflows on an
+ * in-memory store with a manual clock. See docs/testing.md.
+ */
+
+// replay testing
+export {
+  replayHistory,
+  replayHistories,
+  ReplayFailuresError,
+  HISTORY_FILE_PATTERN,
+  isWorkflow,
+  workflowMap,
+} from './replay-history.js';
+export type {
+  ReplayHistoryOptions,
+  ReplayReport,
+  TurnReplayResult,
+  ReplayHistoriesReport,
+  ReplayFailure,
+  WorkflowSource,
+} from './replay-history.js';
+
+// test engine
+export { createTestEngine } from './test-engine.js';
+export type { TestEngine, TestEngineOptions } from './test-engine.js';
+export { ManualClock } from '../runtime/clock.js';
+export { MemoryHistoryStore } from '../store/memory-store.js';
+export { NonDeterminismError, isTurnlogError } from '../errors.js';

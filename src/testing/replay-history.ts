@@ -1,0 +1,548 @@
+/**
+ * Replay testing (Temporal's `runReplayHistory` for turns): re-executes every recorded turn of a
+ * history with its recorded input, state and call results, and throws NonDeterminismError when
+ * the handler asks for other calls or ends differently. Nothing a step wraps runs again.
+ * See docs/testing.md.
+ */
+import { readFile, readdir, stat } from 'node:fs/promises';
+import { join } from 'node:path';
+import { isDeepStrictEqual } from 'node:util';
+import { FencedError, NonDeterminismError, TurnlogError, invalidArgument } from '../errors.js';
+import type { HistoryEvent, Payload, TurnTerminalEvent } from '../history/events.js';
+import { isTurnTerminal } from '../history/events.js';
+import { parseHistoryFile } from '../history/history-file.js';
+import { DefaultPayloadConverter, type PayloadCodec, type PayloadConverter } from '../history/payload.js';
+import { codecChain, mapEventPayloads } from '../history/payload-map.js';
+import type { OpenTurn, RecordedCall, TaskState } from '../history/state.js';
+import { fold } from '../replay/fold.js';
+import {
+  TurnContextImpl,
+  runHandler,
+  type AttemptOutcome,
+  type CancelKind,
+  type StepOptions,
+  type TurnHost,
+  type TurnSpec,
+} from '../workflow/context.js';
+import type { Workflow } from '../workflow/define-workflow.js';
+
+/** Workflows to replay against: a list, or a module namespace whose exports include workflows. */
+export type WorkflowSource = readonly Workflow<any, any, any>[] | Readonly<Record<string, unknown>>;
+
+export interface ReplayHistoryOptions {
+  /** The events, or the path of a history file (`turnlog export`, JSON or binary). */
+  history: readonly HistoryEvent[] | string;
+  workflows: WorkflowSource;
+  /** The task id used in errors; selects the task of a multi-task file. Default: the file's, or `replay`. */
+  taskId?: string;
+  /** The engine's payload codecs, when the history was written with some (encryption, compression). */
+  payloadCodecs?: readonly PayloadCodec[];
+  /** Called after each turn replays cleanly (the CLI prints per-turn lines with it). */
+  onTurn?: (result: TurnReplayResult) => void;
+}
+
+/** How one recorded turn replayed. */
+export interface TurnReplayResult {
+  turn: number;
+  /** The attempt that was replayed: the turn's last. */
+  attempt: number;
+  /** The turn's terminal event, or for a history that ends mid-turn its last event. */
+  eventId: number;
+  /** The recorded terminal type; undefined when the history ends mid-turn. */
+  terminal: TurnTerminalEvent['type'] | undefined;
+  /**
+   * `ok`: the handler made the recorded calls and ended as recorded. `cut-off`: the turn was
+   * stopped from outside (timeout, cancel, kill, crash, end of history): the recorded calls
+   * matched, and the replay stopped where the recording did; the outcome is not compared.
+   */
+  status: 'ok' | 'cut-off';
+  /** Recorded calls (steps, checkpoints, takeInputs) of the turn. */
+  calls: number;
+  /** How the replayed handler ended; undefined when it was stopped at the end of a cut-off record. */
+  outcome: AttemptOutcome['kind'] | undefined;
+}
+
+/** What {@link replayHistory} replayed. */
+export interface ReplayReport {
+  taskId: string;
+  workflow: string;
+  events: number;
+  /** Number of turns replayed. */
+  turns: number;
+  results: TurnReplayResult[];
+}
+
+/**
+ * Replays a recorded history against the current workflow code. Resolves with a report when
+ * every turn asks for the recorded calls in the recorded order and ends with the recorded
+ * outcome; throws {@link NonDeterminismError} (turn, event id, expected, actual) when not,
+ * HistoryInvariantError for a history that does not fold.
+ *
+ * @example
+ * import { replayHistory } from 'turnlog/testing';
+ * it('replays the recorded conversation', async () => {
+ *   await replayHistory({ history: 'test/fixtures/histories/support.json', workflows: [supportAgent] });
+ * });
+ */
+export async function replayHistory(options: ReplayHistoryOptions): Promise<ReplayReport> {
+  const { taskId, events } = await resolveHistory(options.history, options.taskId);
+  const chain = codecChain(options.payloadCodecs ?? []);
+  const decoded = chain ? events.map((e) => mapEventPayloads(e, chain.decode)) : events;
+  return replayEvents(taskId, decoded, workflowMap(options.workflows), options.onTurn);
+}
+
+/** Every task of every history file in a folder, and what went wrong with each. */
+export interface ReplayHistoriesReport {
+  files: number;
+  tasks: number;
+  turns: number;
+  reports: (ReplayReport & { file: string })[];
+}
+
+/** One failing file (or one failing task of a multi-task file). */
+export interface ReplayFailure {
+  file: string;
+  taskId: string | undefined;
+  error: Error;
+}
+
+/**
+ * Thrown by {@link replayHistories} when any file fails: lists every failing file and its error
+ * (`failures`, and `errors` as an AggregateError), plus the reports of those that passed.
+ */
+export class ReplayFailuresError extends AggregateError {
+  override readonly name = 'ReplayFailuresError';
+  constructor(
+    readonly failures: readonly ReplayFailure[],
+    readonly report: ReplayHistoriesReport,
+  ) {
+    const lines = failures.map((f) => `  ${f.file}${f.taskId ? ` (task ${f.taskId})` : ''}: ${f.error.message}`);
+    super(
+      failures.map((f) => f.error),
+      `${failures.length} of ${report.tasks + failures.length} recorded histories failed to replay:\n${lines.join('\n')}\n` +
+        'Fix the workflow code (docs/determinism.md), or re-record the history if the change is intended.',
+    );
+  }
+}
+
+/** File names that {@link replayHistories} reads. */
+export const HISTORY_FILE_PATTERN = /\.(json|bin|history)$/;
+
+/**
+ * Replays every history file in `folder` (`*.json`, `*.bin`, `*.history`; every task of
+ * multi-task files) and reports all failures, not just the first.
+ *
+ * @example
+ * it('replays every golden history', async () => {
+ *   const report = await replayHistories('test/fixtures/histories', [supportAgent]);
+ *   expect(report.tasks).toBeGreaterThan(0);
+ * });
+ */
+export async function replayHistories(
+  folder: string,
+  workflows: WorkflowSource,
+  options: Pick<ReplayHistoryOptions, 'payloadCodecs'> = {},
+): Promise<ReplayHistoriesReport> {
+  const names = (await readdir(folder)).filter((n) => HISTORY_FILE_PATTERN.test(n)).sort();
+  const files: string[] = [];
+  for (const n of names) if ((await stat(join(folder, n))).isFile()) files.push(join(folder, n));
+  if (files.length === 0) {
+    throw invalidArgument(`Folder ${folder} holds no history files (*.json, *.bin, *.history). Export some with \`turnlog export <task> -o ${folder}/<name>.json\`.`);
+  }
+  const wfs = workflowMap(workflows);
+  const chain = codecChain(options.payloadCodecs ?? []);
+  const report: ReplayHistoriesReport = { files: files.length, tasks: 0, turns: 0, reports: [] };
+  const failures: ReplayFailure[] = [];
+  for (const file of files) {
+    let tasks;
+    try {
+      tasks = parseHistoryFile(await readFile(file), file).tasks;
+    } catch (err) {
+      failures.push({ file, taskId: undefined, error: asError(err) });
+      continue;
+    }
+    for (const t of tasks) {
+      try {
+        const events = chain ? t.events.map((e) => mapEventPayloads(e, chain.decode)) : t.events;
+        const r = await replayEvents(t.taskId, events, wfs, undefined);
+        report.reports.push({ ...r, file });
+        report.tasks++;
+        report.turns += r.turns;
+      } catch (err) {
+        failures.push({ file, taskId: t.taskId, error: asError(err) });
+      }
+    }
+  }
+  if (failures.length > 0) throw new ReplayFailuresError(failures, report);
+  return report;
+}
+
+function asError(err: unknown): Error {
+  return err instanceof Error ? err : new Error(String(err));
+}
+
+/** The events and task id of a history given as events or a file path. */
+export async function resolveHistory(
+  history: readonly HistoryEvent[] | string,
+  taskId: string | undefined,
+): Promise<{ taskId: string; events: readonly HistoryEvent[] }> {
+  if (typeof history !== 'string') return { taskId: taskId ?? 'replay', events: history };
+  const file = parseHistoryFile(await readFile(history), history);
+  const task = taskId === undefined ? (file.tasks.length === 1 ? file.tasks[0] : undefined) : file.tasks.find((t) => t.taskId === taskId);
+  if (!task) {
+    const ids = file.tasks.map((t) => t.taskId).join(', ');
+    throw invalidArgument(
+      taskId === undefined
+        ? `History file ${history} holds ${file.tasks.length} tasks (${ids}). Pass taskId to pick one, or use replayHistories() on its folder.`
+        : `History file ${history} has no task ${taskId}; it holds ${ids || 'none'}.`,
+    );
+  }
+  return task;
+}
+
+/** True for a value made by `defineWorkflow` (duck-typed: works across copies of the package). */
+export function isWorkflow(v: unknown): v is Workflow<any, any, any> {
+  if (typeof v !== 'object' || v === null) return false;
+  const w = v as Partial<Workflow>;
+  return typeof w.name === 'string' && typeof w.turn === 'function' && typeof w.kind === 'string' && typeof w.policy === 'object';
+}
+
+/** Workflows by name from a list or a module (named exports, arrays, a default export). */
+export function workflowMap(source: WorkflowSource): Map<string, Workflow<any, any, any>> {
+  const out = new Map<string, Workflow<any, any, any>>();
+  const add = (v: unknown, depth: number): void => {
+    if (isWorkflow(v)) out.set(v.name, v);
+    else if (Array.isArray(v) && depth < 2) for (const x of v) add(x, depth + 1);
+    else if (depth === 0 && typeof v === 'object' && v !== null) for (const x of Object.values(v)) add(x, depth + 1);
+  };
+  add(source, 0);
+  return out;
+}
+
+// ---------------------------------------------------------------------------------------------
+// The replay proper
+
+const CUT_OFF_FAILURE_CODES: ReadonlySet<string> = new Set(['TURNLOG_WORKER_START', 'TURNLOG_WORKER_PROTOCOL', 'TURNLOG_WORKER_CRASHED']);
+
+async function replayEvents(
+  taskId: string,
+  events: readonly HistoryEvent[],
+  workflows: ReadonlyMap<string, Workflow<any, any, any>>,
+  onTurn: ((r: TurnReplayResult) => void) | undefined,
+): Promise<ReplayReport> {
+  const converter = new DefaultPayloadConverter();
+  const results: TurnReplayResult[] = [];
+  let s: TaskState | undefined;
+  let wf: Workflow<any, any, any> | undefined;
+  let start = 0;
+  // Per open turn: the last attempt's TurnStarted and whether a worker was killed.
+  let lastStart: HistoryEvent | undefined;
+  let killed = false;
+  // One fold per segment (previous terminal .. next terminal) keeps the replay linear in events.
+  for (let k = 0; k <= events.length; k++) {
+    const e = events[k];
+    if (e !== undefined) {
+      if (e.type === 'TurnStarted') {
+        lastStart = e;
+        if (e.attempt === 1) killed = false;
+      } else if (e.type === 'WorkerKilled') killed = true;
+      if (!isTurnTerminal(e) || k === 0) continue;
+    }
+    s = s === undefined ? fold(taskId, events.slice(0, Math.max(k, 1))) : fold(taskId, events.slice(start, k), s);
+    start = k;
+    wf ??= lookupWorkflow(workflows, s);
+    const ot = s.openTurn;
+    if (ot === undefined) {
+      if (e !== undefined) s = fold(taskId, [e], s); // throws: a terminal with no open turn
+      continue;
+    }
+    // Validate the terminal before running code against it.
+    const after = e === undefined ? undefined : fold(taskId, [e], s);
+    const terminal = e as TurnTerminalEvent | undefined;
+    const cutOff =
+      terminal === undefined ||
+      terminal.type === 'TurnTimedOut' ||
+      terminal.type === 'TurnCancelled' ||
+      killed ||
+      !ot.attemptRunning ||
+      (terminal.type === 'TurnFailed' && CUT_OFF_FAILURE_CODES.has(terminal.failure.code ?? ''));
+    const result = await replayTurn({
+      s,
+      ot,
+      wf,
+      terminal,
+      cutOff,
+      lastStartEventId: lastStart?.eventId ?? ot.startedEventId,
+      lastStartTime: lastStart?.time ?? ot.turnStartedAt,
+      lastEventId: events[events.length - 1]?.eventId ?? 0,
+      converter,
+    });
+    results.push(result);
+    onTurn?.(result);
+    if (after) {
+      s = after;
+      start = k + 1;
+    }
+  }
+  if (s === undefined) s = fold(taskId, events);
+  return { taskId, workflow: s.workflow, events: events.length, turns: results.length, results };
+}
+
+function lookupWorkflow(workflows: ReadonlyMap<string, Workflow<any, any, any>>, s: TaskState): Workflow<any, any, any> {
+  const wf = workflows.get(s.workflow);
+  if (wf) return wf;
+  const known = [...workflows.keys()].join(', ') || 'none';
+  throw new TurnlogError(
+    'TURNLOG_WORKFLOW_NOT_FOUND',
+    `Task ${s.taskId}: the history was recorded by workflow ${s.workflow}, which is not among the workflows given to replay (${known}). Pass it in { workflows }.`,
+  );
+}
+
+interface TurnInput {
+  s: TaskState;
+  ot: OpenTurn;
+  wf: Workflow<any, any, any>;
+  terminal: TurnTerminalEvent | undefined;
+  cutOff: boolean;
+  lastStartEventId: number;
+  lastStartTime: number;
+  lastEventId: number;
+  converter: PayloadConverter;
+}
+
+/** A cancel (timeout marker or cancel request) to deliver at its place among the recorded calls. */
+interface PendingAbort {
+  eventId: number;
+  kind: CancelKind;
+  reason: string;
+}
+
+/** Why a replay stopped the handler: it left the recorded path. */
+interface Stop {
+  seq: number;
+  /** The call the handler made (`step "x"`). */
+  actual: string;
+  /** The recorded call at that position, if any. */
+  recorded: RecordedCall | undefined;
+}
+
+async function replayTurn(t: TurnInput): Promise<TurnReplayResult> {
+  const { s, ot, terminal, converter } = t;
+  const first = ot.inputs[0];
+  // What the engine would have given the last attempt: the checkpoint and cancel state as of
+  // its start; later aborts are delivered in recorded order by ReplayContext.
+  const aborts: PendingAbort[] = [];
+  if (ot.marker) aborts.push({ eventId: ot.marker.eventId, kind: 'timeout', reason: 'recorded timeout marker' });
+  if (ot.cancelRequested) aborts.push({ eventId: ot.cancelRequested.eventId, kind: 'cancel', reason: ot.cancelRequested.reason });
+  aborts.sort((a, b) => a.eventId - b.eventId);
+  const spec: TurnSpec = {
+    taskId: s.taskId,
+    workflow: s.workflow,
+    kind: s.kind,
+    turn: ot.turn,
+    attempt: ot.attempt,
+    entryMode: ot.entryMode,
+    steered: ot.steered,
+    inputId: first?.inputId ?? '',
+    input: first ? first.input : converter.toPayload(undefined),
+    calls: ot.calls,
+    taken: ot.taken,
+    turnStartedAt: ot.turnStartedAt,
+    deadline: ot.deadline,
+    recoveryCount: s.recoveryCount,
+    stepRetry: s.policy.stepRetry,
+    timeoutExceeded: aborts.some((a) => a.kind === 'timeout' && a.eventId < t.lastStartEventId),
+    cancelRequested: aborts.some((a) => a.kind === 'cancel' && a.eventId < t.lastStartEventId),
+  };
+  if (s.state) spec.state = s.state;
+  const checkpoint = lastCheckpointBefore(ot.calls, t.lastStartEventId);
+  if (checkpoint) spec.checkpoint = checkpoint;
+
+  const host = replayHost(t.lastStartTime);
+  const eventId = terminal?.eventId ?? t.lastEventId;
+  const base = { turn: ot.turn, attempt: ot.attempt, eventId, terminal: terminal?.type, calls: ot.calls.length };
+  const ctx = new ReplayContext(spec, host, converter, t.wf.initialState, aborts.filter((a) => a.eventId > t.lastStartEventId));
+  const outcome = await Promise.race([runHandler(t.wf.turn, ctx, converter), ctx.stopped]);
+  const stop = ctx.stop;
+  const endOfTurn = `the end of the turn (${terminal?.type ?? 'history ends'}) after ${ot.calls.length} call${ot.calls.length === 1 ? '' : 's'}`;
+  if (stop) {
+    if (stop.recorded) throw new NonDeterminismError(s.taskId, ot.turn, stop.recorded.eventId, `${describeCall(stop.recorded)} at position ${stop.seq}`, stop.actual);
+    if (t.cutOff) return { ...base, status: 'cut-off', outcome: undefined };
+    throw new NonDeterminismError(s.taskId, ot.turn, eventId, endOfTurn, stop.actual);
+  }
+  const o = outcome as AttemptOutcome;
+  const missing = ot.calls[ctx.callsMade];
+  if (missing) {
+    throw new NonDeterminismError(s.taskId, ot.turn, missing.eventId, `${describeCall(missing)} at position ${missing.seq}`, `end the turn after ${ctx.callsMade} call${ctx.callsMade === 1 ? '' : 's'} (${describeOutcome(o, converter)})`);
+  }
+  if (t.cutOff || !terminal) return { ...base, status: 'cut-off', outcome: o.kind };
+  const mismatch = compareOutcome(terminal, o, converter);
+  if (mismatch) throw new NonDeterminismError(s.taskId, ot.turn, terminal.eventId, mismatch.expected, mismatch.actual);
+  return { ...base, status: 'ok', outcome: o.kind };
+}
+
+function lastCheckpointBefore(calls: readonly RecordedCall[], eventId: number): Payload | undefined {
+  let out: Payload | undefined;
+  for (const c of calls) {
+    if (c.eventId > eventId) break;
+    if (c.kind === 'checkpoint') out = c.data;
+  }
+  return out;
+}
+
+function replayHost(now: number): TurnHost {
+  // Only reached past the recorded calls, which ReplayContext intercepts first.
+  const never = (): never => {
+    throw new TurnlogError('TURNLOG_NON_DETERMINISM', 'replay host: a call past the recorded ones reached the host (bug in turnlog/testing).');
+  };
+  return {
+    recordStep: async () => never(),
+    recordCheckpoint: async () => never(),
+    takeInputs: async () => never(),
+    pendingInputCount: () => 0,
+    now: () => now,
+    sleep: async () => {},
+  };
+}
+
+/**
+ * The one context implementation, with every call checked against the record *before* it runs,
+ * so a diverging handler never executes a step's function (which would call the real model).
+ */
+class ReplayContext<I, S> extends TurnContextImpl<I, S> {
+  readonly #calls: readonly RecordedCall[];
+  readonly #aborts: PendingAbort[];
+  #made = 0;
+  #stop: Stop | undefined;
+  #resolveStopped!: () => void;
+  /** Resolves when the handler leaves the recorded path; the handler is then abandoned. */
+  readonly stopped = new Promise<void>((r) => (this.#resolveStopped = r));
+
+  constructor(spec: TurnSpec, host: TurnHost, converter: PayloadConverter, initialState: (() => S) | undefined, aborts: PendingAbort[]) {
+    super(spec, host, converter, initialState);
+    this.#calls = spec.calls;
+    this.#aborts = aborts;
+    if (spec.calls.length === 0) this.#deliverAborts(Infinity);
+  }
+
+  get stop(): Stop | undefined {
+    return this.#stop;
+  }
+  /** Calls the handler made along the recorded path. */
+  get callsMade(): number {
+    return this.#made;
+  }
+
+  override step<T>(name: string, fn: (signal: AbortSignal) => Promise<T> | T, options?: StepOptions): Promise<T> {
+    return this.#check(`step "${name}"`, (c) => c.kind === 'step' && c.name === name) ?? super.step(name, fn, options);
+  }
+  override checkpoint(data: unknown): Promise<void> {
+    return this.#check('checkpoint', (c) => c.kind === 'checkpoint') ?? super.checkpoint(data);
+  }
+  override takeInputs<T = I>(options?: { wait?: boolean }): Promise<T[]> {
+    return this.#check('takeInputs()', (c) => c.kind === 'take-inputs') ?? super.takeInputs<T>(options);
+  }
+
+  /** Undefined when the call matches the record (the caller delegates), else a rejection. */
+  #check(actual: string, matches: (c: RecordedCall) => boolean): Promise<never> | undefined {
+    if (this.#stop) return this.#reject();
+    const seq = this.#made + 1;
+    const recorded = this.#calls[seq - 1];
+    if (!recorded || !matches(recorded)) {
+      this.#stop = { seq, actual, recorded };
+      this.#resolveStopped();
+      return this.#reject();
+    }
+    this.#made = seq;
+    // An abort recorded after the last call reached the handler after it: deliver it now.
+    this.#deliverAborts(seq === this.#calls.length ? Infinity : recorded.eventId);
+    return undefined;
+  }
+
+  #deliverAborts(beforeEventId: number): void {
+    while (this.#aborts.length > 0 && this.#aborts[0]!.eventId < beforeEventId) {
+      const a = this.#aborts.shift()!;
+      this.cancel(a.kind, a.reason);
+    }
+  }
+
+  #reject(): Promise<never> {
+    const stop = this.#stop!;
+    const err = stop.recorded
+      ? new NonDeterminismError(this.taskId, this.turn, stop.recorded.eventId, `${describeCall(stop.recorded)} at position ${stop.seq}`, stop.actual)
+      : new FencedError(this.taskId, this.turn, this.attempt, 'replay reached the end of the recorded calls');
+    return Promise.reject(err);
+  }
+}
+
+function describeCall(c: RecordedCall): string {
+  return c.kind === 'step' ? `step "${c.name}"` : c.kind === 'checkpoint' ? 'checkpoint' : 'takeInputs()';
+}
+
+function decode(p: Payload | undefined, converter: PayloadConverter): unknown {
+  return p === undefined ? undefined : converter.fromPayload(p);
+}
+
+const PREVIEW_MAX = 200;
+function preview(v: unknown): string {
+  if (v === undefined) return 'undefined';
+  if (v instanceof Uint8Array) return `<${v.length} bytes>`;
+  const json = JSON.stringify(v);
+  return json.length <= PREVIEW_MAX ? json : `${json.slice(0, PREVIEW_MAX)}… (${json.length - PREVIEW_MAX} more chars)`;
+}
+
+/** The replayed outcome as a verb phrase: "the handler did <this>". */
+function describeOutcome(o: AttemptOutcome, converter: PayloadConverter): string {
+  switch (o.kind) {
+    case 'completed':
+      return `complete with output ${preview(decode(o.output, converter))}`;
+    case 'suspended':
+      return `suspend ("${o.reason}")`;
+    case 'failed':
+      return `fail with ${o.failure.type}: ${o.failure.message}`;
+    case 'cancelled':
+      return `end cancelled (${o.reason})`;
+    case 'timed-out':
+      return 'end timed out';
+    case 'exit-for-recovery':
+      return `exit for recovery (${o.reason})`;
+    default:
+      return `end ${o.kind}`;
+  }
+}
+
+function describeTerminal(e: TurnTerminalEvent, converter: PayloadConverter): string {
+  switch (e.type) {
+    case 'TurnCompleted':
+      return `TurnCompleted with output ${preview(decode(e.output, converter))}`;
+    case 'TurnSuspended':
+      return `TurnSuspended ("${e.reason}")`;
+    case 'TurnFailed':
+      return `TurnFailed with ${e.failure.type}: ${e.failure.message}`;
+    default:
+      return e.type;
+  }
+}
+
+/** Compares the replayed outcome with the recorded terminal; undefined when they agree. */
+function compareOutcome(e: TurnTerminalEvent, o: AttemptOutcome, converter: PayloadConverter): { expected: string; actual: string } | undefined {
+  const differs = { expected: describeTerminal(e, converter), actual: describeOutcome(o, converter) };
+  const sameValue = (what: string, recorded: Payload | undefined, replayed: Payload | undefined) => {
+    const a = decode(recorded, converter);
+    const b = decode(replayed, converter);
+    return isDeepStrictEqual(a, b) ? undefined : { expected: `${e.type} with ${what} ${preview(a)}`, actual: `end with ${what} ${preview(b)}` };
+  };
+  switch (e.type) {
+    case 'TurnCompleted':
+      if (o.kind !== 'completed') return differs;
+      return sameValue('output', e.output, o.output) ?? sameValue('state', e.state, o.state);
+    case 'TurnSuspended':
+      if (o.kind !== 'suspended' || o.reason !== e.reason) return differs;
+      return sameValue('output', e.output, o.output) ?? sameValue('state', e.state, o.state);
+    case 'TurnFailed':
+      if (o.kind !== 'failed' || o.failure.type !== e.failure.type || o.failure.message !== e.failure.message) return differs;
+      return undefined;
+    default:
+      return undefined;
+  }
+}
