@@ -22,6 +22,7 @@ import {
   PROTOCOL_VERSION,
   decodeEngineMessage,
   encodeWorkerMessage,
+  warmUpCodecs,
   type EngineMessage,
   type TerminalOutcome,
   type WorkerMessage,
@@ -208,6 +209,7 @@ async function main(): Promise<void> {
     pipe.end(() => process.exit(1));
     return;
   }
+  warmUpCodecs();
   send({ type: 'ready', protocolVersion: PROTOCOL_VERSION, pid: process.pid, workflows: [...workflows.keys()] });
   pipe.on('data', onData);
   setImmediate(watchOrphan);

@@ -102,9 +102,13 @@ export class ProcessExecutor implements Executor {
   get workerPids(): number[] {
     return this.#pool.pids;
   }
-  /** Pre-spawned workers waiting for a turn. */
+  /** Pre-spawned workers waiting for a turn (starting or ready). */
   get warmCount(): number {
     return this.#pool.warmCount;
+  }
+  /** Pre-spawned workers that have loaded the workflows module. */
+  get readyWarmCount(): number {
+    return this.#pool.readyWarmCount;
   }
 
   async start(spec: TurnSpec, host: TurnHost): Promise<AttemptHandle> {

@@ -441,3 +441,47 @@ export class FrameReader {
     return body;
   }
 }
+
+/**
+ * Round-trips one message of every kind. protobufjs generates each type's encoder and decoder
+ * on first use; a worker calls this before Ready so a pre-warmed worker's first turn skips it.
+ */
+export function warmUpCodecs(): void {
+  const payload = { metadata: { encoding: new Uint8Array([1]) }, data: new Uint8Array([1]) };
+  const failure: FailureInfo = { message: 'm', type: 't', stack: 's', code: 'c', cause: { message: 'c', type: 't' } };
+  const spec: TurnSpec = {
+    taskId: 't', workflow: 'w', kind: 'multi-turn', turn: 1, attempt: 1, entryMode: 'fresh', steered: false, inputId: 'i',
+    input: payload, state: payload, checkpoint: payload, turnStartedAt: 1, deadline: 2, recoveryCount: 0, timeoutExceeded: false, cancelRequested: false,
+    stepRetry: { maxAttempts: 1, initialIntervalMs: 1, backoffCoefficient: 1, maxIntervalMs: 1, nonRetryableTypes: ['x'] },
+    calls: [
+      { kind: 'step', seq: 1, name: 's', eventId: 1, attempt: 1, result: payload, failure, durationMs: 1 },
+      { kind: 'checkpoint', seq: 2, eventId: 2, data: payload },
+      { kind: 'take-inputs', seq: 3, eventId: 3, inputIds: ['i'] },
+    ],
+    taken: [{ inputId: 'i', input: payload, steering: true, eventId: 1, time: 1 }],
+  };
+  const engine: EngineMessage[] = [
+    { type: 'run', spec, pendingInputs: 0 },
+    { type: 'cancel', kind: 'timeout', reason: 'r' },
+    { type: 'record-ack', seq: 1, error: failure },
+    { type: 'take-inputs-reply', seq: 1, inputs: [{ inputId: 'i', input: payload }], error: failure },
+    { type: 'pending-inputs', count: 1 },
+    { type: 'shutdown' },
+  ];
+  const worker: WorkerMessage[] = [
+    { type: 'ready', protocolVersion: PROTOCOL_VERSION, pid: 1, workflows: ['w'], error: failure },
+    { type: 'step-record', record: { seq: 1, name: 's', result: payload, durationMs: 1 } },
+    { type: 'checkpoint', seq: 1, data: payload },
+    { type: 'take-inputs', seq: 1 },
+    { type: 'heartbeat' },
+    { type: 'terminal', outcome: { kind: 'completed', output: payload, state: payload } },
+    { type: 'terminal', outcome: { kind: 'suspended', reason: 'r', output: payload, state: payload } },
+    { type: 'terminal', outcome: { kind: 'failed', failure } },
+    { type: 'terminal', outcome: { kind: 'cancelled', reason: 'r' } },
+    { type: 'terminal', outcome: { kind: 'timed-out' } },
+    { type: 'terminal', outcome: { kind: 'exit-for-recovery', reason: 'r' } },
+  ];
+  const reader = new FrameReader();
+  for (const m of engine) for (const f of reader.push(encodeEngineMessage(m))) decodeEngineMessage(f);
+  for (const m of worker) for (const f of reader.push(encodeWorkerMessage(m))) decodeWorkerMessage(f);
+}

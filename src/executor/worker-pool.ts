@@ -22,6 +22,8 @@ import type { FailureInfo } from '../history/events.js';
 const STDERR_TAIL = 20;
 /** After an EOF, how long a worker may take to exit before it is SIGKILLed. */
 const CLOSE_KILL_MS = 2000;
+/** Delay before replacing a warm worker that was just handed out. */
+const REFILL_DELAY_MS = 50;
 /** After the exit event, how long to wait for the protocol pipe to drain (a terminal may be in it). */
 const DRAIN_MS = 200;
 
@@ -121,13 +123,20 @@ export class WorkerProcess {
     if (this.alive) this.child.kill('SIGKILL');
   }
 
-  /** EOF on the pipe: the worker exits by itself; SIGKILL if it has not after a while. */
-  close(): void {
+  /**
+   * EOF on the pipe: the worker exits by itself; SIGKILL if it has not after a while.
+   * `wait` keeps this process alive until it has (executor close awaits the exit).
+   */
+  close(wait = false): void {
     if (!this.alive) return;
     this.#pipe.end();
     this.#closeTimer ??= setTimeout(() => this.kill(), CLOSE_KILL_MS);
-    this.#closeTimer.unref();
-    this.unref();
+    if (wait) {
+      this.ref();
+    } else {
+      this.#closeTimer.unref();
+      this.unref();
+    }
   }
 
   /** Busy workers keep the engine process alive; idle ones do not. */
@@ -250,6 +259,9 @@ export class WorkerPool {
   get warmCount(): number {
     return this.#warm.length;
   }
+  get readyWarmCount(): number {
+    return this.#warm.filter((w) => w.isReady).length;
+  }
   get queued(): number {
     return this.#waiters.length;
   }
@@ -325,8 +337,12 @@ export class WorkerPool {
     this.#warm.length = 0;
     const all = [...this.#every];
     for (const w of all) {
-      if (w.listener) w.kill();
-      else w.close();
+      if (w.listener) {
+        w.ref();
+        w.kill();
+      } else {
+        w.close(true);
+      }
     }
     await Promise.all(all.map((w) => w.exited));
   }
@@ -371,7 +387,8 @@ export class WorkerPool {
     }
     const warm = this.#warm.shift();
     if (warm) {
-      setImmediate(() => this.fill());
+      // Spawning costs the engine thread several ms: start the refill after the turn got going.
+      setTimeout(() => this.fill(), REFILL_DELAY_MS).unref();
       return this.#claim(warm, taskId);
     }
     if (this.#all.size >= this.#o.maxWorkers) {
