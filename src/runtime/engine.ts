@@ -29,6 +29,7 @@ import { nextLease } from '../history/lease.js';
 import { DefaultPayloadConverter, type PayloadCodec, type PayloadConverter } from '../history/payload.js';
 import { codecChain, mapEventPayloads, type PayloadFn } from '../history/payload-map.js';
 import type { TaskState } from '../history/state.js';
+import { encodeHistoryFile, type HistoryFileFormat } from '../history/history-file.js';
 import { decodeState, encodeState } from '../history/state-codec.js';
 import { decide, fold } from '../replay/index.js';
 import type { Decision } from '../replay/decision.js';
@@ -266,7 +267,7 @@ export class Engine {
   }
 
   /**
-   * Activates the engine: open the store, recover at once, start one periodic scanner.
+   * Activates the engine: open the store, arm one periodic scanner, recover at once.
    * On failure everything it did is rolled back and the engine stays inactive (retry allowed).
    * A no-op on an active engine.
    */
@@ -282,10 +283,12 @@ export class Engine {
       this.#store = await this.#makeStore();
       await this.#store.open();
       this.#state = 'open';
-      await phase('recovery');
-      await this.recover();
+      // Scanner before recovery: every phase that can fail runs before any turn starts, so a
+      // rolled-back activation never ran (nor interrupted) a handler (test: lifecycle "scanner fails twice").
       await phase('scanner');
       this.#armScanner();
+      await phase('recovery');
+      await this.recover();
     } catch (err) {
       await this.#quiesce(0).catch((e) => this.#log.warn('rollback after failed activation failed', { error: e }));
       this.#state = 'inactive';
@@ -473,6 +476,17 @@ export class Engine {
   /** The task's events as stored. */
   async history(taskId: string): Promise<HistoryEvent[]> {
     return this.store.readEvents(taskId);
+  }
+
+  /**
+   * Exports one task's history as a history file (the same bytes as `turnlog export`), from
+   * inside the process that holds the store: the CLI cannot open a store a running engine holds.
+   * @example await writeFile('chat-42.json', await engine.exportHistory('chat-42'));
+   */
+  async exportHistory(taskId: string, format: HistoryFileFormat = 'json'): Promise<Uint8Array> {
+    const events = await this.store.readEvents(taskId);
+    if (events.length === 0) throw notFound(taskId);
+    return encodeHistoryFile({ taskId, events }, format);
   }
 
   /**

@@ -577,6 +577,23 @@ describe('determinism', () => {
   });
 });
 
+describe('exportHistory', () => {
+  it('exports a task as a history file that reads back to the same events', async () => {
+    const { parseHistoryFile } = await import('../../src/history/history-file.js');
+    const { encodeEvent } = await import('../../src/history/codec.js');
+    const bytes = (events: HistoryEvent[]) => events.map((e) => Buffer.from(encodeEvent(e)).toString('hex'));
+    const wf = defineWorkflow({ name: 'ex', turn: async (ctx, x: number) => ctx.step('inc', () => x + 1) });
+    const engine = await open({ workflows: [wf] });
+    const h = await engine.start(wf, 1, { taskId: 'ex-1' });
+    await h.result();
+    for (const format of ['json', 'binary'] as const) {
+      const file = parseHistoryFile(await engine.exportHistory('ex-1', format), `ex-1.${format}`);
+      expect(bytes(file.tasks[0]!.events)).toEqual(bytes(await h.history()));
+    }
+    await expect(engine.exportHistory('missing')).rejects.toMatchObject({ code: 'TURNLOG_TASK_NOT_FOUND' });
+  });
+});
+
 describe('payload codecs', () => {
   it('stores only encoded payloads and hands handlers plain values', async () => {
     const xor = (p: { metadata: Record<string, Uint8Array>; data: Uint8Array }) => ({ ...p, data: p.data.map((b) => b ^ 0x5a) });
