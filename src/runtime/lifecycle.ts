@@ -138,7 +138,7 @@ export class SnapshotLifecycle {
    * Binds the restored process to its session and activates the engine: env overrides, then open,
    * immediate recovery, one scanner. Rolled back on failure or cancellation; retry with any restore id.
    */
-  afterRestore(request: AfterRestoreRequest): Promise<AfterRestoreResult> {
+  async afterRestore(request: AfterRestoreRequest): Promise<AfterRestoreResult> {
     const { sessionId, restoreId, signal } = request;
     const overrides = validate(request);
     signal?.throwIfAborted();
@@ -157,7 +157,6 @@ export class SnapshotLifecycle {
         } else {
           result.outcome = 'no-engine';
         }
-        signal?.throwIfAborted();
       } catch (err) {
         // The engine rolled its own activation back; undo what this hook did, then report.
         await this.#deactivate(0).catch(() => undefined);
@@ -190,6 +189,8 @@ export class SnapshotLifecycle {
     const engine = this.#engine!;
     if (engine.active) await this.#deactivate();
     let phaseNow: ActivationPhase = 'open';
+    // The engine runs every phase that can fail before recovery starts a turn. The check before
+    // 'recovery' is the commit point: a cancel after it is too late, the restore completes.
     const options: ActivateOptions = {
       onPhase: async (phase) => {
         phaseNow = phase;
