@@ -1,0 +1,77 @@
+/**
+ * `turnlog replay` through the real built binary: a golden file, a mutated file, a stored task,
+ * human and --json output, exit codes.
+ */
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
+import { afterAll, beforeAll, describe, expect, it } from 'vitest';
+import { encodeHistoryFile } from '../../src/history/history-file.js';
+import { makeTmpDir } from '../helpers/tmp-dir.js';
+import { ROOT, appendHistory, cli, cliJSON, ensureBuilt, withLevel } from '../cli/run-cli.js';
+import { goldenPath } from './golden.js';
+import { loadEvents, mutate } from './mutate.js';
+
+const WORKFLOWS = join(ROOT, 'dist/test/fixtures/workflows/support-agent.js');
+let tmp: { path: string; remove: () => Promise<void> };
+let renamed: string;
+
+beforeAll(async () => {
+  ensureBuilt();
+  tmp = await makeTmpDir();
+  renamed = join(tmp.path, 'renamed.json');
+  const events = mutate(loadEvents(goldenPath('support-conversation')), 7, (e) => ({ ...e, name: 'lookup-orders' }));
+  await writeFile(renamed, await encodeHistoryFile({ taskId: 'support-conversation', events }, 'json'));
+});
+afterAll(async () => {
+  await tmp?.remove();
+});
+
+describe('turnlog replay', () => {
+  it('a golden file: one line per turn, exit 0', async () => {
+    const r = await cli(['replay', goldenPath('support-timeout'), '--workflows', WORKFLOWS]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain('task support-timeout (21 events)');
+    expect(r.stdout).toMatch(/turn 1 +ok +TurnCompleted +event \d+ +3 calls/);
+    expect(r.stdout).toMatch(/turn 2 +cut off +TurnTimedOut +event \d+ +2 calls \(outcome not compared\)/);
+    expect(r.stdout).toContain('ok: 3 turns replayed');
+  });
+
+  it('--json: one document with every turn', async () => {
+    const r = await cliJSON(['replay', goldenPath('support-conversation'), '--workflows', WORKFLOWS, '--json']);
+    expect(r.code).toBe(0);
+    expect(r.json.ok).toBe(true);
+    expect(r.json.tasks[0]).toMatchObject({ taskId: 'support-conversation', workflow: 'support-agent', turns: 4 });
+    expect(r.json.tasks[0].results.map((x: { status: string }) => x.status)).toEqual(['ok', 'ok', 'ok', 'ok']);
+  });
+
+  it('a divergence: the DIVERGED line on stdout, the error on stderr, exit 1', async () => {
+    const r = await cli(['replay', renamed, '--workflows', WORKFLOWS]);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toContain('turn 1    DIVERGED event 7: expected step "lookup-orders" at position 2, the handler did step "lookup-order"');
+    expect(r.stderr).toContain('turnlog: Task support-conversation, turn 1, event 7: the history recorded step "lookup-orders" at position 2 but the handler did step "lookup-order"');
+    const j = await cliJSON(['replay', renamed, '--workflows', WORKFLOWS, '--json']);
+    expect(j.code).toBe(1);
+    expect(j.json.error).toMatchObject({ code: 'TURNLOG_NON_DETERMINISM', exitCode: 1 });
+    expect(j.json.error.message).toContain('event 7');
+  });
+
+  it('a task in a store', async () => {
+    const store = join(tmp.path, 'store');
+    await withLevel(store, (s) => appendHistory(s, 'support-conversation', loadEvents(goldenPath('support-conversation'))));
+    const r = await cli(['--store', store, 'replay', 'support-conversation', '--workflows', WORKFLOWS]);
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain('ok: 4 turns replayed');
+    expect((await cli(['--store', store, 'replay', 'nope', '--workflows', WORKFLOWS])).code).toBe(3);
+  });
+
+  it('a module that cannot load, or exports no workflows, says what to pass', async () => {
+    const missing = await cli(['replay', renamed, '--workflows', join(tmp.path, 'missing.js')]);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toContain('Cannot load workflows module');
+    const empty = join(tmp.path, 'empty.mjs');
+    await writeFile(empty, 'export const x = 1;\n');
+    const none = await cli(['replay', renamed, '--workflows', empty]);
+    expect(none.code).toBe(2);
+    expect(none.stderr).toContain('exports no workflows');
+  });
+});
