@@ -577,6 +577,39 @@ describe('determinism', () => {
   });
 });
 
+describe('leases', () => {
+  it('renews the lease while a turn runs and cancels the turn after three failed renewals', async () => {
+    const clock = new ManualClock();
+    const store = new MemoryHistoryStore();
+    let renewals = 0;
+    let failing = false;
+    const renew = store.renewLease.bind(store);
+    store.renewLease = async (...args) => {
+      renewals++;
+      if (failing) throw new Error('store unreachable');
+      return renew(...args);
+    };
+    const wf = defineWorkflow({
+      name: 'leased',
+      turnTimeoutMs: 3_600_000,
+      turn: (ctx) => new Promise((resolve) => ctx.signal.addEventListener('abort', () => resolve({ cancelRequested: ctx.cancelRequested }))),
+    });
+    const engine = await open({ workflows: [wf], store, clock, leaseMs: 1000 });
+    const h = await engine.start(wf, null, { taskId: 'leased' });
+    await clock.advance(500);
+    await until(async () => renewals >= 1);
+    const lease = await store.getLease('leased');
+    expect(lease!.expiresAt).toBe(clock.now() + 1000);
+    failing = true;
+    for (let i = 0; i < 3; i++) {
+      const before = renewals;
+      await clock.advance(500);
+      await until(async () => renewals > before);
+    }
+    expect(await h.result()).toEqual({ cancelRequested: true });
+  });
+});
+
 describe('exportHistory', () => {
   it('exports a task as a history file that reads back to the same events', async () => {
     const { parseHistoryFile } = await import('../../src/history/history-file.js');
