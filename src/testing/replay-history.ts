@@ -238,14 +238,25 @@ async function replayEvents(
   // Per open turn: the last attempt's TurnStarted and whether a worker was killed.
   let lastStart: HistoryEvent | undefined;
   let killed = false;
+  // Queued inputs after each event of the open turn: what ctx.pendingInputCount read live.
+  let queued = 0;
+  let pending = new Map<number, number>();
   // One fold per segment (previous terminal .. next terminal) keeps the replay linear in events.
   for (let k = 0; k <= events.length; k++) {
     const e = events[k];
     if (e !== undefined) {
       if (e.type === 'TurnStarted') {
         lastStart = e;
-        if (e.attempt === 1) killed = false;
+        if (e.attempt === 1) {
+          killed = false;
+          queued -= e.inputIds.length;
+          pending = new Map();
+        }
       } else if (e.type === 'WorkerKilled') killed = true;
+      else if (e.type === 'InputQueued') queued++;
+      else if (e.type === 'InputWithdrawn') queued--;
+      else if (e.type === 'InputsTaken') queued -= e.inputIds.length;
+      pending.set(e.eventId, queued);
       if (!isTurnTerminal(e) || k === 0) continue;
     }
     s = s === undefined ? fold(taskId, events.slice(0, Math.max(k, 1))) : fold(taskId, events.slice(start, k), s);
@@ -275,6 +286,7 @@ async function replayEvents(
       lastStartEventId: lastStart?.eventId ?? ot.startedEventId,
       lastStartTime: lastStart?.time ?? ot.turnStartedAt,
       lastEventId: events[events.length - 1]?.eventId ?? 0,
+      pending,
       converter,
     });
     results.push(result);
@@ -307,6 +319,8 @@ interface TurnInput {
   lastStartEventId: number;
   lastStartTime: number;
   lastEventId: number;
+  /** Queue length after each event id of the turn. */
+  pending: ReadonlyMap<number, number>;
   converter: PayloadConverter;
 }
 
@@ -358,10 +372,13 @@ async function replayTurn(t: TurnInput): Promise<TurnReplayResult> {
   const checkpoint = lastCheckpointBefore(ot.calls, t.lastStartEventId);
   if (checkpoint) spec.checkpoint = checkpoint;
 
-  const host = replayHost(t.lastStartTime);
+  // The live queue length the handler saw: as of the last recorded call it got back.
+  let ctxRef: ReplayContext<unknown, unknown> | undefined;
+  const host = replayHost(t.lastStartTime, () => t.pending.get(ctxRef?.lastCallEventId ?? t.lastStartEventId) ?? 0);
   const eventId = terminal?.eventId ?? t.lastEventId;
   const base = { turn: ot.turn, attempt: ot.attempt, eventId, terminal: terminal?.type, calls: ot.calls.length };
   const ctx = new ReplayContext(spec, host, converter, t.wf.initialState, aborts.filter((a) => a.eventId > t.lastStartEventId));
+  ctxRef = ctx;
   const outcome = await Promise.race([runHandler(t.wf.turn, ctx, converter), ctx.stopped]);
   const stop = ctx.stop;
   const endOfTurn = `the end of the turn (${terminal?.type ?? 'history ends'}) after ${ot.calls.length} call${ot.calls.length === 1 ? '' : 's'}`;
@@ -390,7 +407,7 @@ function lastCheckpointBefore(calls: readonly RecordedCall[], eventId: number): 
   return out;
 }
 
-function replayHost(now: number): TurnHost {
+function replayHost(now: number, pendingInputCount: () => number): TurnHost {
   // Only reached past the recorded calls, which ReplayContext intercepts first.
   const never = (): never => {
     throw new TurnlogError('TURNLOG_NON_DETERMINISM', 'replay host: a call past the recorded ones reached the host (bug in turnlog/testing).');
@@ -399,7 +416,7 @@ function replayHost(now: number): TurnHost {
     recordStep: async () => never(),
     recordCheckpoint: async () => never(),
     takeInputs: async () => never(),
-    pendingInputCount: () => 0,
+    pendingInputCount,
     now: () => now,
     sleep: async () => {},
   };
@@ -431,6 +448,10 @@ class ReplayContext<I, S> extends TurnContextImpl<I, S> {
   /** Calls the handler made along the recorded path. */
   get callsMade(): number {
     return this.#made;
+  }
+  /** The event id of the last recorded call handed back, undefined before the first. */
+  get lastCallEventId(): number | undefined {
+    return this.#calls[this.#made - 1]?.eventId;
   }
 
   override step<T>(name: string, fn: (signal: AbortSignal) => Promise<T> | T, options?: StepOptions): Promise<T> {

@@ -7,9 +7,10 @@ import { existsSync } from 'node:fs';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { replayHistories, replayHistory } from '../../src/testing/index.js';
 import { supportAgent } from '../fixtures/workflows/support-agent.js';
+import { supportAgent as exampleAgent } from '../../examples/support-agent/agent.js';
 import { GOLDEN_DIR, goldenPath, recordAll, writeGolden } from './golden.js';
 
-const SCENARIOS = ['support-conversation', 'support-timeout', 'support-recovered'];
+const SCENARIOS = ['support-conversation', 'support-timeout', 'support-recovered', 'examples/support-agent'];
 
 beforeAll(async () => {
   if (process.env['UPDATE_GOLDEN'] === '1') await writeGolden(await recordAll());
@@ -50,6 +51,17 @@ describe('golden histories', () => {
 
   it('replayHistories replays the whole folder', async () => {
     const report = await replayHistories(GOLDEN_DIR, [supportAgent]);
-    expect(report.tasks).toBeGreaterThanOrEqual(SCENARIOS.length);
+    expect(report.tasks).toBeGreaterThanOrEqual(3);
+  });
+
+  it('the examples/support-agent conversation replays, steering included (pendingInputCount as recorded)', async () => {
+    const report = await replayHistory({ history: goldenPath('examples/support-agent'), workflows: [exampleAgent] });
+    expect(report.results.map((r) => [r.turn, r.terminal, r.status])).toEqual([
+      [1, 'TurnCompleted', 'ok'],
+      [2, 'TurnCompleted', 'ok'],
+      [3, 'TurnCompleted', 'ok'],
+    ]);
+    const events = (await import('./mutate.js')).loadEvents(goldenPath('examples/support-agent'));
+    expect(events.filter((e) => e.type === 'InputsTaken' && e.inputIds.includes('msg-2b'))).toHaveLength(1);
   });
 });

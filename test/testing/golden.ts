@@ -4,8 +4,8 @@
  * them; file names carry the package version (`<scenario>_<version>.json`, Temporal-style).
  */
 import { readFileSync } from 'node:fs';
-import { writeFile } from 'node:fs/promises';
-import { join } from 'node:path';
+import { mkdir, writeFile } from 'node:fs/promises';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import type { HistoryEvent } from '../../src/history/events.js';
 import { encodeHistoryFile } from '../../src/history/history-file.js';
@@ -13,6 +13,7 @@ import { ManualClock } from '../../src/runtime/clock.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
 import { createTestEngine } from '../../src/testing/index.js';
 import { createSupportAgent, defaultTools, type SupportTools } from '../fixtures/workflows/support-agent.js';
+import { supportAgent as exampleAgent, timing as exampleTiming } from '../../examples/support-agent/agent.js';
 
 const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 export const GOLDEN_DIR = join(ROOT, 'test/fixtures/histories');
@@ -118,7 +119,31 @@ export async function recordRecovered(): Promise<Recording> {
 }
 
 export async function recordAll(): Promise<Recording[]> {
-  return [await recordConversation(), await recordTimeout(), await recordRecovered()];
+  return [await recordConversation(), await recordTimeout(), await recordRecovered(), await recordExample()];
+}
+
+/**
+ * The conversation of examples/support-agent (`npm run demo`) without the crash: an order
+ * question, a refund request steered to store credit mid-turn, a refund. Kept in examples/
+ * (its workflow shares the fixture's name, so it replays against its own code).
+ */
+export async function recordExample(): Promise<Recording> {
+  const latency = exampleTiming.modelLatencyMs;
+  exampleTiming.modelLatencyMs = 200; // room for the steering message to land mid-turn
+  const t = await createTestEngine({ workflows: [exampleAgent] });
+  try {
+    const task = await t.engine.start(exampleAgent, 'Hi, where is my order 1042?', { taskId: 'support-1042', inputId: 'msg-1' });
+    await task.nextTurn();
+    await task.send('It is late, I want a refund', { inputId: 'msg-2' });
+    await task.send('actually, make it store credit', { inputId: 'msg-2b' });
+    await task.turnResult('msg-2');
+    await task.send('Please refund order 1042 instead', { inputId: 'msg-3' });
+    await task.nextTurn();
+    return { scenario: 'examples/support-agent', taskId: task.taskId, events: await t.history(task.taskId) };
+  } finally {
+    exampleTiming.modelLatencyMs = latency;
+    await t.close();
+  }
 }
 
 export function goldenPath(scenario: string): string {
@@ -129,6 +154,7 @@ export function goldenPath(scenario: string): string {
 export async function writeGolden(recordings: readonly Recording[]): Promise<string[]> {
   const paths: string[] = [];
   for (const r of recordings) {
+    await mkdir(dirname(goldenPath(r.scenario)), { recursive: true });
     const bytes = await encodeHistoryFile({ taskId: r.taskId, events: r.events }, 'json');
     await writeFile(goldenPath(r.scenario), bytes);
     paths.push(goldenPath(r.scenario));
