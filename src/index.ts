@@ -19,6 +19,8 @@ export type { Logger } from './runtime/logger.js';
 // executors
 export type { Executor, AttemptHandle } from './executor/executor.js';
 export { InlineExecutor } from './executor/inline-executor.js';
+export { ProcessExecutor } from './executor/process-executor.js';
+export type { ProcessExecutorOptions } from './executor/process-executor.js';
 
 // errors
 export * from './errors.js';
