@@ -360,6 +360,7 @@ describe('createTestEngine', () => {
     await t.advance(1);
     expect(await task.nextTurn()).toMatchObject({ status: 'timed_out' });
     expect((await t.history('s1')).map((e) => e.type)).toContain('TimeoutCancelRequested');
+    expect((await t.replay('s1')).results[0]!.status).toBe('cut-off');
   });
 
   it('replays a support agent recorded with gated tools using the default tools', async () => {
