@@ -10,6 +10,7 @@ import { registerEvents } from './commands/events.js';
 import { registerExport } from './commands/export.js';
 import { registerImport } from './commands/import.js';
 import { registerList } from './commands/list.js';
+import { registerReplay } from './commands/replay.js';
 import { registerShow } from './commands/show.js';
 import { registerStats } from './commands/stats.js';
 import { registerWhy } from './commands/why.js';
@@ -30,6 +31,7 @@ export function createProgram(): Command {
   registerExport(program);
   registerImport(program);
   registerStats(program);
+  registerReplay(program);
   // Subcommands inherit the override so usage errors anywhere reach run()'s mapping.
   for (const c of program.commands) c.exitOverride();
   return program;

@@ -175,7 +175,7 @@ describe('turnlog show', () => {
 describe('turnlog events', () => {
   it('prints every event, decoded, one per line', async () => {
     const r = await cli(['--store', store, 'events', 't-rich']);
-    expect(r.code).toBe(0);
+    expect(r.code, r.stderr).toBe(0);
     const lines = r.stdout.trimEnd().split('\n');
     expect(lines).toHaveLength(23);
     expect(lines[0]).toMatch(/^ 1  2025-01-02 03:04:05.000Z  g1  TaskCreated\s+task created: workflow support-agent/);
@@ -396,6 +396,6 @@ describe('errors and exit codes', () => {
   it('exit 0 for --help, listing every command', async () => {
     const r = await cli(['--help']);
     expect(r.code).toBe(0);
-    for (const c of ['list', 'show', 'events', 'why', 'export', 'import', 'stats']) expect(r.stdout).toContain(c);
+    for (const c of ['list', 'show', 'events', 'why', 'export', 'import', 'stats', 'replay']) expect(r.stdout).toContain(c);
   });
 });

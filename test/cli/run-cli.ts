@@ -3,7 +3,7 @@
  * code. Builds first when any source file is newer than the built entry point.
  */
 import { execFile, execFileSync } from 'node:child_process';
-import { existsSync, readdirSync, statSync } from 'node:fs';
+import { existsSync, mkdirSync, readdirSync, rmSync, statSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { LevelHistoryStore } from '../../src/store/index.js';
@@ -13,6 +13,7 @@ export const ROOT = fileURLToPath(new URL('../..', import.meta.url));
 export const MAIN = join(ROOT, 'dist/src/cli/main.js');
 
 function newestMtime(dir: string): number {
+  if (!existsSync(dir)) return 0;
   let m = 0;
   for (const e of readdirSync(dir, { withFileTypes: true })) {
     const p = join(dir, e.name);
@@ -21,14 +22,42 @@ function newestMtime(dir: string): number {
   return m;
 }
 
+const LOCK = join(ROOT, 'dist/.build-lock');
+
+// Test files run in parallel workers: one tsc at a time, and nobody reads dist mid-build.
+function withBuildLock(fn: () => void): void {
+  mkdirSync(join(ROOT, 'dist'), { recursive: true });
+  const deadline = Date.now() + 300_000;
+  for (;;) {
+    try {
+      mkdirSync(LOCK);
+      break;
+    } catch (err) {
+      if ((err as NodeJS.ErrnoException).code !== 'EEXIST') throw err;
+      const age = Date.now() - (statSync(LOCK, { throwIfNoEntry: false })?.mtimeMs ?? Date.now());
+      if (age > 300_000) rmSync(LOCK, { recursive: true, force: true }); // a killed run's lock
+      if (Date.now() > deadline) throw new Error(`Timed out waiting for ${LOCK}; remove it if no build runs.`);
+      Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 100);
+    }
+  }
+  try {
+    fn();
+  } finally {
+    rmSync(LOCK, { recursive: true, force: true });
+  }
+}
+
 /** Compiles with tsc when dist is missing or older than src/ (npm test builds anyway). */
 export function ensureBuilt(): void {
-  if (existsSync(MAIN) && statSync(MAIN).mtimeMs >= newestMtime(join(ROOT, 'src'))) return;
-  try {
-    execFileSync(process.execPath, [join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.json'], { cwd: ROOT, stdio: 'pipe' });
-  } catch {
-    // Type errors elsewhere in the tree still emit JavaScript; the existence check below decides.
-  }
+  withBuildLock(() => {
+    const sources = Math.max(newestMtime(join(ROOT, 'src')), newestMtime(join(ROOT, 'test/fixtures')));
+    if (existsSync(MAIN) && statSync(MAIN).mtimeMs >= sources) return;
+    try {
+      execFileSync(process.execPath, [join(ROOT, 'node_modules/typescript/bin/tsc'), '-p', 'tsconfig.json'], { cwd: ROOT, stdio: 'pipe' });
+    } catch {
+      // Type errors elsewhere in the tree still emit JavaScript; the existence check below decides.
+    }
+  });
   if (!existsSync(MAIN)) throw new Error(`${MAIN} was not built; run npx tsc -p tsconfig.json`);
 }
 
