@@ -3,7 +3,7 @@
  * determinism error). Each returns a new array; event ids stay dense.
  */
 import { readFileSync } from 'node:fs';
-import type { HistoryEvent } from '../../src/history/events.js';
+import type { HistoryEvent, NewEvent } from '../../src/history/events.js';
 import { parseHistoryFile } from '../../src/history/history-file.js';
 
 export function loadEvents(path: string): HistoryEvent[] {
@@ -27,7 +27,7 @@ export function remove(events: readonly HistoryEvent[], eventId: number): Histor
 }
 
 /** Inserts `event` (its id is set) after event `afterEventId`, renumbering the ones after it. */
-export function insertAfter(events: readonly HistoryEvent[], afterEventId: number, event: Omit<HistoryEvent, 'eventId'>): HistoryEvent[] {
+export function insertAfter(events: readonly HistoryEvent[], afterEventId: number, event: NewEvent): HistoryEvent[] {
   const out: HistoryEvent[] = [];
   for (const e of events) {
     if (e.eventId <= afterEventId) out.push(e);
