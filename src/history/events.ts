@@ -227,7 +227,10 @@ export type HistoryEvent =
 export type EventType = HistoryEvent['type'];
 
 /** An event before the store numbers it: the engine supplies everything but the event id. */
-export type NewEvent = HistoryEvent extends infer E ? (E extends HistoryEvent ? Omit<E, 'eventId'> : never) : never;
+export type NewEvent = DistributiveOmit<HistoryEvent, 'eventId'>;
+
+/** `Omit` applied to each member of a union (plain `Omit` collapses the union). */
+export type DistributiveOmit<T, K extends PropertyKey> = T extends unknown ? Omit<T, K> : never;
 
 export const TURN_TERMINAL_TYPES = [
   'TurnCompleted',

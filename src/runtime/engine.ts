@@ -18,6 +18,7 @@ import {
 import {
   HISTORY_FORMAT_VERSION,
   isTurnTerminal,
+  type DistributiveOmit,
   type ExecutorKind,
   type HistoryEvent,
   type Lease,
@@ -163,7 +164,7 @@ class TaskEntry {
   constructor(readonly id: string) {}
 }
 
-type Draft = HistoryEvent extends infer E ? (E extends HistoryEvent ? Omit<E, 'eventId' | 'generation' | 'time'> : never) : never;
+type Draft = DistributiveOmit<HistoryEvent, 'eventId' | 'generation' | 'time'>;
 
 /**
  * Opens with `Engine.open()`.

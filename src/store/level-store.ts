@@ -278,7 +278,10 @@ export class LevelHistoryStore implements HistoryStore {
     if (lastEventId > 0 && summary?.lastEventId !== lastEventId) {
       summary = summarize(taskId, undefined, await this.readEvents(taskId));
     }
-    const lease = rawLease === undefined ? undefined : (parseJson(rawLease, leaseKey(taskId)) as Lease);
+    const stored = rawLease === undefined ? undefined : (parseJson(rawLease, leaseKey(taskId)) as Lease);
+    // A lease on disk was written by an earlier process, which LevelDB's lock proves dead:
+    // it is void at once (expired), keeping its generation as the fencing floor.
+    const lease = stored && { ...stored, expiresAt: 0 };
     const head: TaskHead = { lastEventId, maxGeneration, lease, summary: lastEventId > 0 ? summary : undefined };
     entry.durable = head;
     entry.pending = head;
@@ -444,7 +447,8 @@ export class LevelHistoryStore implements HistoryStore {
     if (cached) return cached.lease && { ...cached.lease };
     const key = leaseKey(taskId);
     const raw = await this.#db.get(key);
-    return raw === undefined ? undefined : (parseJson(raw, key) as Lease);
+    // Not cached, so written by an earlier process: void, as in #loadHead.
+    return raw === undefined ? undefined : { ...(parseJson(raw, key) as Lease), expiresAt: 0 };
   }
 
   async getSnapshot(taskId: string): Promise<StoredSnapshot | undefined> {

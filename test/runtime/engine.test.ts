@@ -539,6 +539,29 @@ describe('recovery and shutdown', () => {
     expect(runs).toBe(1);
   });
 
+  it('recovers at once under a new owner: leases of a dead process are void (the store lock proves it dead)', async () => {
+    const dir = await makeTmpDir();
+    cleanups.push(dir.remove);
+    const wf = defineWorkflow({
+      name: 'owners',
+      turn: async (ctx) => {
+        if (ctx.attempt === 1) await new Promise(() => {}); // ignores cancel: left in progress at shutdown
+        return `recovered by ${ctx.entryMode}`;
+      },
+    });
+    const e1 = await Engine.open({ store: dir.path, workflows: [wf], owner: 'session-a', leaseMs: 3_600_000, logger: silentLogger, scanIntervalMs: 0 });
+    const h = await e1.start(wf, null, { taskId: 'own' });
+    await e1.shutdown({ graceMs: 0 });
+    const e2 = await Engine.open({ store: dir.path, workflows: [wf], owner: 'session-b', leaseMs: 3_600_000, logger: silentLogger, scanIntervalMs: 0 });
+    engines.push(e2);
+    expect(await e2.turnResult('own', h.inputId!)).toMatchObject({ status: 'completed', output: 'recovered by recovered' });
+    const claims = (await e2.history('own')).filter((e) => e.type === 'LeaseClaimed');
+    expect(claims.map((e) => (e.type === 'LeaseClaimed' ? [e.owner, e.generation] : []))).toEqual([
+      ['session-a', 1],
+      ['session-b', 2],
+    ]);
+  });
+
   it('rejects a second engine on the same directory with TURNLOG_STORE_LOCKED', async () => {
     const dir = await makeTmpDir();
     cleanups.push(dir.remove);

@@ -208,7 +208,7 @@ describe('truth table: TURNLOG_SNAPSHOT_CAPTURE at startup and at restore × res
           expect(engine.active).toBe(false);
           expect(clock.background).toBe(0);
           expect((await readHistory(s.dir)).at(-1)?.type).not.toBe('LeaseClaimed');
-          const err = await engine.start(s.wf, 'X').catch((e: unknown) => e);
+          const err = await engine.start(s.wf, 'X' as 'A').catch((e: unknown) => e);
           expect(isTurnlogError(err, 'TURNLOG_ENGINE_NOT_ACTIVATED')).toBe(true);
           expect(s.runs).toEqual({ A: 1, B: 0, C: 0 });
         } else {

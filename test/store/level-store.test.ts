@@ -8,7 +8,7 @@ import { describeKey, eventKey, summaryKey } from '../../src/store/keys.js';
 import { openStore } from '../../src/store/index.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
 import { storeContract } from './contract.js';
-import { created, queued, step, steps } from './events.js';
+import { created, queued, started, step, steps } from './events.js';
 
 storeContract(
   'LevelHistoryStore',
@@ -93,6 +93,25 @@ describe('LevelHistoryStore on disk', () => {
     await second.open();
     expect((await second.readEvents('t1')).map((e) => e.eventId)).toEqual([1, 2]);
     await second.close();
+  });
+
+  it('voids leases left by an earlier process: the lock proves it dead, so a new owner claims at once', async () => {
+    let store = new LevelHistoryStore(dir.path);
+    await store.open();
+    const t = Date.now();
+    const theirs = { owner: 'old-session', instance: 'old-1', generation: 1, expiresAt: t + 3_600_000 };
+    await store.append('t1', [created(1, { time: t }), started(2, 1, { time: t })], { expectedLastEventId: 0, generation: 1, lease: theirs });
+    // Same process: the live foreign lease is honoured.
+    await expect(store.claimLease('t1', { owner: 'new-session', instance: 'new-1', durationMs: 1000, now: t })).rejects.toMatchObject({ code: 'TURNLOG_LEASE_HELD' });
+    await store.close();
+
+    store = new LevelHistoryStore(dir.path);
+    await store.open();
+    expect((await store.getLease('t1'))!.expiresAt).toBe(0);
+    expect(await store.listRecoverable(t, 'new-1')).toEqual(['t1']);
+    const ours = await store.claimLease('t1', { owner: 'new-session', instance: 'new-1', durationMs: 1000, now: t });
+    expect(ours.generation).toBe(2); // the voided lease still fences: generation goes up
+    await store.close();
   });
 
   it('corrupt event bytes give HistoryCorruptError naming the key; other tasks still read', async () => {
