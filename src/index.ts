@@ -14,6 +14,8 @@ export type { TurnResult } from './client/task-handle.js';
 export { systemClock, ManualClock } from './runtime/clock.js';
 export type { Clock, Timer, TimerOptions } from './runtime/clock.js';
 export { consoleLogger, silentLogger } from './runtime/logger.js';
+export { SnapshotLifecycle, SESSION_ENV } from './runtime/lifecycle.js';
+export type { SnapshotLifecycleOptions, AfterRestoreRequest, AfterRestoreResult, ActivationPhase } from './runtime/lifecycle.js';
 export type { Logger } from './runtime/logger.js';
 
 // executors

@@ -40,8 +40,8 @@ export class Level {
 
 /** Bundles app.ts (TypeScript sources, resolved by rolldown) into `<outDir>/app.cjs`. */
 export async function bundle(outDir) {
-  // rolldown ships with vite (a devDependency); see README.md for the bundler choice.
-  const { rolldown } = await import(pathToFileURL(join(root, 'node_modules/rolldown/dist/index.mjs')).href);
+  // rolldown: a pinned devDependency (the same version vite 8 bundles with); see README.md.
+  const { rolldown } = await import('rolldown');
   const b = await rolldown({ input: join(here, 'app.ts'), platform: 'node', plugins: [lazyLevel()], logLevel: 'warn' });
   const file = join(outDir, 'app.cjs');
   await b.write({ file, format: 'cjs', codeSplitting: false });
