@@ -40,6 +40,7 @@ import { InlineExecutor } from '../executor/inline-executor.js';
 import { assertOutsideWorker } from '../executor/isolation.js';
 import type { AttemptOutcome, CancelKind, TurnHost, TurnSpec } from '../workflow/context.js';
 import { resolvePolicy, type Workflow } from '../workflow/define-workflow.js';
+import { turnSpecFor } from '../workflow/turn-spec.js';
 import { sleep, systemClock, type Clock, type Timer } from './clock.js';
 import { FaultInjector } from './fault.js';
 import { TaskHandle, type TurnResult } from '../client/task-handle.js';
@@ -699,47 +700,10 @@ export class Engine {
       );
       return;
     }
-    const spec = this.#spec(s, policy.stepRetry);
+    const spec = turnSpecFor(s, this.#converter.toPayload(undefined), this.#codec?.decode);
     active.timers.push(this.#clock.setTimer(() => void this.#onDeadline(t, active), ot.deadline - now));
     this.#armRenewal(t, active);
     active.done = this.#runAttempt(t, active, executor, spec);
-  }
-
-  #spec(s: TaskState, stepRetry: TurnSpec['stepRetry']): TurnSpec {
-    const ot = s.openTurn!;
-    const dec = this.#codec?.decode;
-    const p = (x: Payload) => (dec ? dec(x) : x);
-    const first = ot.inputs[0];
-    const spec: TurnSpec = {
-      taskId: s.taskId,
-      workflow: s.workflow,
-      kind: s.kind,
-      turn: ot.turn,
-      attempt: ot.attempt,
-      entryMode: ot.entryMode,
-      steered: ot.steered,
-      inputId: first?.inputId ?? '',
-      input: first ? p(first.input) : this.#converter.toPayload(undefined),
-      calls: dec
-        ? ot.calls.map((c) =>
-            c.kind === 'step'
-              ? { ...c, ...(c.result ? { result: dec(c.result) } : {}) }
-              : c.kind === 'checkpoint'
-                ? { ...c, data: dec(c.data) }
-                : c,
-          )
-        : ot.calls,
-      taken: dec ? ot.taken.map((q) => ({ ...q, input: dec(q.input) })) : ot.taken,
-      turnStartedAt: ot.turnStartedAt,
-      deadline: ot.deadline,
-      recoveryCount: s.recoveryCount,
-      stepRetry,
-      timeoutExceeded: ot.marker !== undefined,
-      cancelRequested: ot.cancelRequested !== undefined,
-    };
-    if (s.state) spec.state = p(s.state);
-    if (ot.checkpoint) spec.checkpoint = p(ot.checkpoint);
-    return spec;
   }
 
   async #runAttempt(t: TaskEntry, active: ActiveAttempt, executor: Executor, spec: TurnSpec): Promise<void> {

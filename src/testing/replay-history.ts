@@ -25,6 +25,7 @@ import {
   type TurnSpec,
 } from '../workflow/context.js';
 import type { Workflow } from '../workflow/define-workflow.js';
+import { turnSpecFor } from '../workflow/turn-spec.js';
 
 /** Workflows to replay against: a list, or a module namespace whose exports include workflows. */
 export type WorkflowSource = readonly Workflow<any, any, any>[] | Readonly<Record<string, unknown>>;
@@ -342,7 +343,6 @@ interface Stop {
 
 async function replayTurn(t: TurnInput): Promise<TurnReplayResult> {
   const { s, ot, terminal, converter } = t;
-  const first = ot.inputs[0];
   // What the engine would have given the last attempt: the checkpoint and cancel state as of
   // its start; later aborts are delivered in recorded order by ReplayContext.
   const aborts: PendingAbort[] = [];
@@ -350,25 +350,11 @@ async function replayTurn(t: TurnInput): Promise<TurnReplayResult> {
   if (ot.cancelRequested) aborts.push({ eventId: ot.cancelRequested.eventId, kind: 'cancel', reason: ot.cancelRequested.reason });
   aborts.sort((a, b) => a.eventId - b.eventId);
   const spec: TurnSpec = {
-    taskId: s.taskId,
-    workflow: s.workflow,
-    kind: s.kind,
-    turn: ot.turn,
-    attempt: ot.attempt,
-    entryMode: ot.entryMode,
-    steered: ot.steered,
-    inputId: first?.inputId ?? '',
-    input: first ? first.input : converter.toPayload(undefined),
-    calls: ot.calls,
-    taken: ot.taken,
-    turnStartedAt: ot.turnStartedAt,
-    deadline: ot.deadline,
-    recoveryCount: s.recoveryCount,
-    stepRetry: s.policy.stepRetry,
+    ...turnSpecFor(s, converter.toPayload(undefined)),
     timeoutExceeded: aborts.some((a) => a.kind === 'timeout' && a.eventId < t.lastStartEventId),
     cancelRequested: aborts.some((a) => a.kind === 'cancel' && a.eventId < t.lastStartEventId),
   };
-  if (s.state) spec.state = s.state;
+  delete spec.checkpoint;
   const checkpoint = lastCheckpointBefore(ot.calls, t.lastStartEventId);
   if (checkpoint) spec.checkpoint = checkpoint;
 

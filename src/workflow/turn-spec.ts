@@ -1,0 +1,47 @@
+/**
+ * The TurnSpec for a task's open turn: what an attempt is given. One function, used by the
+ * engine to start attempts and by replay testing to re-execute recorded ones.
+ */
+import type { Payload } from '../history/events.js';
+import type { RecordedCall, TaskState } from '../history/state.js';
+import type { TurnSpec } from './context.js';
+
+/**
+ * Builds the spec of `s.openTurn` as of now: its input (the first of the turn's inputs, or
+ * `emptyInput`), the state before the turn, every recorded call, taken inputs, the latest
+ * checkpoint and the cancel state. `decode` undoes payload codecs (engine side only).
+ */
+export function turnSpecFor(s: TaskState, emptyInput: Payload, decode?: (p: Payload) => Payload): TurnSpec {
+  const ot = s.openTurn;
+  if (!ot) throw new Error(`turnSpecFor: task ${s.taskId} has no open turn`);
+  const p = decode ?? ((x: Payload) => x);
+  const first = ot.inputs[0];
+  const spec: TurnSpec = {
+    taskId: s.taskId,
+    workflow: s.workflow,
+    kind: s.kind,
+    turn: ot.turn,
+    attempt: ot.attempt,
+    entryMode: ot.entryMode,
+    steered: ot.steered,
+    inputId: first?.inputId ?? '',
+    input: first ? p(first.input) : emptyInput,
+    calls: decode ? ot.calls.map((c) => decodeCall(c, decode)) : ot.calls,
+    taken: decode ? ot.taken.map((q) => ({ ...q, input: decode(q.input) })) : ot.taken,
+    turnStartedAt: ot.turnStartedAt,
+    deadline: ot.deadline,
+    recoveryCount: s.recoveryCount,
+    stepRetry: s.policy.stepRetry,
+    timeoutExceeded: ot.marker !== undefined,
+    cancelRequested: ot.cancelRequested !== undefined,
+  };
+  if (s.state) spec.state = p(s.state);
+  if (ot.checkpoint) spec.checkpoint = p(ot.checkpoint);
+  return spec;
+}
+
+function decodeCall(c: RecordedCall, decode: (p: Payload) => Payload): RecordedCall {
+  if (c.kind === 'step') return c.result ? { ...c, result: decode(c.result) } : c;
+  if (c.kind === 'checkpoint') return { ...c, data: decode(c.data) };
+  return c;
+}
