@@ -633,6 +633,47 @@ describe('leases', () => {
   });
 });
 
+describe('snapshots', () => {
+  it('writes a folded-state snapshot every N events and loads a task from it plus the tail only', async () => {
+    const dir = await makeTmpDir();
+    cleanups.push(dir.remove);
+    const chat = defineWorkflow({
+      name: 'snap',
+      kind: 'multi-turn',
+      initialState: () => ({ n: 0 }),
+      turn: async (ctx, x: number) => {
+        ctx.state.n += x;
+        return ctx.step('echo', () => ctx.state.n);
+      },
+    });
+    const e1 = await Engine.open({ store: dir.path, workflows: [chat], snapshotEvery: 10, logger: silentLogger, scanIntervalMs: 0 });
+    const h = await e1.start(chat, 1, { taskId: 'snap' });
+    await h.nextTurn();
+    for (let i = 2; i <= 8; i++) {
+      await h.send(i);
+      await h.nextTurn();
+    }
+    const total = (await h.history()).length;
+    await until(async () => (await e1.store.getSnapshot('snap')) !== undefined);
+    await e1.shutdown();
+
+    const store = new LevelHistoryStore(dir.path);
+    const reads: (number | undefined)[] = [];
+    const readEvents = store.readEvents.bind(store);
+    store.readEvents = (taskId, options) => (reads.push(options?.fromEventId), readEvents(taskId, options));
+    const e2 = await Engine.open({ store, workflows: [chat], logger: silentLogger, scanIntervalMs: 0 });
+    engines.push(e2);
+    const snap = await store.getSnapshot('snap');
+    expect(snap!.eventId).toBeGreaterThanOrEqual(10);
+    reads.length = 0;
+    await e2.sendInput('snap', 9);
+    expect(reads).toEqual([snap!.eventId + 1]); // the load read only the tail after the snapshot
+    expect((await e2.turnResult('snap', (await e2.describe('snap')).lastInputId!)).output).toBe(45);
+    expect((await e2.history('snap')).length).toBeGreaterThan(total);
+    await store.close();
+  });
+});
+
 describe('exportHistory', () => {
   it('exports a task as a history file that reads back to the same events', async () => {
     const { parseHistoryFile } = await import('../../src/history/history-file.js');
