@@ -73,6 +73,11 @@ export interface EngineOptions {
   /** Idle tasks kept in memory. Default 10,000. */
   maxCachedTasks?: number;
   /**
+   * Retention: delete a completed task's history once its last update is this old (checked on
+   * every recovery scan). Default: keep histories forever.
+   */
+  retentionMs?: number;
+  /**
    * Capture mode for memory snapshots: register workflows, open nothing. Default:
    * `TURNLOG_SNAPSHOT_CAPTURE=true` in the environment. See docs/snapshots.md.
    */
@@ -193,6 +198,7 @@ export class Engine {
   readonly #shutdownGraceMs: number;
   readonly #snapshotEvery: number;
   readonly #maxCached: number;
+  readonly #retentionMs: number | undefined;
   readonly #log: Logger;
   readonly #fault = FaultInjector.fromEnv();
   readonly #tasks = new Map<string, TaskEntry>();
@@ -219,6 +225,8 @@ export class Engine {
     this.#shutdownGraceMs = options.shutdownGraceMs ?? 25_000;
     this.#snapshotEvery = options.snapshotEvery ?? 1000;
     this.#maxCached = options.maxCachedTasks ?? 10_000;
+    if (options.retentionMs !== undefined) positive('retentionMs', options.retentionMs);
+    this.#retentionMs = options.retentionMs;
     this.#log = options.logger ?? consoleLogger;
     this.#defaultExecutor = options.defaultExecutor ?? 'inline';
     this.#executors.set('inline', new InlineExecutor(this.#workflows, this.#converter));
@@ -1068,6 +1076,14 @@ export class Engine {
       const t = await this.#load(id);
       if (t.active) continue;
       await this.#withLock(t, () => this.#drive(t)).catch((err) => this.#log.error('recovery failed', { taskId: id, error: err }));
+    }
+    if (this.#retentionMs !== undefined && this.#state === 'open') {
+      const purged = await this.store.purgeCompleted(this.#retentionMs, this.#clock.now());
+      for (const id of purged) {
+        const t = this.#tasks.get(id);
+        if (t && t.waiters.size === 0) this.#tasks.delete(id);
+      }
+      if (purged.length) this.#log.info('retention deleted completed tasks', { count: purged.length });
     }
   }
 

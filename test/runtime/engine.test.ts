@@ -674,6 +674,30 @@ describe('snapshots', () => {
   });
 });
 
+describe('retention', () => {
+  it('deletes completed tasks once older than retentionMs, on a scan; open and suspended tasks stay', async () => {
+    const clock = new ManualClock();
+    const once = defineWorkflow({ name: 'ret-once', turn: () => 'done' });
+    const chat = defineWorkflow({ name: 'ret-chat', kind: 'multi-turn', turn: () => 'hi' });
+    const engine = await open({ workflows: [once, chat], clock, retentionMs: 60_000 });
+    await (await engine.start(once, null, { taskId: 'old' })).result();
+    await (await engine.start(chat, null, { taskId: 'talking' })).nextTurn();
+    await clock.advance(30_000);
+    await (await engine.start(once, null, { taskId: 'young' })).result();
+    await clock.advance(31_000);
+    await engine.recover();
+    expect(await engine.store.getSummary('old')).toBeUndefined();
+    expect(await engine.store.readEvents('old')).toEqual([]);
+    expect((await engine.store.getSummary('young'))?.status).toBe('completed');
+    expect((await engine.store.getSummary('talking'))?.status).toBe('suspended');
+  });
+
+  it('rejects a non-positive retentionMs with a clear error', async () => {
+    const wf = defineWorkflow({ name: 'r', turn: () => 1 });
+    await expect(Engine.open({ store: new MemoryHistoryStore(), workflows: [wf], retentionMs: 0 })).rejects.toMatchObject({ code: 'TURNLOG_INVALID_ARGUMENT' });
+  });
+});
+
 describe('exportHistory', () => {
   it('exports a task as a history file that reads back to the same events', async () => {
     const { parseHistoryFile } = await import('../../src/history/history-file.js');
