@@ -41,7 +41,7 @@ export function registerWhy(program: Command): void {
         const leaseLine =
           stored === undefined
             ? 'lease:    none stored'
-            : `lease:    ${stored.owner}/${stored.instance} generation ${stored.generation}, expires ${isoTime(stored.expiresAt)}` +
+            : `lease:    ${stored.owner}/${stored.instance} generation ${stored.generation}, ${stored.expiresAt > 0 ? `expires ${isoTime(stored.expiresAt)}` : 'left by an earlier process'}` +
               (lease === undefined ? ' (void: this CLI holds the store lock, so no engine runs)' : '');
         return printText(`${explainDecision(decision, state)}\n${leaseLine}\nnow:      ${isoTime(now)}`);
       });
