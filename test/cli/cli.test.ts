@@ -212,7 +212,7 @@ describe('turnlog why', () => {
     expect(r.code).toBe(0);
     expect(r.stdout).toContain('decision: rerun turn 1 as attempt 2 (entry recovered)');
     expect(r.stdout).toContain('rule:     recover');
-    expect(r.stdout).toMatch(/lease:\s+engine-a\/inst-9 generation \d+, expires .* \(void: this CLI holds the store lock, so no engine runs\)/);
+    expect(r.stdout).toMatch(/lease:\s+engine-a\/inst-9 generation \d+, left by an earlier process \(void: this CLI holds the store lock, so no engine runs\)/);
     const { json } = await cliJSON(['why', 'open', '--store', store]);
     expect(json.decision).toMatchObject({ kind: 'rerun', rule: 'recover', turn: 1, attempt: 2 });
     expect(json.leaseConsidered).toBe(false);
