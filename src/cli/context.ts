@@ -3,7 +3,7 @@
  * opening the store (with the locked-store decision of docs/cli.md) and writing output.
  */
 import { stat } from 'node:fs/promises';
-import { resolve } from 'node:path';
+import { join, resolve } from 'node:path';
 import { InvalidArgumentError, type Command } from 'commander';
 import { TurnlogError, isTurnlogError } from '../errors.js';
 import type { HistoryStore } from '../store/history-store.js';
@@ -90,6 +90,16 @@ export async function openCliStore(dir: string, options: { create: boolean }): P
       throw new CliError(
         'TURNLOG_STORE_NOT_FOUND',
         `Store ${abs} does not exist. Pass the engine's store directory with --store <dir> or set TURNLOG_STORE (default ${DEFAULT_STORE}).`,
+        EXIT.notFound,
+      );
+    }
+    // An existing directory that holds no LevelDB (no CURRENT file) is not a store either:
+    // opening it would write a new, empty LevelDB into it (`--store .`, `--store src`).
+    const current = await stat(join(abs, 'CURRENT')).catch(() => undefined);
+    if (!current?.isFile()) {
+      throw new CliError(
+        'TURNLOG_STORE_NOT_FOUND',
+        `Directory ${abs} is not a turnlog store (it holds no LevelDB). Pass the engine's store directory with --store <dir> or set TURNLOG_STORE (default ${DEFAULT_STORE}).`,
         EXIT.notFound,
       );
     }

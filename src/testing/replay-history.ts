@@ -223,7 +223,16 @@ export function workflowMap(source: WorkflowSource): Map<string, Workflow<any, a
 // ---------------------------------------------------------------------------------------------
 // The replay proper
 
-const CUT_OFF_FAILURE_CODES: ReadonlySet<string> = new Set(['TURNLOG_WORKER_START', 'TURNLOG_WORKER_PROTOCOL', 'TURNLOG_WORKER_CRASHED']);
+const CUT_OFF_FAILURE_CODES: ReadonlySet<string> = new Set(['TURNLOG_WORKER_START', 'TURNLOG_WORKER_PROTOCOL', 'TURNLOG_WORKER_CRASHED', 'TURNLOG_WORKFLOW_NOT_FOUND']);
+
+/**
+ * A TurnFailed the engine wrote itself, not the handler's own end: a worker that failed to start,
+ * broke the protocol or crashed too often, an unregistered workflow, or the replayer's
+ * `recoveries-exhausted` rule (type `RecoveriesExhausted`: the last attempt died with the engine).
+ */
+function failedFromOutside(f: { type: string; code?: string }): boolean {
+  return f.type === 'RecoveriesExhausted' || CUT_OFF_FAILURE_CODES.has(f.code ?? '');
+}
 
 async function replayEvents(
   taskId: string,
@@ -277,7 +286,7 @@ async function replayEvents(
       terminal.type === 'TurnCancelled' ||
       killed ||
       !ot.attemptRunning ||
-      (terminal.type === 'TurnFailed' && CUT_OFF_FAILURE_CODES.has(terminal.failure.code ?? ''));
+      (terminal.type === 'TurnFailed' && failedFromOutside(terminal.failure));
     const result = await replayTurn({
       s,
       ot,

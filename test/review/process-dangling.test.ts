@@ -1,0 +1,38 @@
+// Review probe: a reused worker must not carry a previous turn's records into the next turn.
+// Workers import the compiled fixture (dist/test/fixtures/review): run `npx tsc -p tsconfig.json` first.
+import { fileURLToPath } from 'node:url';
+import { afterEach, describe, expect, it } from 'vitest';
+import { Engine } from '../../src/runtime/engine.js';
+import { MemoryHistoryStore } from '../../src/store/memory-store.js';
+import { ProcessExecutor } from '../../src/executor/process-executor.js';
+import { silentLogger } from '../../src/runtime/logger.js';
+import { dangling } from '../fixtures/review/dangling.js';
+
+const MODULE = fileURLToPath(new URL('../../dist/test/fixtures/review/dangling.js', import.meta.url));
+
+const cleanups: (() => Promise<void> | void)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+});
+
+describe('review: process executor with reused workers', () => {
+  // BUG (src/executor/child-main.ts runTurn/request): when a turn ends, its context is not fenced
+  // and `request()` sends through the *global* current turn. A step the handler left running
+  // (not awaited) records after the terminal; on a reused worker that record is sent as a frame of
+  // the NEXT turn, and ProcessAttempt accepts it (seq 1 is new for that turn): turn 2 gets a
+  // StepCompleted "late" it never made, and its own step 1 is then a protocol violation.
+  // Inline turns fence such zombies (FencedError); the worker should too.
+  it.fails('a step left running by turn 1 never lands in turn 2', async () => {
+    const exec = new ProcessExecutor({ workflowsModule: MODULE, execArgv: [], logger: silentLogger, reuseWorkers: true });
+    cleanups.push(() => exec.close());
+    const engine = await Engine.open({ store: new MemoryHistoryStore(), workflows: [dangling], executors: { process: exec }, logger: silentLogger, scanIntervalMs: 0 });
+    cleanups.push(() => engine.shutdown({ graceMs: 100 }));
+    const h = await engine.start(dangling, 'leave', { taskId: 'd1' });
+    expect((await h.nextTurn()).status).toBe('completed');
+    await h.send('work');
+    const second = await h.nextTurn();
+    const steps = (await h.history()).filter((e) => e.type === 'StepCompleted').map((e) => e.type === 'StepCompleted' && `${e.turn}:${e.name}`);
+    expect(steps).toEqual(['2:real']);
+    expect(second).toMatchObject({ status: 'completed', output: 'fresh' });
+  }, 20_000);
+});
