@@ -123,11 +123,13 @@ export class SnapshotLifecycle {
 
   /**
    * Quiesces to no open handles (scanner stopped, turns left to recovery, workers and store closed)
-   * and refreshes the env baseline. Idempotent until the next restore.
+   * and refreshes the env baseline. Idempotent until the next restore or activation.
    */
   beforeSnapshot(): Promise<void> {
     return this.#serial(async () => {
-      if (this.#snapshotted) return;
+      // Idempotent only while nothing is active: after a new lifespan start (or an activation
+      // outside the lifecycle) there are open handles again, and they must be quiesced.
+      if (this.#snapshotted && !this.active) return;
       await this.#deactivate();
       this.#baseline = { ...this.#env };
       this.#snapshotted = true;
