@@ -1,0 +1,344 @@
+/**
+ * The little of the protobuf wire format the worker protocol needs: varints, doubles, strings,
+ * bytes and nested messages. protocol.ts writes fields in field-number order and omits proto3
+ * defaults, so its bytes equal protobufjs' reflected encoder's (test/executor/protocol-codec.test.ts).
+ *
+ * No protobufjs here on purpose: a worker process loads this file at start-up, and evaluating
+ * even `protobufjs/minimal` (a dozen CommonJS files through the ESM loader) costs it 20–40 ms,
+ * `protobufjs/light` plus the reflected root 60–90 ms (docs/isolation.md, "Measured").
+ */
+
+export const VARINT = 0;
+export const FIXED64 = 1;
+export const LEN = 2;
+export const FIXED32 = 5;
+
+const f64 = new Float64Array(1);
+const f64Bytes = new Uint8Array(f64.buffer);
+const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
+const strictUtf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+/** Below this many bytes a plain loop beats TextDecoder for ASCII strings. */
+const SHORT_STRING = 64;
+/** Room kept in front of a frame for its varint length prefix (a frame is < 2^35 bytes). */
+const PREFIX_ROOM = 5;
+
+export function varintSize(v: number): number {
+  return v < 0x80 ? 1 : v < 0x4000 ? 2 : v < 0x200000 ? 3 : v < 0x10000000 ? 4 : 5;
+}
+
+/**
+ * A growable buffer that writes one delimited frame: the body goes after {@link PREFIX_ROOM}
+ * spare bytes and {@link finishDelimited} puts the length just in front of it (no copy).
+ * A nested message reserves one length byte and moves its body only if it reaches 128 bytes.
+ */
+export class Writer {
+  buf: Buffer;
+  pos = PREFIX_ROOM;
+
+  constructor(size = 256) {
+    this.buf = Buffer.allocUnsafe(size);
+  }
+
+  #ensure(n: number): void {
+    if (this.pos + n <= this.buf.length) return;
+    const next = Buffer.allocUnsafe(Math.max(this.buf.length * 2, this.pos + n));
+    this.buf.copy(next, 0, 0, this.pos);
+    this.buf = next;
+  }
+
+  /** Unsigned varint of a uint32 (the value is taken modulo 2^32, as protobufjs does). */
+  uint32(v: number): void {
+    v >>>= 0;
+    this.#ensure(5);
+    const b = this.buf;
+    let p = this.pos;
+    while (v > 0x7f) {
+      b[p++] = (v & 0x7f) | 0x80;
+      v >>>= 7;
+    }
+    b[p++] = v;
+    this.pos = p;
+  }
+
+  /** int32 (enums): a negative value is sign-extended to 64 bits, ten bytes. */
+  int32(v: number): void {
+    if (v >= 0) return this.uint32(v);
+    this.#ensure(10);
+    let lo = v >>> 0;
+    for (let i = 0; i < 4; i++) {
+      this.buf[this.pos++] = (lo & 0x7f) | 0x80;
+      lo >>>= 7;
+    }
+    // Bits 28–31 of the low word, then the high word's ones.
+    this.buf[this.pos++] = (lo & 0x0f) | 0x70 | 0x80;
+    for (let i = 0; i < 4; i++) this.buf[this.pos++] = 0xff;
+    this.buf[this.pos++] = 0x01;
+  }
+
+  tag(field: number, wireType: number): void {
+    this.uint32((field << 3) | wireType);
+  }
+
+  double(v: number): void {
+    this.#ensure(8);
+    f64[0] = v;
+    const b = this.buf;
+    const p = this.pos;
+    if (LITTLE_ENDIAN) for (let i = 0; i < 8; i++) b[p + i] = f64Bytes[i]!;
+    else for (let i = 0; i < 8; i++) b[p + i] = f64Bytes[7 - i]!;
+    this.pos = p + 8;
+  }
+
+  bool(v: unknown): void {
+    this.#ensure(1);
+    this.buf[this.pos++] = v ? 1 : 0;
+  }
+
+  bytes(v: Uint8Array): void {
+    this.uint32(v.length);
+    this.#ensure(v.length);
+    this.buf.set(v, this.pos);
+    this.pos += v.length;
+  }
+
+  /** UTF-8; a lone surrogate becomes U+FFFD (Buffer's rule). */
+  string(s: string): void {
+    const n = s.length;
+    if (n * 3 < 0x80) {
+      // Fits a one-byte length whatever it contains: write the body after it, ASCII by hand.
+      this.#ensure(1 + n * 3);
+      const b = this.buf;
+      const at = this.pos;
+      let p = at + 1;
+      let i = 0;
+      for (; i < n; i++) {
+        const c = s.charCodeAt(i);
+        if (c >= 0x80) break;
+        b[p++] = c;
+      }
+      if (i < n) p += b.write(i === 0 ? s : s.slice(i), p, 'utf8');
+      b[at] = p - at - 1;
+      this.pos = p;
+      return;
+    }
+    const len = Buffer.byteLength(s, 'utf8');
+    this.uint32(len);
+    this.#ensure(len);
+    this.pos += this.buf.write(s, this.pos, 'utf8');
+  }
+
+  /** Starts a nested message; returns the mark {@link ldelim} needs. */
+  fork(): number {
+    this.#ensure(1);
+    return this.pos++;
+  }
+
+  /** Ends the nested message started at `mark`: writes its length, moving the body if need be. */
+  ldelim(mark: number): void {
+    const len = this.pos - mark - 1;
+    const k = varintSize(len);
+    if (k > 1) {
+      this.#ensure(k - 1);
+      this.buf.copyWithin(mark + k, mark + 1, this.pos);
+      this.pos += k - 1;
+    }
+    let v = len;
+    let p = mark;
+    while (v > 0x7f) {
+      this.buf[p++] = (v & 0x7f) | 0x80;
+      v >>>= 7;
+    }
+    this.buf[p] = v;
+  }
+
+  /** The frame: varint length prefix, then the body. */
+  finishDelimited(): Buffer {
+    const len = this.pos - PREFIX_ROOM;
+    let p = PREFIX_ROOM - varintSize(len);
+    const start = p;
+    let v = len;
+    while (v > 0x7f) {
+      this.buf[p++] = (v & 0x7f) | 0x80;
+      v >>>= 7;
+    }
+    this.buf[p] = v;
+    return this.buf.subarray(start, this.pos);
+  }
+
+  // proto3 fields: a default value (0, '', false, empty bytes) is not written; null/undefined neither.
+  uint32Field(field: number, v: number | null | undefined): void {
+    if (v != null && v !== 0) {
+      this.tag(field, VARINT);
+      this.uint32(v);
+    }
+  }
+  int32Field(field: number, v: number | null | undefined): void {
+    if (v != null && v !== 0) {
+      this.tag(field, VARINT);
+      this.int32(v);
+    }
+  }
+  doubleField(field: number, v: number | null | undefined): void {
+    if (v != null && !Object.is(v, 0)) {
+      this.tag(field, FIXED64);
+      this.double(v);
+    }
+  }
+  boolField(field: number, v: boolean | null | undefined): void {
+    if (v != null && v !== false) {
+      this.tag(field, VARINT);
+      this.bool(v);
+    }
+  }
+  stringField(field: number, v: string | null | undefined): void {
+    if (v != null && v !== '') {
+      this.tag(field, LEN);
+      this.string(v);
+    }
+  }
+  /** `repeated string`: every element, empty ones included. */
+  stringsField(field: number, vs: readonly string[] | null | undefined): void {
+    if (vs) {
+      for (const v of vs) {
+        this.tag(field, LEN);
+        this.string(v);
+      }
+    }
+  }
+  /** An empty message (`{}`): tag and a zero length. */
+  emptyField(field: number): void {
+    this.tag(field, LEN);
+    this.#ensure(1);
+    this.buf[this.pos++] = 0;
+  }
+}
+
+/** Reads one message's fields. Throws a plain Error on malformed input. */
+export class Reader {
+  readonly buf: Uint8Array;
+  pos = 0;
+  /** End of the message being read: no field may reach past it. */
+  limit: number;
+
+  constructor(buf: Uint8Array) {
+    this.buf = buf;
+    this.limit = buf.length;
+  }
+
+  /** Reads the nested message that starts here (its length first) with `read`, within its bounds. */
+  nested<T>(read: (r: Reader) => T): T {
+    const end = this.end();
+    const outer = this.limit;
+    this.limit = end;
+    const v = read(this);
+    if (this.pos !== end) throw new RangeError('index out of range');
+    this.limit = outer;
+    return v;
+  }
+
+  /** More fields follow in the current message. */
+  more(): boolean {
+    return this.pos < this.limit;
+  }
+
+  /** A varint as uint32 (higher bits dropped, as protobufjs does); at most ten bytes. */
+  uint32(): number {
+    const b = this.buf;
+    let p = this.pos;
+    let v = 0;
+    for (let shift = 0; shift < 35; shift += 7) {
+      if (p >= this.limit) throw new RangeError('index out of range');
+      const c = b[p++]!;
+      v |= (c & 0x7f) << shift;
+      if (c < 0x80) {
+        this.pos = p;
+        return v >>> 0;
+      }
+    }
+    // Bytes 6–10 of a 64-bit varint: only their continuation bits matter here.
+    for (let i = 5; i < 10; i++) {
+      if (p >= this.limit) throw new RangeError('index out of range');
+      if (b[p++]! < 0x80) {
+        this.pos = p;
+        return v >>> 0;
+      }
+    }
+    throw new Error('invalid varint encoding');
+  }
+
+  int32(): number {
+    return this.uint32() | 0;
+  }
+
+  bool(): boolean {
+    return this.uint32() !== 0;
+  }
+
+  double(): number {
+    const p = this.pos;
+    if (p + 8 > this.limit) throw new RangeError('index out of range');
+    if (LITTLE_ENDIAN) for (let i = 0; i < 8; i++) f64Bytes[i] = this.buf[p + i]!;
+    else for (let i = 0; i < 8; i++) f64Bytes[7 - i] = this.buf[p + i]!;
+    this.pos = p + 8;
+    return f64[0]!;
+  }
+
+  /** End of the length-delimited field that starts here (after its length). */
+  end(): number {
+    const len = this.uint32();
+    const end = this.pos + len;
+    if (end > this.limit) throw new RangeError('index out of range');
+    return end;
+  }
+
+  /** A view on the frame's bytes, not a copy (as protobufjs' BufferReader). */
+  bytes(): Uint8Array {
+    const end = this.end();
+    const v = this.buf.subarray(this.pos, end);
+    this.pos = end;
+    return v;
+  }
+
+  /** Strict UTF-8: invalid bytes throw, a leading BOM stays. */
+  string(): string {
+    const end = this.end();
+    const b = this.buf;
+    let p = this.pos;
+    this.pos = end;
+    if (end - p < SHORT_STRING) {
+      let s = '';
+      for (; p < end; p++) {
+        const c = b[p]!;
+        if (c >= 0x80) return s + strictUtf8.decode(b.subarray(p, end));
+        s += String.fromCharCode(c);
+      }
+      return s;
+    }
+    return strictUtf8.decode(b.subarray(p, end));
+  }
+
+  /** Skips a field of an unknown number (or of a known one with an unexpected wire type). */
+  skip(wireType: number): void {
+    switch (wireType) {
+      case VARINT:
+        this.uint32();
+        return;
+      case FIXED64:
+        this.#advance(8);
+        return;
+      case LEN:
+        this.pos = this.end();
+        return;
+      case FIXED32:
+        this.#advance(4);
+        return;
+      default:
+        throw new Error(`invalid wire type ${wireType} at offset ${this.pos}`);
+    }
+  }
+
+  #advance(n: number): void {
+    if (this.pos + n > this.limit) throw new RangeError('index out of range');
+    this.pos += n;
+  }
+}

@@ -1,0 +1,321 @@
+// The worker protocol codec as it was before the hand-written one: protobufjs reflection over the
+// generated descriptor (lookupType) and history/codec.ts' Failure mapping. The reference that
+// protocol-codec.test.ts holds src/executor/protocol.ts' hand codec to, byte for byte.
+import type { EntryMode, FailureInfo, Payload, RetryPolicy, WorkflowKind } from '../../src/history/events.js';
+import type { QueuedInput, RecordedCall } from '../../src/history/state.js';
+import { failureFromProto, failureToProto } from '../../src/history/codec.js';
+import { lookupType } from '../../src/internal/proto/root.js';
+import type { CancelKind, StepRecord, TurnSpec } from '../../src/workflow/context.js';
+import { WorkerProtocolError, type EngineMessage, type TerminalOutcome, type WorkerMessage } from '../../src/executor/protocol.js';
+
+const EngineFrameType = lookupType('turnlog.v1.EngineFrame');
+const WorkerFrameType = lookupType('turnlog.v1.WorkerFrame');
+
+// Index = proto enum number; 0 is UNSPECIFIED (same numbering as history.proto).
+const KINDS: readonly (WorkflowKind | undefined)[] = [undefined, 'one-shot', 'multi-turn'];
+const ENTRY_MODES: readonly (EntryMode | undefined)[] = [undefined, 'fresh', 'resumed', 'recovered'];
+const CANCEL_KINDS: readonly (CancelKind | undefined)[] = [undefined, 'timeout', 'cancel', 'shutdown'];
+
+type Msg = Record<string, any>;
+const EMPTY = new Uint8Array(0);
+
+function payloadOut(p: Payload): Msg {
+  return { metadata: p.metadata, data: p.data };
+}
+function payloadIn(m: Msg | null | undefined): Payload | undefined {
+  if (!m) return undefined;
+  return { metadata: m.metadata ?? {}, data: m.data ?? EMPTY };
+}
+function failureIn(m: Msg | null | undefined): FailureInfo | undefined {
+  return m ? failureFromProto(m) : undefined;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Engine → worker
+
+export function reflectedEncodeEngineMessage(m: EngineMessage): Uint8Array {
+  let body: Msg;
+  switch (m.type) {
+    case 'run':
+      body = { run: specToRun(m.spec, m.pendingInputs) };
+      break;
+    case 'cancel':
+      body = { cancel: { kind: CANCEL_KINDS.indexOf(m.kind), reason: m.reason } };
+      break;
+    case 'record-ack':
+      body = { recordAck: { seq: m.seq, error: m.error ? failureToProto(m.error) : null } };
+      break;
+    case 'take-inputs-reply':
+      body = {
+        takeInputsReply: {
+          seq: m.seq,
+          inputs: m.inputs.map((q) => ({ inputId: q.inputId, input: payloadOut(q.input) })),
+          error: m.error ? failureToProto(m.error) : null,
+        },
+      };
+      break;
+    case 'pending-inputs':
+      body = { pendingInputs: { count: m.count } };
+      break;
+    case 'shutdown':
+      body = { shutdown: {} };
+      break;
+  }
+  return EngineFrameType.encodeDelimited(body as never).finish();
+}
+
+/** Worker side. The engine is trusted, but a bad frame still throws rather than misbehaving. */
+export function reflectedDecodeEngineMessage(bytes: Uint8Array): EngineMessage {
+  let f: Msg;
+  try {
+    f = EngineFrameType.decode(bytes) as unknown as Msg;
+  } catch (err) {
+    throw new WorkerProtocolError(`undecodable engine frame (${(err as Error).message})`);
+  }
+  if (f.run) return { type: 'run', spec: runToSpec(f.run), pendingInputs: f.run.pendingInputs ?? 0 };
+  if (f.cancel) {
+    const kind = CANCEL_KINDS[f.cancel.kind ?? 0];
+    if (!kind) throw new WorkerProtocolError(`unknown cancel kind ${f.cancel.kind}`);
+    return { type: 'cancel', kind, reason: f.cancel.reason ?? '' };
+  }
+  if (f.recordAck) {
+    const m: EngineMessage = { type: 'record-ack', seq: f.recordAck.seq ?? 0 };
+    const error = failureIn(f.recordAck.error);
+    if (error) m.error = error;
+    return m;
+  }
+  if (f.takeInputsReply) {
+    const r = f.takeInputsReply;
+    const m: EngineMessage = {
+      type: 'take-inputs-reply',
+      seq: r.seq ?? 0,
+      inputs: (r.inputs ?? []).map((q: Msg) => ({ inputId: q.inputId ?? '', input: payloadIn(q.input)! })),
+    };
+    const error = failureIn(r.error);
+    if (error) m.error = error;
+    return m;
+  }
+  if (f.pendingInputs) return { type: 'pending-inputs', count: f.pendingInputs.count ?? 0 };
+  if (f.shutdown) return { type: 'shutdown' };
+  throw new WorkerProtocolError('empty or unknown engine frame');
+}
+
+function specToRun(s: TurnSpec, pendingInputs: number): Msg {
+  return {
+    taskId: s.taskId,
+    workflow: s.workflow,
+    kind: KINDS.indexOf(s.kind),
+    turn: s.turn,
+    attempt: s.attempt,
+    entryMode: ENTRY_MODES.indexOf(s.entryMode),
+    steered: s.steered,
+    inputId: s.inputId,
+    input: payloadOut(s.input),
+    state: s.state ? payloadOut(s.state) : null,
+    calls: s.calls.map(callOut),
+    taken: s.taken.map((q) => ({ inputId: q.inputId, input: payloadOut(q.input), steering: q.steering, eventId: q.eventId, timeMs: q.time })),
+    checkpoint: s.checkpoint ? payloadOut(s.checkpoint) : null,
+    turnStartedAtMs: s.turnStartedAt,
+    deadlineMs: s.deadline,
+    recoveryCount: s.recoveryCount,
+    stepRetry: s.stepRetry,
+    timeoutExceeded: s.timeoutExceeded,
+    cancelRequested: s.cancelRequested,
+    pendingInputs,
+  };
+}
+
+function callOut(c: RecordedCall): Msg {
+  const base = { seq: c.seq, eventId: c.eventId };
+  switch (c.kind) {
+    case 'step':
+      return {
+        ...base,
+        step: {
+          name: c.name,
+          attempt: c.attempt,
+          result: c.result ? payloadOut(c.result) : null,
+          failure: c.failure ? failureToProto(c.failure) : null,
+          durationMs: c.durationMs,
+        },
+      };
+    case 'checkpoint':
+      return { ...base, checkpoint: { data: payloadOut(c.data) } };
+    case 'take-inputs':
+      return { ...base, takeInputs: { inputIds: c.inputIds } };
+  }
+}
+
+function runToSpec(r: Msg): TurnSpec {
+  const kind = KINDS[r.kind ?? 0];
+  const entryMode = ENTRY_MODES[r.entryMode ?? 0];
+  if (!kind || !entryMode) throw new WorkerProtocolError('run frame without kind or entry mode');
+  const retry: Msg = r.stepRetry ?? {};
+  const stepRetry: RetryPolicy = {
+    maxAttempts: retry.maxAttempts ?? 1,
+    initialIntervalMs: retry.initialIntervalMs ?? 0,
+    backoffCoefficient: retry.backoffCoefficient ?? 1,
+    maxIntervalMs: retry.maxIntervalMs ?? 0,
+    nonRetryableTypes: retry.nonRetryableTypes ?? [],
+  };
+  const spec: TurnSpec = {
+    taskId: r.taskId ?? '',
+    workflow: r.workflow ?? '',
+    kind,
+    turn: r.turn ?? 0,
+    attempt: r.attempt ?? 0,
+    entryMode,
+    steered: r.steered ?? false,
+    inputId: r.inputId ?? '',
+    input: payloadIn(r.input) ?? { metadata: {}, data: EMPTY },
+    calls: (r.calls ?? []).map(callIn),
+    taken: (r.taken ?? []).map(
+      (q: Msg): QueuedInput => ({ inputId: q.inputId ?? '', input: payloadIn(q.input)!, steering: q.steering ?? false, eventId: q.eventId ?? 0, time: q.timeMs ?? 0 }),
+    ),
+    turnStartedAt: r.turnStartedAtMs ?? 0,
+    deadline: r.deadlineMs ?? 0,
+    recoveryCount: r.recoveryCount ?? 0,
+    stepRetry,
+    timeoutExceeded: r.timeoutExceeded ?? false,
+    cancelRequested: r.cancelRequested ?? false,
+  };
+  const state = payloadIn(r.state);
+  if (state) spec.state = state;
+  const checkpoint = payloadIn(r.checkpoint);
+  if (checkpoint) spec.checkpoint = checkpoint;
+  return spec;
+}
+
+function callIn(c: Msg): RecordedCall {
+  const seq = c.seq ?? 0;
+  const eventId = c.eventId ?? 0;
+  if (c.step) {
+    const call: RecordedCall = { kind: 'step', seq, eventId, name: c.step.name ?? '', attempt: c.step.attempt ?? 0, durationMs: c.step.durationMs ?? 0 };
+    const result = payloadIn(c.step.result);
+    if (result) call.result = result;
+    const failure = failureIn(c.step.failure);
+    if (failure) call.failure = failure;
+    return call;
+  }
+  if (c.checkpoint) return { kind: 'checkpoint', seq, eventId, data: payloadIn(c.checkpoint.data)! };
+  if (c.takeInputs) return { kind: 'take-inputs', seq, eventId, inputIds: c.takeInputs.inputIds ?? [] };
+  throw new WorkerProtocolError(`recorded call ${seq} has no kind`);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Worker → engine
+
+export function reflectedEncodeWorkerMessage(m: WorkerMessage): Uint8Array {
+  let body: Msg;
+  switch (m.type) {
+    case 'ready':
+      body = { ready: { protocolVersion: m.protocolVersion, pid: m.pid, workflows: m.workflows, error: m.error ? failureToProto(m.error) : null } };
+      break;
+    case 'step-record': {
+      const r = m.record;
+      body = {
+        stepRecord: {
+          seq: r.seq,
+          name: r.name,
+          result: r.result ? payloadOut(r.result) : null,
+          failure: r.failure ? failureToProto(r.failure) : null,
+          durationMs: r.durationMs,
+        },
+      };
+      break;
+    }
+    case 'checkpoint':
+      body = { checkpoint: { seq: m.seq, data: payloadOut(m.data) } };
+      break;
+    case 'take-inputs':
+      body = { takeInputs: { seq: m.seq } };
+      break;
+    case 'heartbeat':
+      body = { heartbeat: {} };
+      break;
+    case 'terminal':
+      body = terminalOut(m.outcome);
+      break;
+  }
+  return WorkerFrameType.encodeDelimited(body as never).finish();
+}
+
+function terminalOut(o: TerminalOutcome): Msg {
+  switch (o.kind) {
+    case 'completed':
+      return { result: { output: payloadOut(o.output), state: o.state ? payloadOut(o.state) : null } };
+    case 'suspended':
+      return { suspend: { reason: o.reason, output: o.output ? payloadOut(o.output) : null, state: o.state ? payloadOut(o.state) : null } };
+    case 'failed':
+      return { error: { failure: failureToProto(o.failure) } };
+    case 'cancelled':
+      return { cancelled: { reason: o.reason } };
+    case 'timed-out':
+      return { timedOut: {} };
+    case 'exit-for-recovery':
+      return { exitForRecovery: { reason: o.reason } };
+  }
+}
+
+/** Engine side: decodes and validates one frame body from a worker. Throws WorkerProtocolError. */
+export function reflectedDecodeWorkerMessage(bytes: Uint8Array): WorkerMessage {
+  let f: Msg;
+  try {
+    f = WorkerFrameType.decode(bytes) as unknown as Msg;
+  } catch (err) {
+    throw new WorkerProtocolError(`undecodable frame of ${bytes.length} bytes (${(err as Error).message})`);
+  }
+  if (f.ready) {
+    const m: WorkerMessage = { type: 'ready', protocolVersion: f.ready.protocolVersion ?? 0, pid: f.ready.pid ?? 0, workflows: f.ready.workflows ?? [] };
+    const error = failureIn(f.ready.error);
+    if (error) m.error = error;
+    return m;
+  }
+  if (f.stepRecord) {
+    const r = f.stepRecord;
+    const seq = positiveSeq(r.seq, 'step record');
+    if (!r.name) throw new WorkerProtocolError(`step record ${seq} has no name`);
+    if (!r.result === !r.failure) throw new WorkerProtocolError(`step record ${seq} ("${r.name}") must carry exactly one of result and failure`);
+    const d = r.durationMs ?? 0;
+    if (!Number.isFinite(d) || d < 0) throw new WorkerProtocolError(`step record ${seq} has duration ${d}`);
+    const record: StepRecord = { seq, name: r.name, durationMs: d };
+    if (r.result) record.result = payloadIn(r.result)!;
+    else record.failure = failureIn(r.failure)!;
+    return { type: 'step-record', record };
+  }
+  if (f.checkpoint) {
+    const seq = positiveSeq(f.checkpoint.seq, 'checkpoint');
+    if (!f.checkpoint.data) throw new WorkerProtocolError(`checkpoint ${seq} has no data`);
+    return { type: 'checkpoint', seq, data: payloadIn(f.checkpoint.data)! };
+  }
+  if (f.takeInputs) return { type: 'take-inputs', seq: positiveSeq(f.takeInputs.seq, 'take-inputs') };
+  if (f.heartbeat) return { type: 'heartbeat' };
+  if (f.result) {
+    if (!f.result.output) throw new WorkerProtocolError('result without output');
+    const o: TerminalOutcome = { kind: 'completed', output: payloadIn(f.result.output)! };
+    const state = payloadIn(f.result.state);
+    if (state) o.state = state;
+    return { type: 'terminal', outcome: o };
+  }
+  if (f.suspend) {
+    const o: TerminalOutcome = { kind: 'suspended', reason: f.suspend.reason ?? '' };
+    const output = payloadIn(f.suspend.output);
+    if (output) o.output = output;
+    const state = payloadIn(f.suspend.state);
+    if (state) o.state = state;
+    return { type: 'terminal', outcome: o };
+  }
+  if (f.error) {
+    if (!f.error.failure) throw new WorkerProtocolError('error terminal without a failure');
+    return { type: 'terminal', outcome: { kind: 'failed', failure: failureIn(f.error.failure)! } };
+  }
+  if (f.cancelled) return { type: 'terminal', outcome: { kind: 'cancelled', reason: f.cancelled.reason ?? '' } };
+  if (f.timedOut) return { type: 'terminal', outcome: { kind: 'timed-out' } };
+  if (f.exitForRecovery) return { type: 'terminal', outcome: { kind: 'exit-for-recovery', reason: f.exitForRecovery.reason ?? '' } };
+  throw new WorkerProtocolError(`empty or unknown frame of ${bytes.length} bytes`);
+}
+
+function positiveSeq(v: unknown, what: string): number {
+  if (typeof v !== 'number' || !Number.isInteger(v) || v < 1) throw new WorkerProtocolError(`${what} has seq ${String(v)}`);
+  return v;
+}
