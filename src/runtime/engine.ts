@@ -160,6 +160,8 @@ class TaskEntry {
   state: TaskState | undefined;
   lease: Lease | undefined;
   chain: Promise<unknown> = Promise.resolve();
+  /** Operations queued on or holding the lock; a busy entry is never evicted. */
+  busy = 0;
   active: ActiveAttempt | undefined;
   waiters = new Map<string, Deferred<TurnResult>[]>();
   snapshotAt = 0;
@@ -441,7 +443,8 @@ export class Engine {
     this.#assertOpen('withdraw');
     const t = await this.#load(taskId);
     await this.#withLock(t, async () => {
-      const q = t.state?.queue.find((x) => x.inputId === inputId);
+      // Inputs still queued when a task completed never run, but they cannot be withdrawn either.
+      const q = t.state?.status === 'completed' ? undefined : t.state?.queue.find((x) => x.inputId === inputId);
       if (!q) {
         throw new TurnlogError('TURNLOG_INPUT_NOT_FOUND', `Task ${taskId} has no queued input ${inputId} (it may have been taken by a turn already).`);
       }
@@ -1032,9 +1035,24 @@ export class Engine {
     active.timers.push(this.#clock.setTimer(tick, every));
   }
 
+  /**
+   * The task's entry, loaded from the store on first use. The entry is pinned until the next
+   * macrotask: its caller's continuation (microtasks) takes the lock or registers a waiter
+   * first, so another task's load cannot evict it in between (test: review/engine-races).
+   */
   async #load(taskId: string): Promise<TaskEntry> {
     const cached = this.#tasks.get(taskId);
-    if (cached) return cached;
+    if (cached) return this.#pin(cached);
+    return this.#loadEntry(taskId);
+  }
+
+  #pin(t: TaskEntry): TaskEntry {
+    t.busy++;
+    setImmediate(() => t.busy--);
+    return t;
+  }
+
+  async #loadEntry(taskId: string): Promise<TaskEntry> {
     let loading = this.#loading.get(taskId);
     if (!loading) {
       loading = (async () => {
@@ -1054,7 +1072,7 @@ export class Engine {
         t.lease = await this.store.getLease(taskId);
         this.#evictIdle();
         this.#tasks.set(taskId, t);
-        return t;
+        return this.#pin(t); // synchronously with the set: no other load can run in between
       })().finally(() => this.#loading.delete(taskId));
       this.#loading.set(taskId, loading);
     }
@@ -1065,7 +1083,9 @@ export class Engine {
     if (this.#tasks.size < this.#maxCached) return;
     for (const [id, t] of this.#tasks) {
       if (this.#tasks.size < this.#maxCached * 0.9) break;
-      if (!t.active && t.waiters.size === 0) this.#tasks.delete(id);
+      // A busy entry may be about to start a turn: evicting it would let a fresh entry
+      // "recover" that turn while it runs (test: review/engine-races).
+      if (!t.active && t.waiters.size === 0 && t.busy === 0) this.#tasks.delete(id);
     }
   }
 
@@ -1108,7 +1128,8 @@ export class Engine {
   }
 
   #withLock<T>(t: TaskEntry, fn: () => Promise<T>): Promise<T> {
-    const run = t.chain.then(fn);
+    t.busy++;
+    const run = t.chain.then(fn).finally(() => t.busy--);
     t.chain = run.catch(() => undefined);
     return run;
   }

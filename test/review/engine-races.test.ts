@@ -46,7 +46,7 @@ describe('review: task cache eviction', () => {
   // its lock (between #load and t.active being set). The orphaned entry starts the turn; the next
   // #load builds a fresh entry that does not know the turn runs here, so `send` "recovers" it
   // inline and a second attempt of the same turn runs concurrently with the first.
-  it.fails('never runs two attempts of one turn at once when the cache is tiny', async () => {
+  it('never runs two attempts of one turn at once when the cache is tiny', async () => {
     const release = gate();
     const running: string[] = [];
     let concurrent = 0;
@@ -108,7 +108,7 @@ describe('review: inputs around a turn end', () => {
   // and appends InputWithdrawn after TaskCompleted: the fold rejects the batch with a
   // HistoryInvariantError (after-task-completed) instead of TURNLOG_INPUT_NOT_FOUND / a conflict.
   // (describe().queuedInputIds also still lists them for the completed task.)
-  it.fails('withdrawing an input of a completed task is TURNLOG_INPUT_NOT_FOUND, not an invariant error', async () => {
+  it('withdrawing an input of a completed task is TURNLOG_INPUT_NOT_FOUND, not an invariant error', async () => {
     const release = gate();
     let started = false;
     const wf = defineWorkflow({
