@@ -1,9 +1,15 @@
 /**
- * Entry point of an isolated worker process: `node [execArgv] child-main.js <workflows module>`.
+ * Entry point of an isolated worker process: `node [execArgv] child-main.js <workflows module> [--prewarm]`.
  * Loads the workflows module, says Ready on fd 3, then runs one turn per Run frame with the
  * same TurnContextImpl the engine uses inline; its TurnHost turns every record into a frame
  * and waits for the engine's acknowledgement. It never opens the store (invariant 2).
- * Keep imports light: no engine, store, `level` or `@temporalio/proto` (cold start).
+ * Keep imports light: no engine, store, `level`, protobufjs or `@temporalio/proto` (cold start;
+ * test/executor/protocol-codec.test.ts checks the import graph).
+ *
+ * `--prewarm` (warm-pool workers, spawned ahead of need): before Ready, run a synthetic turn
+ * through the real frame, context and handler paths so V8 has compiled them, and wait until
+ * the orphan watchdog thread is up, so the first real turn meets a quiet, warmed-up process.
+ * A cold worker (a turn is already waiting for it) says Ready as soon as the module loaded.
  */
 import { Socket } from 'node:net';
 import { isAbsolute, resolve } from 'node:path';
@@ -18,9 +24,11 @@ import type { Workflow } from '../workflow/define-workflow.js';
 import { markIsolatedWorker } from './isolation.js';
 import {
   FrameReader,
+  PREWARM_FLAG,
   PROTOCOL_FD,
   PROTOCOL_VERSION,
   decodeEngineMessage,
+  encodeEngineMessage,
   encodeWorkerMessage,
   warmUpCodecs,
   type EngineMessage,
@@ -30,6 +38,8 @@ import {
 
 const HEARTBEAT_MS = 1000;
 const ORPHAN_POLL_MS = 250;
+/** Name of the synthetic workflow of the warm-up turn (never listed in Ready). */
+const WARM_UP_WORKFLOW = '\0turnlog-warm-up';
 
 interface Pending {
   resolve(v: unknown): void;
@@ -52,6 +62,10 @@ const workflows = new Map<string, Workflow<any, any, any>>();
 let turn: Turn | undefined;
 let pendingInputs = 0;
 let shutdownAsked = false;
+/** Where frames go: the pipe, or the warm-up's loopback. */
+let send: (m: WorkerMessage) => void = (m) => {
+  pipe.write(encodeWorkerMessage(m));
+};
 
 // EOF or a broken pipe: the engine is gone or done with us. Exit at once: nothing this process
 // does from now on could be recorded. (A busy handler never gets here: see watchOrphan.)
@@ -76,10 +90,6 @@ const onData = (chunk: Buffer): void => {
     onMessage(m);
   }
 };
-
-function send(m: WorkerMessage): void {
-  pipe.write(encodeWorkerMessage(m));
-}
 
 function fatal(err: unknown): never {
   process.stderr.write(`[turnlog worker ${process.pid}] ${(err as Error).stack ?? String(err)}\n`);
@@ -175,6 +185,60 @@ async function runTurn(spec: TurnSpec): Promise<void> {
   if (shutdownAsked) pipe.end(() => process.exit(0));
 }
 
+/**
+ * A synthetic turn through the real paths (Run frame → onData → runTurn → context, step,
+ * checkpoint, takeInputs, suspend → frames → acks), answered by a loopback instead of the
+ * engine, once per kind. The first real turn then runs compiled code. Leaves no state behind.
+ */
+async function warmUp(): Promise<void> {
+  warmUpCodecs();
+  const wf = {
+    name: WARM_UP_WORKFLOW,
+    policy: {},
+    turn: async (ctx: TurnContextImpl<unknown, unknown>, input: unknown) => {
+      const v = await ctx.step('warm-up', () => ({ input, n: 1 }));
+      await ctx.checkpoint(v);
+      await ctx.takeInputs();
+      void ctx.pendingInputCount, ctx.signal.aborted, ctx.checkpointData;
+      return ctx.turn === 1 ? v : ctx.suspend('next', v);
+    },
+  } as unknown as Workflow<any, any, any>;
+  workflows.set(WARM_UP_WORKFLOW, wf);
+  const real = send;
+  const loop = new FrameReader();
+  try {
+    for (const kind of ['one-shot', 'multi-turn'] as const) {
+      await new Promise<void>((resolve, reject) => {
+        send = (m) => {
+          // Encode and decode as if it crossed the pipe, then answer as the engine would.
+          const back = loop.push(encodeWorkerMessage(m));
+          if (back.length !== 1) return reject(new Error('warm-up: bad loopback frame'));
+          const reply = (e: EngineMessage) => setImmediate(() => onData(Buffer.from(encodeEngineMessage(e))));
+          if (m.type === 'step-record') reply({ type: 'record-ack', seq: m.record.seq });
+          else if (m.type === 'checkpoint') reply({ type: 'record-ack', seq: m.seq });
+          else if (m.type === 'take-inputs') reply({ type: 'take-inputs-reply', seq: m.seq, inputs: [] });
+          else if (m.type === 'terminal') {
+            if (m.outcome.kind === 'failed') reject(failureToError(m.outcome.failure));
+            else resolve();
+          }
+        };
+        const payload = converter.toPayload({ warm: true });
+        const spec: TurnSpec = {
+          taskId: 'warm-up', workflow: WARM_UP_WORKFLOW, kind, turn: kind === 'one-shot' ? 1 : 2, attempt: 1, entryMode: 'fresh', steered: false,
+          inputId: 'warm-up', input: payload, state: payload, calls: [], taken: [], turnStartedAt: Date.now(), deadline: Date.now() + 60_000,
+          recoveryCount: 0, stepRetry: { maxAttempts: 1, initialIntervalMs: 0, backoffCoefficient: 1, maxIntervalMs: 0, nonRetryableTypes: [] },
+          timeoutExceeded: false, cancelRequested: false,
+        };
+        onData(Buffer.from(encodeEngineMessage({ type: 'run', spec, pendingInputs: 0 })));
+      });
+    }
+  } finally {
+    send = real;
+    workflows.delete(WARM_UP_WORKFLOW);
+    pendingInputs = 0;
+  }
+}
+
 function isWorkflow(v: unknown): v is Workflow<any, any, any> {
   return typeof v === 'object' && v !== null && typeof (v as Workflow).name === 'string' && typeof (v as Workflow).turn === 'function' && 'policy' in v;
 }
@@ -190,16 +254,24 @@ function collect(mod: Record<string, unknown>): void {
  * A busy handler never sees the pipe's EOF, so a tiny thread polls the parent: once it is
  * gone, the thread SIGKILLs this process. No orphan keeps running handler code.
  */
-function watchOrphan(): void {
+function watchOrphan(): Promise<void> {
   const code = `const { workerData: d } = require('node:worker_threads');
 setInterval(() => { try { process.kill(d.ppid, 0); } catch (e) { if (e.code === 'ESRCH') process.kill(d.pid, 'SIGKILL'); } }, d.ms);`;
   const w = new Worker(code, { eval: true, workerData: { ppid: process.ppid, pid: process.pid, ms: ORPHAN_POLL_MS }, stdout: false, stderr: false });
   w.unref();
+  // Booting the thread takes tens of ms of CPU: a warm worker waits for it before Ready.
+  return new Promise((resolve) => {
+    w.once('online', resolve);
+    w.once('error', () => resolve());
+  });
 }
 
 async function main(): Promise<void> {
   const spec = process.argv[2];
-  if (!spec) fatal(new Error('usage: child-main.js <workflows module path or file URL>'));
+  if (!spec) fatal(new Error('usage: child-main.js <workflows module path or file URL> [--prewarm]'));
+  const prewarm = process.argv[3] === PREWARM_FLAG;
+  // First thing: the thread boots on another core while this one loads the module.
+  const watchdog = watchOrphan();
   try {
     const url = spec.startsWith('file:') ? spec : pathToFileURL(isAbsolute(spec) ? spec : resolve(spec)).href;
     collect((await import(url)) as Record<string, unknown>);
@@ -209,10 +281,17 @@ async function main(): Promise<void> {
     pipe.end(() => process.exit(1));
     return;
   }
-  warmUpCodecs();
+  if (prewarm) {
+    try {
+      await warmUp();
+    } catch (err) {
+      // Only ever a turnlog bug; the worker still works, just colder.
+      process.stderr.write(`[turnlog worker ${process.pid}] warm-up failed: ${(err as Error).stack ?? String(err)}\n`);
+    }
+    await watchdog;
+  }
   send({ type: 'ready', protocolVersion: PROTOCOL_VERSION, pid: process.pid, workflows: [...workflows.keys()] });
   pipe.on('data', onData);
-  setImmediate(watchOrphan);
 }
 
 void main();

@@ -19,6 +19,8 @@ export const PROTOCOL_VERSION = 1;
 export const MAX_FRAME_BYTES = 64 * 1024 * 1024;
 /** The child's file descriptor for the protocol pipe (0–2 stay stdin/stdout/stderr). */
 export const PROTOCOL_FD = 3;
+/** Worker argument after the module path: a warm-pool worker, which warms up fully before Ready. */
+export const PREWARM_FLAG = '--prewarm';
 
 /** A worker broke the protocol; the engine kills it and fails the attempt with this error. */
 export class WorkerProtocolError extends TurnlogError {

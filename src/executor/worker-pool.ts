@@ -9,6 +9,7 @@ import { createInterface } from 'node:readline';
 import type { Logger } from '../runtime/logger.js';
 import {
   FrameReader,
+  PREWARM_FLAG,
   PROTOCOL_VERSION,
   WorkerProtocolError,
   decodeWorkerMessage,
@@ -68,9 +69,12 @@ export class WorkerProcess {
   #setReady!: (v: boolean) => void;
   #closeTimer: NodeJS.Timeout | undefined;
 
-  constructor(options: SpawnOptions) {
+  /** `prewarm`: a warm-pool worker, which warms up fully before Ready (child-main.ts). */
+  constructor(options: SpawnOptions, prewarm = false) {
     this.ready = new Promise((r) => (this.#setReady = r));
-    this.child = spawn(process.execPath, [...options.execArgv, options.childEntry, options.workflowsModule], {
+    const args = [...options.execArgv, options.childEntry, options.workflowsModule];
+    if (prewarm) args.push(PREWARM_FLAG);
+    this.child = spawn(process.execPath, args, {
       stdio: ['ignore', 'pipe', 'pipe', 'pipe'],
       env: options.env ?? process.env,
     });
@@ -269,7 +273,7 @@ export class WorkerPool {
   /** Fills the warm pool (in the background; never throws). */
   fill(): void {
     while (!this.#closed && !this.#warmBroken && this.#warm.length < this.#o.warmPool && this.#all.size < this.#o.maxWorkers) {
-      const w = this.#spawn();
+      const w = this.#spawn(true);
       this.#warm.push(w);
       void w.ready.then((ok) => {
         if (ok || this.#closed) return;
@@ -347,8 +351,8 @@ export class WorkerPool {
     await Promise.all(all.map((w) => w.exited));
   }
 
-  #spawn(): WorkerProcess {
-    const w = new WorkerProcess(this.#o.spawn);
+  #spawn(prewarm = false): WorkerProcess {
+    const w = new WorkerProcess(this.#o.spawn, prewarm);
     this.#all.add(w);
     this.#every.add(w);
     w.unref();
