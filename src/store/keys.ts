@@ -143,3 +143,60 @@ export function describeKey(key: Uint8Array): string {
       return `index/${body.replaceAll('\0', '/')}`;
   }
 }
+
+const STATUSES: readonly TaskStatus[] = ['pending', 'in_progress', 'suspended', 'completed'];
+const STATUS_BYTES = new Map<string, Uint8Array>(STATUSES.map((st) => [st, enc.encode(st)]));
+
+/**
+ * The keys of one task, UTF-8-encoded once: the append path writes the summary key on every
+ * append and moves the status index on every turn start and end, and encoding the task id and
+ * workflow again each time (TextEncoder) was the store's largest CPU item. Same bytes as the
+ * functions above (test/store/keys.test.ts). The Level store keeps one per cached task head.
+ */
+export class TaskKeys {
+  readonly taskId: string;
+  /** `e <task> 0x00`: {@link eventKey} appends the id. */
+  readonly eventPrefix: Buffer;
+  readonly summary: Buffer;
+  readonly lease: Buffer;
+  readonly #task: Uint8Array;
+  #workflow: string | undefined;
+  #workflowBytes: Uint8Array = new Uint8Array(0);
+  #workflowIndex: Buffer | undefined;
+  readonly #statusIndex = new Map<string, Buffer>();
+
+  constructor(taskId: string) {
+    this.taskId = taskId;
+    const task = enc.encode(taskId);
+    this.#task = task;
+    this.eventPrefix = concat([Prefix.event, task, 0]);
+    this.summary = concat([Prefix.summary, task]);
+    this.lease = concat([Prefix.lease, task]);
+  }
+
+  #useWorkflow(workflow: string): void {
+    if (workflow === this.#workflow) return;
+    this.#workflow = workflow;
+    this.#workflowBytes = enc.encode(workflow);
+    this.#workflowIndex = undefined;
+    this.#statusIndex.clear();
+  }
+
+  /** {@link statusIndexKey} of this task; cached per status for the current workflow. */
+  statusIndex(status: TaskStatus, workflow: string): Buffer {
+    this.#useWorkflow(workflow);
+    let key = this.#statusIndex.get(status);
+    if (key === undefined) {
+      const st = STATUS_BYTES.get(status) ?? enc.encode(status);
+      key = concat([Prefix.statusIndex, st, 0, this.#workflowBytes, 0, this.#task]);
+      this.#statusIndex.set(status, key);
+    }
+    return key;
+  }
+
+  /** {@link workflowIndexKey} of this task. */
+  workflowIndex(workflow: string): Buffer {
+    this.#useWorkflow(workflow);
+    return (this.#workflowIndex ??= concat([Prefix.workflowIndex, this.#workflowBytes, 0, this.#task]));
+  }
+}

@@ -31,18 +31,16 @@ import {
   describeKey,
   eventIdOfKey,
   eventKey,
-  eventPrefix,
   eventRange,
   leaseKey,
   metaKey,
   prefixEnd,
   prefixOnly,
   snapshotKey,
-  statusIndexKey,
   statusIndexPrefix,
   summaryKey,
   taskIdOfKey,
-  workflowIndexKey,
+  TaskKeys,
   workflowIndexPrefix,
 } from './keys.js';
 import { decodeSummary, encodeSummary } from './records.js';
@@ -71,8 +69,8 @@ interface HeadEntry {
   /** Set while the head is loading; callers queue on it in arrival order. */
   ready: Promise<void> | null;
   waiters: number;
-  eventPrefix: Buffer;
-  summaryKey: Buffer;
+  /** The task's keys, encoded once. */
+  keys: TaskKeys;
 }
 
 const READ_PAGE = 256;
@@ -225,8 +223,7 @@ export class LevelHistoryStore implements HistoryStore {
         pending: EMPTY_HEAD,
         ready: null,
         waiters: 0,
-        eventPrefix: eventPrefix(taskId),
-        summaryKey: summaryKey(taskId),
+        keys: new TaskKeys(taskId),
       };
       entry.ready = this.#loadHead(taskId, entry);
       this.#heads.set(taskId, entry);
@@ -261,8 +258,8 @@ export class LevelHistoryStore implements HistoryStore {
 
   async #loadHead(taskId: string, entry: HeadEntry): Promise<void> {
     const [rawSummary, rawLease, last] = await Promise.all([
-      this.#db.get(entry.summaryKey),
-      this.#db.get(leaseKey(taskId)),
+      this.#db.get(entry.keys.summary),
+      this.#db.get(entry.keys.lease),
       this.#db.iterator({ ...eventRange(taskId), reverse: true, limit: 1 }).all(),
     ]);
     let lastEventId = 0;
@@ -273,12 +270,12 @@ export class LevelHistoryStore implements HistoryStore {
       lastEventId = e.eventId;
       maxGeneration = e.generation;
     }
-    let summary = rawSummary === undefined ? undefined : this.#summary(taskId, entry.summaryKey, rawSummary);
+    let summary = rawSummary === undefined ? undefined : this.#summary(taskId, entry.keys.summary, rawSummary);
     // The summary is derived (invariant 1): if it disagrees with the history, rebuild it.
     if (lastEventId > 0 && summary?.lastEventId !== lastEventId) {
       summary = summarize(taskId, undefined, await this.readEvents(taskId));
     }
-    const stored = rawLease === undefined ? undefined : (parseJson(rawLease, leaseKey(taskId)) as Lease);
+    const stored = rawLease === undefined ? undefined : (parseJson(rawLease, entry.keys.lease) as Lease);
     // A lease on disk was written by an earlier process, which LevelDB's lock proves dead:
     // it is void at once (expired), keeping its generation as the fencing floor.
     const lease = stored && { ...stored, expiresAt: 0 };
@@ -302,14 +299,16 @@ export class LevelHistoryStore implements HistoryStore {
     return this.#withHead(taskId, (h) => {
       const prev = h.pending;
       const next = applyAppend(taskId, prev, events, options);
+      const keys = h.keys;
       const ops: BatchOp[] = [];
-      for (const e of events) {
-        ops.push({ type: 'put', key: eventKey(taskId, e.eventId, h.eventPrefix), value: asBuffer(encodeEvent(e)) });
+      for (let i = 0; i < events.length; i++) {
+        const e = events[i]!;
+        ops.push({ type: 'put', key: eventKey(taskId, e.eventId, keys.eventPrefix), value: asBuffer(encodeEvent(e)) });
       }
       const summary = next.summary!;
-      ops.push({ type: 'put', key: h.summaryKey, value: encodeSummary(summary) });
-      indexOps(taskId, prev.summary, summary, ops);
-      if (options.lease) ops.push({ type: 'put', key: leaseKey(taskId), value: Buffer.from(JSON.stringify(next.lease)) });
+      ops.push({ type: 'put', key: keys.summary, value: encodeSummary(summary) });
+      indexOps(keys, prev.summary, summary, ops);
+      if (options.lease) ops.push({ type: 'put', key: keys.lease, value: Buffer.from(JSON.stringify(next.lease)) });
       h.pending = next;
       return this.#committer
         .submit(taskId, ops, options.sync ?? this.#sync, () => {
@@ -322,7 +321,7 @@ export class LevelHistoryStore implements HistoryStore {
   #writeLease(taskId: string, h: HeadEntry, lease: Lease): Promise<void> {
     const next: TaskHead = { ...h.pending, lease };
     h.pending = next;
-    const ops: BatchOp[] = [{ type: 'put', key: leaseKey(taskId), value: Buffer.from(JSON.stringify(lease)) }];
+    const ops: BatchOp[] = [{ type: 'put', key: h.keys.lease, value: Buffer.from(JSON.stringify(lease)) }];
     return this.#committer.submit(taskId, ops, this.#sync, () => {
       h.durable = next;
     });
@@ -370,13 +369,14 @@ export class LevelHistoryStore implements HistoryStore {
       const prev = h.pending;
       const ops: BatchOp[] = [];
       // Ids are dense, so the head names every event key: no scan, one atomic batch.
-      for (let id = 1; id <= prev.lastEventId; id++) ops.push({ type: 'del', key: eventKey(taskId, id, h.eventPrefix) });
-      ops.push({ type: 'del', key: h.summaryKey });
-      ops.push({ type: 'del', key: leaseKey(taskId) });
+      const keys = h.keys;
+      for (let id = 1; id <= prev.lastEventId; id++) ops.push({ type: 'del', key: eventKey(taskId, id, keys.eventPrefix) });
+      ops.push({ type: 'del', key: keys.summary });
+      ops.push({ type: 'del', key: keys.lease });
       ops.push({ type: 'del', key: snapshotKey(taskId) });
       if (prev.summary) {
-        ops.push({ type: 'del', key: statusIndexKey(prev.summary.status, prev.summary.workflow, taskId) });
-        ops.push({ type: 'del', key: workflowIndexKey(prev.summary.workflow, taskId) });
+        ops.push({ type: 'del', key: keys.statusIndex(prev.summary.status, prev.summary.workflow) });
+        ops.push({ type: 'del', key: keys.workflowIndex(prev.summary.workflow) });
       }
       h.pending = EMPTY_HEAD;
       return this.#committer.submit(taskId, ops, this.#sync, () => {
@@ -517,16 +517,21 @@ export class LevelHistoryStore implements HistoryStore {
   }
 }
 
-/** Index maintenance for a summary change; only when status or workflow moved. */
-function indexOps(taskId: string, prev: TaskSummary | undefined, next: TaskSummary, ops: BatchOp[]): void {
-  const empty = Buffer.alloc(0);
+const EMPTY_VALUE = Buffer.alloc(0);
+
+/**
+ * Index maintenance for a summary change; only when status or workflow moved. The previous
+ * workflow's keys are built before the current one's, as TaskKeys caches one workflow at a time.
+ */
+function indexOps(keys: TaskKeys, prev: TaskSummary | undefined, next: TaskSummary, ops: BatchOp[]): void {
   if (prev && prev.status === next.status && prev.workflow === next.workflow) return;
-  if (prev) ops.push({ type: 'del', key: statusIndexKey(prev.status, prev.workflow, taskId) });
-  ops.push({ type: 'put', key: statusIndexKey(next.status, next.workflow, taskId), value: empty });
-  if (prev?.workflow !== next.workflow) {
-    if (prev) ops.push({ type: 'del', key: workflowIndexKey(prev.workflow, taskId) });
-    ops.push({ type: 'put', key: workflowIndexKey(next.workflow, taskId), value: empty });
+  const workflowMoved = prev?.workflow !== next.workflow;
+  if (prev) {
+    ops.push({ type: 'del', key: keys.statusIndex(prev.status, prev.workflow) });
+    if (workflowMoved) ops.push({ type: 'del', key: keys.workflowIndex(prev.workflow) });
   }
+  ops.push({ type: 'put', key: keys.statusIndex(next.status, next.workflow), value: EMPTY_VALUE });
+  if (workflowMoved) ops.push({ type: 'put', key: keys.workflowIndex(next.workflow), value: EMPTY_VALUE });
 }
 
 /** A Buffer view of encoded bytes, without the copy `Buffer.from(uint8array)` makes. */

@@ -11,7 +11,67 @@ const OUTCOMES: readonly TaskOutcome[] = ['succeeded', 'failed', 'cancelled', 't
 
 type SummaryRow = [string, number, number, number, number, number, number, string | null, number, number];
 
+/** A number JSON.stringify writes as String(n) does (finite); anything else is left to it. */
+function isJsonNumber(n: unknown): n is number {
+  return typeof n === 'number' && Number.isFinite(n);
+}
+
+// The last workflow name and its JSON text: tasks share a handful of workflows.
+let lastWorkflow = '';
+let lastWorkflowJson = '""';
+
+/**
+ * Encodes a summary row. Written with every append, so the usual case is built as text directly
+ * (no row array, the workflow's JSON cached); anything unusual (a non-finite number, a value of
+ * the wrong type) goes through JSON.stringify of the row. Both give the same bytes
+ * (test/store/records.test.ts).
+ */
 export function encodeSummary(s: TaskSummary): Buffer {
+  const workflow = s.workflow;
+  const lastInputId = s.lastInputId;
+  if (
+    typeof workflow === 'string' &&
+    (lastInputId === undefined || typeof lastInputId === 'string') &&
+    isJsonNumber(s.lastEventId) &&
+    isJsonNumber(s.turn) &&
+    isJsonNumber(s.queued) &&
+    isJsonNumber(s.createdAt) &&
+    isJsonNumber(s.updatedAt)
+  ) {
+    if (workflow !== lastWorkflow) {
+      lastWorkflowJson = JSON.stringify(workflow);
+      lastWorkflow = workflow;
+    }
+    const outcome = s.outcome === undefined ? -1 : OUTCOMES.indexOf(s.outcome);
+    const text =
+      '[' +
+      lastWorkflowJson +
+      ',' +
+      KINDS.indexOf(s.kind) +
+      ',' +
+      STATUSES.indexOf(s.status) +
+      ',' +
+      outcome +
+      ',' +
+      s.lastEventId +
+      ',' +
+      s.turn +
+      ',' +
+      s.queued +
+      ',' +
+      (lastInputId === undefined ? 'null' : JSON.stringify(lastInputId)) +
+      ',' +
+      s.createdAt +
+      ',' +
+      s.updatedAt +
+      ']';
+    return Buffer.from(text);
+  }
+  return encodeSummaryRow(s);
+}
+
+/** The reference encoding: JSON.stringify of the row (the fast path must give the same bytes). */
+export function encodeSummaryRow(s: TaskSummary): Buffer {
   const row: SummaryRow = [
     s.workflow,
     KINDS.indexOf(s.kind),

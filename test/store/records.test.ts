@@ -1,0 +1,49 @@
+import fc from 'fast-check';
+import { describe, expect, it } from 'vitest';
+import type { TaskSummary } from '../../src/history/events.js';
+import { decodeSummary, encodeSummary, encodeSummaryRow } from '../../src/store/records.js';
+
+const text = fc.oneof(fc.constant(''), fc.constantFrom('one-step', 'support-agent', 'ü"\\\n'), fc.string({ unit: 'binary', maxLength: 20 }));
+const num = fc.oneof(
+  fc.constantFrom(0, -0, 1, 0xffffffff, 1_764_443_012_345.5, 1e21, 5e-324),
+  fc.nat(),
+  fc.double({ noNaN: true, noDefaultInfinity: true }),
+);
+const summary: fc.Arbitrary<TaskSummary> = fc.record(
+  {
+    taskId: fc.constant('t'),
+    workflow: text,
+    kind: fc.constantFrom('one-shot', 'multi-turn'),
+    status: fc.constantFrom('pending', 'in_progress', 'suspended', 'completed'),
+    outcome: fc.constantFrom('succeeded', 'failed', 'cancelled', 'timed_out'),
+    lastEventId: num,
+    turn: num,
+    queued: num,
+    lastInputId: text,
+    createdAt: num,
+    updatedAt: num,
+  },
+  { requiredKeys: ['taskId', 'workflow', 'kind', 'status', 'lastEventId', 'turn', 'queued', 'createdAt', 'updatedAt'] },
+);
+
+describe('summary records', () => {
+  it('the fast encoding gives the bytes of JSON.stringify(row), and decodes back', () => {
+    fc.assert(
+      fc.property(fc.array(summary, { minLength: 1, maxLength: 4 }), (list) => {
+        for (const s of list) {
+          const bytes = encodeSummary(s);
+          expect(bytes.toString('hex')).toBe(encodeSummaryRow(s).toString('hex'));
+          const back = decodeSummary('t', bytes);
+          expect(back.workflow).toBe(s.workflow);
+          expect(back.lastInputId).toBe(s.lastInputId);
+        }
+      }),
+      { seed: 2024, numRuns: 500 },
+    );
+  });
+
+  it('non-finite numbers fall back to JSON.stringify (null)', () => {
+    const s: TaskSummary = { taskId: 't', workflow: 'w', kind: 'one-shot', status: 'pending', lastEventId: 1, turn: 0, queued: 0, createdAt: Number.NaN, updatedAt: Number.POSITIVE_INFINITY };
+    expect(encodeSummary(s).toString()).toBe('["w",0,0,-1,1,0,0,null,null,null]');
+  });
+});
