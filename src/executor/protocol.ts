@@ -21,6 +21,8 @@ export const MAX_FRAME_BYTES = 64 * 1024 * 1024;
 export const PROTOCOL_FD = 3;
 /** Worker argument after the module path: a warm-pool worker, which warms up fully before Ready. */
 export const PREWARM_FLAG = '--prewarm';
+/** Worker argument: the kernel SIGKILLs this worker when the engine dies (setpriv --pdeathsig), no watchdog thread needed. */
+export const PARENT_DEATH_SIGNAL_FLAG = '--parent-death-signal';
 
 /** A worker broke the protocol; the engine kills it and fails the attempt with this error. */
 export class WorkerProtocolError extends TurnlogError {

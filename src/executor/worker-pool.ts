@@ -3,12 +3,15 @@
  * (already past `import(workflowsModule)`), one parked worker per multi-turn task when reuse
  * is on, and a cap on live workers with FIFO queueing. Turn logic lives in process-executor.ts.
  */
-import { spawn, type ChildProcess } from 'node:child_process';
+import { spawn, spawnSync, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { delimiter, join } from 'node:path';
 import type { Socket } from 'node:net';
 import { createInterface } from 'node:readline';
 import type { Logger } from '../runtime/logger.js';
 import {
   FrameReader,
+  PARENT_DEATH_SIGNAL_FLAG,
   PREWARM_FLAG,
   PROTOCOL_VERSION,
   WorkerProtocolError,
@@ -46,6 +49,27 @@ export interface SpawnOptions {
   logger: Logger | undefined;
 }
 
+let setprivPath: string | null | undefined;
+
+/**
+ * Linux: util-linux `setpriv` with `--pdeathsig` (2.33+), found once per process. A worker
+ * started through it is SIGKILLed by the kernel when the engine's thread dies, so it needs no
+ * watchdog thread of its own. `TURNLOG_ORPHAN_WATCH=thread` forces the thread (tests).
+ */
+export function parentDeathSignalLauncher(): string | null {
+  if (setprivPath !== undefined) return setprivPath;
+  setprivPath = null;
+  if (process.platform !== 'linux' || process.env['TURNLOG_ORPHAN_WATCH'] === 'thread') return setprivPath;
+  for (const dir of (process.env['PATH'] ?? '/usr/bin:/bin').split(delimiter)) {
+    const p = join(dir, 'setpriv');
+    if (!dir || !existsSync(p)) continue;
+    const probe = spawnSync(p, ['--pdeathsig', 'SIGKILL', '--', p, '--version'], { stdio: 'ignore', timeout: 5000 });
+    if (probe.status === 0) setprivPath = p;
+    break;
+  }
+  return setprivPath;
+}
+
 /** One child process and its protocol pipe. */
 export class WorkerProcess {
   readonly pid: number;
@@ -74,7 +98,10 @@ export class WorkerProcess {
     this.ready = new Promise((r) => (this.#setReady = r));
     const args = [...options.execArgv, options.childEntry, options.workflowsModule];
     if (prewarm) args.push(PREWARM_FLAG);
-    this.child = spawn(process.execPath, args, {
+    const setpriv = parentDeathSignalLauncher();
+    if (setpriv) args.push(PARENT_DEATH_SIGNAL_FLAG);
+    // setpriv sets the signal, then execs node in place: same pid, same pipes.
+    this.child = spawn(setpriv ?? process.execPath, setpriv ? ['--pdeathsig', 'SIGKILL', '--', process.execPath, ...args] : args, {
       stdio: ['ignore', 'pipe', 'pipe', 'pipe'],
       env: options.env ?? process.env,
     });

@@ -287,7 +287,9 @@ describe('ProcessExecutor: broken workers', () => {
   });
 });
 
-describe('ProcessExecutor: engine crash', () => {
+// auto: on Linux with util-linux setpriv, workers get a parent-death signal from the kernel;
+// thread: the watchdog thread every worker runs elsewhere (forced here so both stay tested).
+describe.each(['auto', 'thread'])('ProcessExecutor: engine crash (orphan watch: %s)', (watch) => {
   let host: ChildProcess | undefined;
   afterEach(() => {
     if (host?.pid) killQuietly(host.pid);
@@ -297,7 +299,8 @@ describe('ProcessExecutor: engine crash', () => {
   it('finalizes a turn whose engine died in the grace (not re-run); its orphaned workers exit', async () => {
     const dir = await makeTmpDir('turnlog-iso-');
     cleanups.push(dir.remove);
-    host = spawn(process.execPath, [`${DIST}children/engine-host.js`, dir.path], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const env = watch === 'thread' ? { ...process.env, TURNLOG_ORPHAN_WATCH: 'thread' } : process.env;
+    host = spawn(process.execPath, [`${DIST}children/engine-host.js`, dir.path], { stdio: ['ignore', 'pipe', 'inherit'], env });
     const line = await new Promise<string>((resolve, reject) => {
       createInterface({ input: host!.stdout! }).once('line', resolve);
       host!.once('exit', (code) => reject(new Error(`engine host exited (${code}) before the marker`)));
