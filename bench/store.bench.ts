@@ -8,7 +8,7 @@ import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Level } from 'level';
-import { decodeEvent, encodeEvent } from '../src/history/codec.js';
+import { decodeEvent, encodeEvent, encodeEventGeneric } from '../src/history/codec.js';
 import type { HistoryEvent, TurnPolicy } from '../src/history/events.js';
 import { eventKey } from '../src/store/keys.js';
 import { LevelHistoryStore } from '../src/store/level-store.js';
@@ -141,6 +141,37 @@ async function groupCommit(r: Rig, tasks: number, perTask: number): Promise<void
   );
 }
 
+/**
+ * Encode cost per event over one turn's events in rotation (InputQueued, LeaseClaimed,
+ * TurnStarted, StepCompleted, TurnCompleted): the hand-written fast path against the generated
+ * protobufjs encoder it must match byte for byte.
+ */
+function encode(): void {
+  const t0 = 1_700_000_000_000;
+  const input = { metadata: { encoding: enc.encode('json/plain') }, data: enc.encode('{"q":"hello"}') };
+  const turn: HistoryEvent[] = [
+    { type: 'InputQueued', eventId: 2, time: t0, generation: 1, inputId: 'in_V1StGXR8_Z5jdHi6B', input, steering: false },
+    { type: 'LeaseClaimed', eventId: 3, time: t0, generation: 1, owner: 'host-1', instance: 'inst_abcdef', previousGeneration: 0, reason: 'turn-start', expiresAt: t0 + 30_000 },
+    { type: 'TurnStarted', eventId: 4, time: t0, generation: 1, turn: 1, attempt: 1, inputIds: ['in_V1StGXR8_Z5jdHi6B'], entryMode: 'fresh', steered: false, owner: 'host-1', instance: 'inst_abcdef', executor: 'inline', pid: 4242, turnStartedAt: t0, deadline: t0 + 60_000 },
+    step(5),
+    { type: 'TurnCompleted', eventId: 6, time: t0 + 20, generation: 1, turn: 1, output: input },
+  ];
+  const n = 40_000;
+  const per = (f: (x: HistoryEvent) => Uint8Array): number => {
+    for (let i = 0; i < 5_000; i++) for (const e of turn) f(e);
+    let best = Infinity;
+    for (let r = 0; r < 3; r++) {
+      const t = now();
+      for (let i = 0; i < n; i++) for (const e of turn) f(e);
+      best = Math.min(best, ((now() - t) / (n * turn.length)) * 1000);
+    }
+    return best;
+  };
+  const generic = per(encodeEventGeneric);
+  const fast = per(encodeEvent);
+  console.log(`store  encode one turn's events  ${fmt(fast, 2)} µs/event  generated protobufjs encoder ${fmt(generic, 2)} µs/event  ratio ${fmt(fast / generic, 2)}x`);
+}
+
 /** Decode cost per event, and readEvents vs a raw iterator over the same bytes. */
 async function decode(r: Rig): Promise<void> {
   const events = Array.from({ length: 10_000 }, (_, i) => step(i + 1));
@@ -175,6 +206,7 @@ export async function run(): Promise<void> {
     await sequential(r, true, 400);
     await sequential(r, false, 5_000);
     await groupCommit(r, 100, 10);
+    encode();
     await decode(r);
   } finally {
     await r.dispose();
