@@ -43,7 +43,7 @@ import {
   TaskKeys,
   workflowIndexPrefix,
 } from './keys.js';
-import { decodeSummary, encodeSummary } from './records.js';
+import { decodeSummary, encodeLease, encodeSummary } from './records.js';
 import { decodeCursorBytes, encodeCursor, pageLimit, readBounds } from './paging.js';
 import {
   EMPTY_HEAD,
@@ -308,7 +308,8 @@ export class LevelHistoryStore implements HistoryStore {
       const summary = next.summary!;
       ops.push({ type: 'put', key: keys.summary, value: encodeSummary(summary) });
       indexOps(keys, prev.summary, summary, ops);
-      if (options.lease) ops.push({ type: 'put', key: keys.lease, value: Buffer.from(JSON.stringify(next.lease)) });
+      // applyAppend builds the lease as { owner, instance, generation, expiresAt }: encodeLease's bytes.
+      if (options.lease) ops.push({ type: 'put', key: keys.lease, value: encodeLease(next.lease!) });
       h.pending = next;
       return this.#committer
         .submit(taskId, ops, options.sync ?? this.#sync, () => {

@@ -3,7 +3,7 @@
  * written with every append, so it is a compact JSON array (about a third of the object form's
  * bytes); docs/storage.md lists the fields. The store format version covers these encodings.
  */
-import type { TaskOutcome, TaskStatus, TaskSummary, WorkflowKind } from '../history/events.js';
+import type { Lease, TaskOutcome, TaskStatus, TaskSummary, WorkflowKind } from '../history/events.js';
 
 const KINDS: readonly WorkflowKind[] = ['one-shot', 'multi-turn'];
 const STATUSES: readonly TaskStatus[] = ['pending', 'in_progress', 'suspended', 'completed'];
@@ -100,4 +100,39 @@ export function decodeSummary(taskId: string, raw: Uint8Array): TaskSummary {
   if (o !== undefined) s.outcome = o;
   if (typeof lastInputId === 'string') s.lastInputId = lastInputId;
   return s;
+}
+
+// The last owner and instance and their JSON text: one engine writes every lease.
+let lastOwner = '';
+let lastOwnerJson = '""';
+let lastInstance = '';
+let lastInstanceJson = '""';
+
+/**
+ * Encodes a lease record as the JSON object `{"owner","instance","generation","expiresAt"}`:
+ * the bytes of JSON.stringify of a lease object with exactly these keys in this order (the
+ * object the append path builds), with the owner's and instance's JSON cached. Unusual values
+ * (a non-finite number, a non-string) go through JSON.stringify of such an object.
+ */
+export function encodeLease(l: Lease): Buffer {
+  const { owner, instance, generation, expiresAt } = l;
+  if (typeof owner !== 'string' || typeof instance !== 'string' || !isJsonNumber(generation) || !isJsonNumber(expiresAt)) {
+    return encodeLeaseObject(l);
+  }
+  if (owner !== lastOwner) {
+    lastOwnerJson = JSON.stringify(owner);
+    lastOwner = owner;
+  }
+  if (instance !== lastInstance) {
+    lastInstanceJson = JSON.stringify(instance);
+    lastInstance = instance;
+  }
+  return Buffer.from(
+    '{"owner":' + lastOwnerJson + ',"instance":' + lastInstanceJson + ',"generation":' + generation + ',"expiresAt":' + expiresAt + '}',
+  );
+}
+
+/** The reference: JSON.stringify of `{ owner, instance, generation, expiresAt }`. */
+export function encodeLeaseObject(l: Lease): Buffer {
+  return Buffer.from(JSON.stringify({ owner: l.owner, instance: l.instance, generation: l.generation, expiresAt: l.expiresAt }));
 }

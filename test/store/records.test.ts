@@ -1,7 +1,7 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
-import type { TaskSummary } from '../../src/history/events.js';
-import { decodeSummary, encodeSummary, encodeSummaryRow } from '../../src/store/records.js';
+import type { Lease, TaskSummary } from '../../src/history/events.js';
+import { decodeSummary, encodeLease, encodeLeaseObject, encodeSummary, encodeSummaryRow } from '../../src/store/records.js';
 
 const text = fc.oneof(fc.constant(''), fc.constantFrom('one-step', 'support-agent', 'ü"\\\n'), fc.string({ unit: 'binary', maxLength: 20 }));
 const num = fc.oneof(
@@ -45,5 +45,24 @@ describe('summary records', () => {
   it('non-finite numbers fall back to JSON.stringify (null)', () => {
     const s: TaskSummary = { taskId: 't', workflow: 'w', kind: 'one-shot', status: 'pending', lastEventId: 1, turn: 0, queued: 0, createdAt: Number.NaN, updatedAt: Number.POSITIVE_INFINITY };
     expect(encodeSummary(s).toString()).toBe('["w",0,0,-1,1,0,0,null,null,null]');
+  });
+
+  it('the fast lease encoding gives the bytes of JSON.stringify({ owner, instance, generation, expiresAt })', () => {
+    const lease: fc.Arbitrary<Lease> = fc.record({
+      owner: text,
+      instance: text,
+      generation: num,
+      expiresAt: fc.oneof(num, fc.constantFrom(Number.NaN, Number.NEGATIVE_INFINITY)),
+    });
+    fc.assert(
+      fc.property(fc.array(lease, { minLength: 1, maxLength: 4 }), (list) => {
+        for (const l of list) {
+          const bytes = encodeLease(l);
+          expect(bytes.toString('hex')).toBe(encodeLeaseObject(l).toString('hex'));
+          expect(bytes.toString()).toBe(JSON.stringify({ owner: l.owner, instance: l.instance, generation: l.generation, expiresAt: l.expiresAt }));
+        }
+      }),
+      { seed: 2025, numRuns: 500 },
+    );
   });
 });
