@@ -60,13 +60,22 @@ async function chatTurns(engine: Engine, wf: typeof fixtures.pids, n: number): P
   return xs;
 }
 
-/** A bare `node` process writing one byte to fd 3: spawn → first message. */
+/**
+ * A bare `node` process writing one byte to fd 3: spawn → first message. Same stdio as a
+ * worker (stdout, stderr and the protocol pipe all piped), so the baseline pays for the same
+ * pipes. Resolves once the process has exited, so its teardown does not overlap what is
+ * measured next.
+ */
 function bareSpawn(): Promise<number> {
   return new Promise((resolve, reject) => {
     const t0 = now();
-    const c = spawn(process.execPath, ['-e', "require('fs').writeSync(3, 'x')"], { stdio: ['ignore', 'ignore', 'inherit', 'pipe'] });
-    c.stdio[3]!.once('data', () => resolve(now() - t0));
+    let ms = 0;
+    const c = spawn(process.execPath, ['-e', "require('fs').writeSync(3, 'x')"], { stdio: ['ignore', 'pipe', 'pipe', 'pipe'] });
+    c.stdout!.resume();
+    c.stderr!.resume();
+    c.stdio[3]!.once('data', () => (ms = now() - t0));
     c.once('error', reject);
+    c.once('exit', () => resolve(ms));
   });
 }
 
@@ -120,22 +129,25 @@ export async function run(): Promise<void> {
   const reused = await chatTurns(reuse, fixtures.pids, 300);
   await reuse.shutdown();
 
-  // Pre-warmed: each one-shot takes a worker that already loaded the module.
+  // Pre-warmed: each one-shot takes a worker that already loaded the module and finished warming
+  // up (a warm-pool worker says Ready only then), after the previous one has exited.
   const warmExec = new ProcessExecutor({ workflowsModule: MODULE, execArgv: [], warmPool: 1, logger: silentLogger });
   const warm = await open(warmExec);
-  const warmed = await oneShots(warm, fixtures.echo, 40, () => waitFor(() => warmExec.readyWarmCount === 1));
+  const warmed = await oneShots(warm, fixtures.echo, 40, () => waitFor(() => warmExec.readyWarmCount === 1 && warmExec.workerCount === 1));
   await warm.shutdown();
 
-  // Cold spawn vs bare node spawn, interleaved so both see the same machine load.
+  // Cold: one process start + its first turn, vs a bare node spawn, interleaved so both see the
+  // same machine load; each starts once the previous process has exited.
   const coldExec = new ProcessExecutor({ workflowsModule: MODULE, execArgv: [], logger: silentLogger });
   const cold = await open(coldExec);
   const colds: number[] = [];
   const bares: number[] = [];
+  const coldIdle = () => waitFor(() => coldExec.workerCount === 0 && coldExec.workerPids.length === 0);
   await bareSpawn();
-  await oneShots(cold, fixtures.echo, 2);
+  await oneShots(cold, fixtures.echo, 2, coldIdle);
   for (let i = 0; i < 20; i++) {
     bares.push(await bareSpawn());
-    colds.push(...(await oneShots(cold, fixtures.echo, 1)));
+    colds.push(...(await oneShots(cold, fixtures.echo, 1, coldIdle)));
   }
   await cold.shutdown();
 

@@ -39,6 +39,8 @@ import {
 
 const HEARTBEAT_MS = 1000;
 const ORPHAN_POLL_MS = 250;
+/** How long a warm-pool worker waits for the engine's first frame before Ready. */
+const PING_WAIT_MS = 1000;
 /** Name of the synthetic workflow of the warm-up turn (never listed in Ready). */
 const WARM_UP_WORKFLOW = '\0turnlog-warm-up';
 
@@ -81,6 +83,10 @@ const onData = (chunk: Buffer): void => {
   } catch (err) {
     fatal(err);
   }
+  onFrames(frames);
+};
+
+function onFrames(frames: Uint8Array[]): void {
   for (const f of frames) {
     let m: EngineMessage;
     try {
@@ -90,7 +96,7 @@ const onData = (chunk: Buffer): void => {
     }
     onMessage(m);
   }
-};
+}
 
 function fatal(err: unknown): never {
   process.stderr.write(`[turnlog worker ${process.pid}] ${(err as Error).stack ?? String(err)}\n`);
@@ -295,8 +301,49 @@ async function main(): Promise<void> {
     }
     await watchdog;
   }
+  const early = prewarm ? await readPing() : [];
   send({ type: 'ready', protocolVersion: PROTOCOL_VERSION, pid: process.pid, workflows: [...workflows.keys()] });
   pipe.on('data', onData);
+  pipe.resume();
+  onFrames(early);
+}
+
+/**
+ * A warm-pool worker's engine writes a PendingInputs frame right after the spawn. Reading it
+ * through the socket before Ready runs Node's stream read path once, so the first Run does not
+ * meet it cold (~0.5 ms). Only that frame is handled; frames behind it (a Run already) are
+ * returned for after Ready, and the socket is paused again.
+ */
+function readPing(): Promise<Uint8Array[]> {
+  return new Promise((done) => {
+    const finish = (rest: Uint8Array[]) => {
+      clearTimeout(timer);
+      pipe.removeListener('data', onChunk);
+      pipe.pause();
+      done(rest);
+    };
+    // Never longer than this (the frame is always sent; this only guards a mismatch).
+    const timer = setTimeout(() => finish([]), PING_WAIT_MS);
+    const onChunk = (chunk: Buffer) => {
+      let frames: Uint8Array[];
+      try {
+        frames = reader.push(chunk);
+      } catch (err) {
+        fatal(err);
+      }
+      if (frames.length === 0) return;
+      let m: EngineMessage;
+      try {
+        m = decodeEngineMessage(frames[0]!);
+      } catch (err) {
+        fatal(err);
+      }
+      if (m.type !== 'pending-inputs') return finish(frames);
+      onMessage(m);
+      finish(frames.slice(1));
+    };
+    pipe.on('data', onChunk);
+  });
 }
 
 void main();

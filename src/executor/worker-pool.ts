@@ -107,6 +107,8 @@ export class WorkerProcess {
     });
     this.pid = this.child.pid ?? 0;
     this.#pipe = this.child.stdio[3] as Socket;
+    // A warm-pool worker reads one frame through its socket before Ready (child-main.ts readPing).
+    if (prewarm) this.#pipe.write(encodeEngineMessage({ type: 'pending-inputs', count: 0 }));
     this.#pipe.on('data', (chunk: Buffer) => this.#onData(chunk));
     this.#pipe.on('error', () => undefined);
     this.#forward(this.child.stdout!, 'stdout', options.logger);
