@@ -14,7 +14,6 @@
 import { Socket } from 'node:net';
 import { isAbsolute, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { Worker } from 'node:worker_threads';
 import { TurnlogError } from '../errors.js';
 import type { Payload } from '../history/events.js';
 import { errorToFailure, failureToError } from '../history/failure.js';
@@ -262,16 +261,19 @@ function collect(mod: Record<string, unknown>): void {
  * gone, the thread SIGKILLs this process. No orphan keeps running handler code.
  * (Not started when the engine spawned this worker with a parent-death signal.)
  */
-function watchOrphan(): Promise<void> {
+async function watchOrphan(): Promise<{ online: Promise<void> }> {
+  // Loaded only here: a worker with a parent-death signal never needs it.
+  const { Worker } = await import('node:worker_threads');
   const code = `const { workerData: d } = require('node:worker_threads');
 setInterval(() => { try { process.kill(d.ppid, 0); } catch (e) { if (e.code === 'ESRCH') process.kill(d.pid, 'SIGKILL'); } }, d.ms);`;
   const w = new Worker(code, { eval: true, workerData: { ppid: process.ppid, pid: process.pid, ms: ORPHAN_POLL_MS }, stdout: false, stderr: false });
   w.unref();
   // Booting the thread takes tens of ms of CPU: a warm worker waits for it before Ready.
-  return new Promise((resolve) => {
-    w.once('online', resolve);
+  const online = new Promise<void>((resolve) => {
+    w.once('online', () => resolve());
     w.once('error', () => resolve());
   });
+  return { online };
 }
 
 async function main(): Promise<void> {
@@ -299,8 +301,10 @@ async function main(): Promise<void> {
       // Only ever a turnlog bug; the worker still works, just colder.
       process.stderr.write(`[turnlog worker ${process.pid}] warm-up failed: ${(err as Error).stack ?? String(err)}\n`);
     }
-    await watchdog;
   }
+  // The thread exists before Ready (so before any handler runs); a warm worker also waits until it is up.
+  const thread = await watchdog;
+  if (prewarm) await thread?.online;
   const early = prewarm ? await readPing() : [];
   send({ type: 'ready', protocolVersion: PROTOCOL_VERSION, pid: process.pid, workflows: [...workflows.keys()] });
   pipe.on('data', onData);
