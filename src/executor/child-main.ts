@@ -14,7 +14,7 @@
 import { Socket } from 'node:net';
 import { isAbsolute, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { TurnlogError } from '../errors.js';
+import { FencedError, TurnlogError } from '../errors.js';
 import type { Payload } from '../history/events.js';
 import { errorToFailure, failureToError } from '../history/failure.js';
 import { DefaultPayloadConverter } from '../history/payload.js';
@@ -52,6 +52,9 @@ interface Turn {
   ctx: TurnContextImpl<unknown, unknown> | undefined;
   pending: Map<number, Pending>;
   heartbeat: NodeJS.Timeout;
+  taskId: string;
+  turn: number;
+  attempt: number;
 }
 
 // Before any user code loads: engine and client entry points now throw IsolationBoundaryError.
@@ -132,8 +135,10 @@ function onMessage(m: EngineMessage): void {
   }
 }
 
-function request<T>(seq: number, m: WorkerMessage): Promise<T> {
-  const t = turn!;
+/** Sends a record of turn `t` and waits for the engine's answer; a turn that ended is fenced. */
+function request<T>(t: Turn, seq: number, m: WorkerMessage): Promise<T> {
+  // A step left running by an ended turn must not land in the next one (reused workers).
+  if (turn !== t) return Promise.reject(new FencedError(t.taskId, t.turn, t.attempt, 'its turn already ended in this worker'));
   return new Promise<T>((resolve, reject) => {
     t.pending.set(seq, { resolve: resolve as (v: unknown) => void, reject });
     send(m);
@@ -155,19 +160,22 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
   });
 }
 
-const host: TurnHost = {
-  recordStep: (record) => request<void>(record.seq, { type: 'step-record', record }),
-  recordCheckpoint: (seq, data) => request<void>(seq, { type: 'checkpoint', seq, data }),
-  takeInputs: (seq) => request<{ inputId: string; input: Payload }[]>(seq, { type: 'take-inputs', seq }),
-  pendingInputCount: () => pendingInputs,
-  now: () => Date.now(),
-  sleep,
-};
+/** The host of one turn: its records go out only while that turn is the worker's current one. */
+function hostFor(t: Turn): TurnHost {
+  return {
+    recordStep: (record) => request<void>(t, record.seq, { type: 'step-record', record }),
+    recordCheckpoint: (seq, data) => request<void>(t, seq, { type: 'checkpoint', seq, data }),
+    takeInputs: (seq) => request<{ inputId: string; input: Payload }[]>(t, seq, { type: 'take-inputs', seq }),
+    pendingInputCount: () => pendingInputs,
+    now: () => Date.now(),
+    sleep,
+  };
+}
 
 async function runTurn(spec: TurnSpec): Promise<void> {
   const heartbeat = setInterval(() => send({ type: 'heartbeat' }), HEARTBEAT_MS);
   heartbeat.unref();
-  const t: Turn = { ctx: undefined, pending: new Map(), heartbeat };
+  const t: Turn = { ctx: undefined, pending: new Map(), heartbeat, taskId: spec.taskId, turn: spec.turn, attempt: spec.attempt };
   turn = t;
   let outcome: TerminalOutcome;
   const wf = workflows.get(spec.workflow);
@@ -179,13 +187,14 @@ async function runTurn(spec: TurnSpec): Promise<void> {
     outcome = { kind: 'failed', failure: errorToFailure(err) };
   } else {
     try {
-      t.ctx = new TurnContextImpl(spec, host, converter, wf.initialState);
+      t.ctx = new TurnContextImpl(spec, hostFor(t), converter, wf.initialState);
       outcome = (await runHandler(wf.turn, t.ctx, converter)) as TerminalOutcome;
     } catch (err) {
       outcome = { kind: 'failed', failure: errorToFailure(err) };
     }
   }
   clearInterval(heartbeat);
+  t.ctx?.fence('its turn already ended in this worker');
   turn = undefined;
   send({ type: 'terminal', outcome });
   if (shutdownAsked) pipe.end(() => process.exit(0));

@@ -21,6 +21,10 @@ export interface AttemptHandle {
 export interface Executor {
   readonly kind: ExecutorKind;
   start(spec: TurnSpec, host: TurnHost): Promise<AttemptHandle>;
-  /** Stops idle workers and releases resources. Running attempts are the engine's to end first. */
+  /**
+   * Stops idle workers and releases resources. Running attempts are the engine's to end first.
+   * Restartable: a later `start()` starts again (engines deactivate and re-activate around
+   * memory snapshots and keep their executors).
+   */
   close(): Promise<void>;
 }

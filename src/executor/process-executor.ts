@@ -112,6 +112,7 @@ export class ProcessExecutor implements Executor {
   }
 
   async start(spec: TurnSpec, host: TurnHost): Promise<AttemptHandle> {
+    this.#pool.reopen(); // no-op unless close() ran: executors outlive engine deactivation
     const reuse = this.#reuse && spec.kind === 'multi-turn';
     const attempt = new ProcessAttempt(spec, host, this.#pool, reuse, this.#logger);
     const got = this.#pool.acquire(spec.taskId, reuse);

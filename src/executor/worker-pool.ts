@@ -362,6 +362,18 @@ export class WorkerPool {
     this.#pump();
   }
 
+  get closed(): boolean {
+    return this.#closed;
+  }
+
+  /** Starts a closed pool again (an engine re-activated after a snapshot reuses its executor). */
+  reopen(): void {
+    if (!this.#closed) return;
+    this.#closed = false;
+    this.#warmBroken = false;
+    this.fill();
+  }
+
   async close(): Promise<void> {
     this.#closed = true;
     for (const wt of this.#waiters.splice(0)) wt.reject(new Error('executor closed'));

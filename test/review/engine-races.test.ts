@@ -42,7 +42,7 @@ function terminalsPerTurn(events: HistoryEvent[]): Map<number, number> {
 }
 
 describe('review: task cache eviction', () => {
-  // BUG (src/runtime/engine.ts #load/#evictIdle): an entry is evicted while an operation holds
+  // Regression (fixed; was src/runtime/engine.ts #load/#evictIdle): an entry is evicted while an operation holds
   // its lock (between #load and t.active being set). The orphaned entry starts the turn; the next
   // #load builds a fresh entry that does not know the turn runs here, so `send` "recovers" it
   // inline and a second attempt of the same turn runs concurrently with the first.
@@ -103,7 +103,7 @@ describe('review: inputs around a turn end', () => {
     expect([...terminalsPerTurn(events).values()]).toEqual([1, 1]);
   });
 
-  // BUG (src/runtime/engine.ts withdraw): after a steerable one-shot completes, its unrun inputs
+  // Regression (fixed; was src/runtime/engine.ts withdraw): after a steerable one-shot completes, its unrun inputs
   // stay in state.queue (fold keeps them; they were settled `cancelled`). withdraw() finds one there
   // and appends InputWithdrawn after TaskCompleted: the fold rejects the batch with a
   // HistoryInvariantError (after-task-completed) instead of TURNLOG_INPUT_NOT_FOUND / a conflict.

@@ -16,13 +16,13 @@ afterEach(async () => {
 });
 
 describe('review: process executor with reused workers', () => {
-  // BUG (src/executor/child-main.ts runTurn/request): when a turn ends, its context is not fenced
+  // Regression (fixed; was src/executor/child-main.ts runTurn/request): when a turn ends, its context is not fenced
   // and `request()` sends through the *global* current turn. A step the handler left running
   // (not awaited) records after the terminal; on a reused worker that record is sent as a frame of
   // the NEXT turn, and ProcessAttempt accepts it (seq 1 is new for that turn): turn 2 gets a
   // StepCompleted "late" it never made, and its own step 1 is then a protocol violation.
   // Inline turns fence such zombies (FencedError); the worker should too.
-  it.fails('a step left running by turn 1 never lands in turn 2', async () => {
+  it('a step left running by turn 1 never lands in turn 2', async () => {
     const exec = new ProcessExecutor({ workflowsModule: MODULE, execArgv: [], logger: silentLogger, reuseWorkers: true });
     cleanups.push(() => exec.close());
     const engine = await Engine.open({ store: new MemoryHistoryStore(), workflows: [dangling], executors: { process: exec }, logger: silentLogger, scanIntervalMs: 0 });
@@ -38,14 +38,14 @@ describe('review: process executor with reused workers', () => {
 });
 
 describe('review: process executor across deactivate/activate (snapshot lifecycle)', () => {
-  // BUG (src/runtime/engine.ts #quiesce + src/executor/worker-pool.ts close/acquire): deactivate()
+  // Regression (fixed; was src/runtime/engine.ts #quiesce + src/executor/worker-pool.ts close/acquire): deactivate()
   // closes every executor, and a closed WorkerPool stays closed (`acquire` throws "worker pool
   // closed"). After the next activate() (afterRestore) every process turn fails at once:
   // TurnFailed { message: 'worker pool closed', code: 'TURNLOG_WORKER_START' }.
   // docs/snapshots.md says workers simply do not run while inactive.
   // Fix: let Executor.close() leave the executor re-openable (reset #closed / new pool on the
   // next start), or add an Executor.open() the engine calls on activation.
-  it.fails('runs process turns again after deactivate() then activate()', async () => {
+  it('runs process turns again after deactivate() then activate()', async () => {
     const exec = new ProcessExecutor({ workflowsModule: MODULE, execArgv: [], logger: silentLogger });
     cleanups.push(() => exec.close());
     const engine = Engine.create({ store: new MemoryHistoryStore(), workflows: [reviewEcho], executors: { process: exec }, logger: silentLogger, scanIntervalMs: 0 });
