@@ -3,7 +3,7 @@
  * "model" what to do, runs its tool calls as recorded steps, takes steering messages that
  * arrive mid-turn, and keeps the conversation in durable task state.
  */
-import { defineWorkflow, type TurnContext } from '../../src/index.js';
+import { defineWorkflow, type TurnContext } from '../../src/workflow/index.js';
 
 export interface Message {
   role: 'user' | 'assistant' | 'tool';

@@ -4,7 +4,8 @@ import { descriptor } from './descriptor.js';
 /**
  * The one protobufjs root holding our messages and the Temporal messages they use
  * (`temporal.api.common.v1.Payload`, `temporal.api.failure.v1.Failure`), built from the
- * generated descriptor. Only `history/codec.ts` and `executor/protocol.ts` may import it.
+ * generated descriptor. Only `history/` may import it; the worker protocol has its own
+ * hand-written codec (src/executor/wire.ts) so workers never load protobufjs.
  */
 export const root: protobuf.Root = protobuf.Root.fromJSON(descriptor as unknown as protobuf.INamespace);
 root.resolveAll();
