@@ -616,6 +616,13 @@ export class Engine {
         }
         case 'rerun':
         case 'start-turn':
+          if (!this.#workflows.has(preview.workflow)) {
+            // Not ours to run (a deploy without this workflow): leave the task untouched for
+            // an engine that has it, instead of failing its turn (test: "unregistered workflow").
+            if (pending.length) await this.#append(t, pending);
+            this.#log.warn('task left waiting: its workflow is not registered with this engine', { taskId: t.id, workflow: preview.workflow });
+            return;
+          }
           await this.#startAttempt(t, decision, pending, preview);
           return;
       }
@@ -645,7 +652,6 @@ export class Engine {
   ): Promise<void> {
     const now = this.#clock.now();
     const policy = preview.policy;
-    const wf = this.#workflows.get(preview.workflow);
     // An exclusive store proves other instances dead: their leases count as expired.
     const current = t.lease && this.store.exclusive && t.lease.instance !== this.instance ? { ...t.lease, expiresAt: 0 } : t.lease;
     const lease = nextLease(t.id, current, { owner: this.owner, instance: this.instance, durationMs: this.#leaseMs, now }, preview.highestGeneration || 1);
@@ -661,7 +667,8 @@ export class Engine {
       });
     }
     const open = preview.openTurn;
-    const executor = wf ? this.#executorFor(policy.executor) : undefined;
+    // Throws before anything is written when the workflow's executor is not configured.
+    const executor = this.#executorFor(policy.executor);
     if (d.kind === 'rerun') {
       drafts.push({
         type: 'TurnStarted',
@@ -698,19 +705,6 @@ export class Engine {
     const ot = s.openTurn!;
     const active: ActiveAttempt = { turn: ot.turn, attempt: ot.attempt, finalized: false, timers: [], renewFailures: 0, done: Promise.resolve() };
     t.active = active;
-    if (!wf || !executor) {
-      // Unknown workflow (renamed or not registered): fail the attempt, keep the history.
-      const name = s.workflow;
-      active.done = Promise.resolve().then(() =>
-        this.#withLock(t, () =>
-          this.#finishAttempt(t, active, {
-            kind: 'failed',
-            failure: { message: `Workflow ${name} is not registered with this engine. Pass it in Engine.open({ workflows }).`, type: 'TurnlogError', code: 'TURNLOG_WORKFLOW_NOT_FOUND', nonRetryable: true },
-          }),
-        ),
-      );
-      return;
-    }
     const spec = turnSpecFor(s, this.#converter.toPayload(undefined), this.#codec?.decode);
     active.timers.push(this.#clock.setTimer(() => void this.#onDeadline(t, active), ot.deadline - now));
     this.#armRenewal(t, active);

@@ -27,6 +27,16 @@ async function until(cond: () => Promise<boolean>): Promise<void> {
   for (let i = 0; i < 2000 && !(await cond()); i++) await new Promise((r) => setTimeout(r, 5));
 }
 
+async function readAll(dir: string, taskId: string): Promise<HistoryEvent[]> {
+  const store = new LevelHistoryStore(dir);
+  await store.open();
+  try {
+    return await store.readEvents(taskId);
+  } finally {
+    await store.close();
+  }
+}
+
 function types(events: HistoryEvent[]): string[] {
   return events.map((e) => e.type);
 }
@@ -560,6 +570,34 @@ describe('recovery and shutdown', () => {
       ['session-a', 1],
       ['session-b', 2],
     ]);
+  });
+
+  it('leaves a task of an unregistered workflow untouched during recovery; an engine that has it recovers it', async () => {
+    const dir = await makeTmpDir();
+    cleanups.push(dir.remove);
+    const hang = gate();
+    const wf = defineWorkflow({
+      name: 'needed',
+      turn: async (ctx) => {
+        if (ctx.attempt === 1) await hang.promise;
+        return 'recovered';
+      },
+    });
+    const other = defineWorkflow({ name: 'other', turn: () => 1 });
+    const e1 = await Engine.open({ store: dir.path, workflows: [wf], logger: silentLogger, scanIntervalMs: 0 });
+    const h = await e1.start(wf, null, { taskId: 'waits' });
+    await e1.shutdown({ graceMs: 0 });
+    const before = (await readAll(dir.path, 'waits')).length;
+    const warnings: string[] = [];
+    const e2 = await Engine.open({ store: dir.path, workflows: [other], scanIntervalMs: 0, logger: { ...silentLogger, warn: (m) => warnings.push(m) } });
+    await e2.recover();
+    expect((await e2.history('waits')).length).toBe(before);
+    expect(warnings.some((w) => w.includes('not registered'))).toBe(true);
+    await e2.shutdown();
+    const e3 = await Engine.open({ store: dir.path, workflows: [wf], logger: silentLogger, scanIntervalMs: 0 });
+    engines.push(e3);
+    expect(await e3.turnResult('waits', h.inputId!)).toMatchObject({ status: 'completed', output: 'recovered' });
+    hang.resolve();
   });
 
   it('rejects a second engine on the same directory with TURNLOG_STORE_LOCKED', async () => {
