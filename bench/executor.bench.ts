@@ -66,11 +66,15 @@ async function chatTurns(engine: Engine, wf: typeof fixtures.pids, n: number): P
  * pipes. Resolves once the process has exited, so its teardown does not overlap what is
  * measured next.
  */
-function bareSpawn(): Promise<number> {
+/** A bare child writing one byte to fd 3; `esm` boots Node's ES module loader first, as a worker must. */
+function bareSpawn(esm = false): Promise<number> {
   return new Promise((resolve, reject) => {
     const t0 = now();
     let ms = 0;
-    const c = spawn(process.execPath, ['-e', "require('fs').writeSync(3, 'x')"], { stdio: ['ignore', 'pipe', 'pipe', 'pipe'] });
+    const args = esm
+      ? ['--input-type=module', '-e', "import { writeSync } from 'node:fs'; writeSync(3, 'x')"]
+      : ['-e', "require('fs').writeSync(3, 'x')"];
+    const c = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe', 'pipe'] });
     c.stdout!.resume();
     c.stderr!.resume();
     c.stdio[3]!.once('data', () => (ms = now() - t0));
@@ -142,11 +146,13 @@ export async function run(): Promise<void> {
   const cold = await open(coldExec);
   const colds: number[] = [];
   const bares: number[] = [];
+  const esmBares: number[] = [];
   const coldIdle = () => waitFor(() => coldExec.workerCount === 0 && coldExec.workerPids.length === 0);
   await bareSpawn();
   await oneShots(cold, fixtures.echo, 2, coldIdle);
   for (let i = 0; i < 20; i++) {
     bares.push(await bareSpawn());
+    esmBares.push(await bareSpawn(true));
     colds.push(...(await oneShots(cold, fixtures.echo, 1, coldIdle)));
   }
   await cold.shutdown();
@@ -185,6 +191,8 @@ export async function run(): Promise<void> {
   console.log(`pre-warmed worker turn        ${fmt(warmMs)}  → +${fmt(warmMs - inlineOne)} over inline (target ≤ 1 ms), p90 ${fmt(p90(warmed))}`);
   console.log(`cold worker turn              ${fmt(coldMs)}  → ${(coldMs / bareMs).toFixed(2)}× bare spawn (target ≤ 1.3×)`);
   console.log(`bare node spawn → 1st message ${fmt(bareMs)}`);
+  const esmMs = median(esmBares);
+  console.log(`bare ESM spawn → 1st message  ${fmt(esmMs)}  (the ES module loader a worker needs for an ESM workflows module; cold worker = ${(coldMs / esmMs).toFixed(2)}× this)`);
   console.log(`kill precision (kill − (deadline + grace))  median ${fmt(median(precision))}, max ${fmt(Math.max(...precision))} (target ≤ 10 ms)`);
   console.log(`kill → TurnTimedOut in store                median ${fmt(median(killToTerminal))}, max ${fmt(Math.max(...killToTerminal))}`);
 }
