@@ -74,10 +74,24 @@ function payloadToProto(p: Payload): PayloadMsg {
 
 function payloadFromProto(m: PayloadMsg | null | undefined): Payload | undefined {
   if (!m) return undefined;
-  return { metadata: m.metadata ?? {}, data: m.data ?? EMPTY };
+  // protobufjs 8 decodes an absent bytes field to its prototype default, a shared JS Array
+  // `[]`, and an absent map to a shared frozen object: normalize both (test: review2).
+  const metadata: Record<string, Uint8Array> = {};
+  if (m.metadata) for (const k of Object.keys(m.metadata)) setOwn(metadata, k, asBytes(m.metadata[k]));
+  return { metadata, data: asBytes(m.data) };
 }
 
 const EMPTY = new Uint8Array(0);
+
+function asBytes(v: unknown): Uint8Array {
+  return v instanceof Uint8Array && v.length > 0 ? v : EMPTY;
+}
+
+/** `o[k] = v`, except that a `__proto__` key becomes an own property, as protobufjs decodes it. */
+export function setOwn<T>(o: Record<string, T>, k: string, v: T): void {
+  if (k === '__proto__') Object.defineProperty(o, k, { value: v, enumerable: true, writable: true, configurable: true });
+  else o[k] = v;
+}
 
 interface FailureMsg {
   message?: string;
@@ -335,8 +349,13 @@ function optPayload(p: Payload | undefined): PayloadMsg | null {
 
 const { Writer } = protobuf;
 
-/** One Writer reused by every encode (encoding is synchronous and never re-enters). */
+/**
+ * One Writer reused by every encode. Encoding is synchronous, but a payload getter or Proxy
+ * could call encodeEvent from inside another encode: `encoding` sends such a nested call to the
+ * generated encoder, so it never resets the outer call's writer (test: review2).
+ */
 let shared: protobuf.Writer | null = null;
+let encoding = false;
 /** A Writer that grew past this is dropped after use, so one huge event is not kept alive. */
 const SHARED_MAX = 64 * 1024;
 
@@ -486,8 +505,14 @@ function writeEventFast(w: protobuf.Writer, e: HistoryEvent): boolean {
 
 /** Encodes one event to protobuf bytes. */
 export function encodeEvent(e: HistoryEvent): Uint8Array {
-  const w = sharedWriter();
-  if (writeEventFast(w, e)) return finishShared(w);
+  if (encoding) return encodeEventGeneric(e);
+  encoding = true;
+  try {
+    const w = sharedWriter();
+    if (writeEventFast(w, e)) return finishShared(w);
+  } finally {
+    encoding = false;
+  }
   return HistoryEventType.encode(eventToProto(e) as never).finish();
 }
 
@@ -718,7 +743,7 @@ function fastPayload(r: protobuf.Reader, end: number): Payload {
         else if (t2 === 18) v = r.bytes();
         else r.skipType(t2 & 7);
       }
-      metadata[k] = v;
+      setOwn(metadata, k, v);
     } else if (t === 18) data = r.bytes();
     else r.skipType(t & 7);
   }
@@ -819,11 +844,17 @@ export function decodeEvent(bytes: Uint8Array, taskId: string, key = `${taskId}/
 
 /** Length-delimited encoding (history files, the worker protocol's framing). */
 export function encodeEventDelimited(e: HistoryEvent): Uint8Array {
-  const w = sharedWriter();
-  if (writeEventFast(w, e)) {
-    // Not forked: ldelim() prefixes everything written with its length, as encodeDelimited does.
-    w.ldelim();
-    return finishShared(w);
+  if (encoding) return encodeEventDelimitedGeneric(e);
+  encoding = true;
+  try {
+    const w = sharedWriter();
+    if (writeEventFast(w, e)) {
+      // Not forked: ldelim() prefixes everything written with its length, as encodeDelimited does.
+      w.ldelim();
+      return finishShared(w);
+    }
+  } finally {
+    encoding = false;
   }
   return HistoryEventType.encodeDelimited(eventToProto(e) as never).finish();
 }

@@ -5,7 +5,7 @@
  */
 import { HistoryCorruptError, HistoryFormatError, TurnlogError } from '../errors.js';
 import { lookupType } from '../internal/proto/root.js';
-import { decodePolicy, encodePolicy, failureFromProto, failureToProto } from './codec.js';
+import { decodePolicy, encodePolicy, failureFromProto, failureToProto, setOwn } from './codec.js';
 import type {
   CancelScope,
   EntryMode,
@@ -157,15 +157,16 @@ export function encodeState(state: TaskState): Uint8Array {
 // Decode
 
 // protobufjs hands out Node Buffers; snapshots promise plain Uint8Arrays (same bytes, no copy).
-function bytes(b: Uint8Array | undefined | null): Uint8Array {
-  if (!b) return new Uint8Array(0);
+function bytes(b: unknown): Uint8Array {
+  // protobufjs 8 decodes an absent bytes field to a shared JS Array `[]`: not bytes.
+  if (!(b instanceof Uint8Array)) return new Uint8Array(0);
   return b.constructor === Uint8Array ? b : new Uint8Array(b.buffer, b.byteOffset, b.byteLength);
 }
 
 function payloadOf(m: Msg): Payload {
   const metadata: Record<string, Uint8Array> = {};
   const src = (m['metadata'] ?? {}) as Record<string, Uint8Array>;
-  for (const k of Object.keys(src)) metadata[k] = bytes(src[k]);
+  for (const k of Object.keys(src)) setOwn(metadata, k, bytes(src[k]));
   return { metadata, data: bytes(m['data']) };
 }
 

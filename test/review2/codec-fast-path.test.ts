@@ -1,7 +1,7 @@
 /**
  * Review of the hand-written protobuf fast paths in src/history/codec.ts (encode of the hot
- * events through one shared protobufjs Writer; decode of StepCompleted). Proven bugs are
- * `it.fails` with the bug named; the rest are regression guards for what was checked and found sound.
+ * events through one shared protobufjs Writer; decode of StepCompleted). The bugs it found are
+ * now "Regression (fixed)" tests; the rest guard what was checked and found sound.
  */
 import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
@@ -49,7 +49,7 @@ describe('codec fast paths: proven bugs', () => {
   // worker protocol's readPayload) define it as an own property. Result: the entry is lost
   // (Object.keys no longer lists it, a re-encode drops it) and the metadata object inherits from
   // a Uint8Array. Decode is not "identical to the generic path" for such a payload.
-  it.fails('BUG: StepCompleted fast decode keeps a "__proto__" metadata key as an own key, like the generic decoder', () => {
+  it('Regression (fixed): StepCompleted fast decode keeps a "__proto__" metadata key as an own key, like the generic decoder', () => {
     const payload: Payload = { metadata: metadataWithProtoKey(), data: new Uint8Array([1, 2, 3]) };
     // The generic path (InputQueued is not fast-decoded) keeps the key:
     const iq: HistoryEvent = { type: 'InputQueued', eventId: 2, time: 1, generation: 1, inputId: 'i', input: payload, steering: false };
@@ -69,7 +69,7 @@ describe('codec fast paths: proven bugs', () => {
   // another encode is writing (here from a metadata getter; a Proxy-backed payload or a codec's
   // lazy object would do the same) truncates the outer encode's bytes and fork stack. The outer
   // call then returns garbage that does not decode: a silently corrupt stored event.
-  it.fails('BUG: an encodeEvent nested inside another encode (payload getter) still gives the generic bytes', () => {
+  it('Regression (fixed): an encodeEvent nested inside another encode (payload getter) still gives the generic bytes', () => {
     const inner: HistoryEvent = { type: 'TaskCompleted', eventId: 9, time: 5, generation: 2, outcome: 'succeeded' };
     const md: Record<string, Uint8Array> = {};
     Object.defineProperty(md, 'lazy', {
@@ -94,7 +94,7 @@ describe('codec fast paths: proven bugs', () => {
   // Visible to users: a turn that returned `new Uint8Array(0)` (binary/plain) reads back as `[]`
   // from a reloaded store (turnResult after a restart, replay), and a recovered turn whose input
   // was an empty Uint8Array gets `[]`; a PayloadCodec.decode gets an Array instead of bytes.
-  it.fails('BUG: the generic decode path gives data: [] (Array) for an empty payload; the fast path gives a Uint8Array', () => {
+  it('Regression (fixed): the generic decode path gives data: [] (Array) for an empty payload; the fast path gives a Uint8Array', () => {
     const empty: Payload = { metadata: { encoding: new TextEncoder().encode('binary/plain') }, data: new Uint8Array(0) };
     const fast = decodeEvent(encodeEvent(step(4, empty)), 't') as Extract<HistoryEvent, { type: 'StepCompleted' }>;
     expect(fast.result!.data).toBeInstanceOf(Uint8Array);

@@ -18,7 +18,7 @@ const emptyBytes = defineWorkflow({ name: 'empty-bytes', turn: async () => new U
 // BUG (src/history/codec.ts:77 payloadFromProto): after a restart the TurnCompleted output is
 // decoded by the generic path, whose absent `data` is protobufjs 8's default `[]` (an Array),
 // so a turn that returned `new Uint8Array(0)` reads back as `[]`. Live, it is a Uint8Array.
-it.fails('BUG: a turn result of new Uint8Array(0) is still a Uint8Array when read back after an engine restart', async () => {
+it('Regression (fixed): a turn result of new Uint8Array(0) is still a Uint8Array when read back after an engine restart', async () => {
   const dir = await makeTmpDir('turnlog-review2-empty-');
   cleanups.push(dir.remove);
   const first = await Engine.open({ store: dir.path, workflows: [emptyBytes], logger: silentLogger, scanIntervalMs: 0 });
