@@ -143,7 +143,7 @@ export function describeEvent(e: HistoryEvent, max: number): string {
     case 'InputWithdrawn':
       return `input ${e.inputId} withdrawn: ${e.reason}`;
     case 'TurnStarted':
-      return `turn ${e.turn} attempt ${e.attempt} started (${e.entryMode}${e.steered ? ', steered' : ''}) with ${e.inputIds.length === 0 ? 'no input' : 'input ' + e.inputIds.join(', ')}; ${e.executor} pid ${e.pid}, ${e.owner}/${e.instance}, deadline ${isoTime(e.deadline)}`;
+      return `turn ${e.turn} attempt ${e.attempt} started (${e.entryMode}${e.steered ? ', steered' : ''}) with ${e.inputIds.length === 0 ? 'no input' : 'input ' + e.inputIds.join(', ')}; ${e.pid > 0 ? `${e.executor} pid ${e.pid}` : `${e.executor} worker`}, ${e.owner}/${e.instance}, deadline ${isoTime(e.deadline)}`;
     case 'StepCompleted':
       return e.failure
         ? `step ${e.seq} ${e.name} failed after ${duration(e.durationMs)}: ${failureText(e.failure, max)}`
