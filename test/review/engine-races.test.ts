@@ -85,7 +85,7 @@ describe('review: inputs around a turn end', () => {
     const wf = defineWorkflow({
       name: 'chat2',
       kind: 'multi-turn',
-      turn: async (ctx, text: string) => {
+      turn: async (_ctx, text: string) => {
         seen.push(text);
         if (text === 'first') await release.promise;
         return text;
