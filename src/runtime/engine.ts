@@ -34,7 +34,7 @@ import { encodeHistoryFile, type HistoryFileFormat } from '../history/history-fi
 import { decodeState, encodeState } from '../history/state-codec.js';
 import { decide, fold } from '../replay/index.js';
 import type { Decision } from '../replay/decision.js';
-import type { HistoryStore } from '../store/history-store.js';
+import type { HistoryStore, ListOptions, TaskPage } from '../store/history-store.js';
 import type { Executor, AttemptHandle } from '../executor/executor.js';
 import { InlineExecutor } from '../executor/inline-executor.js';
 import { assertOutsideWorker } from '../executor/isolation.js';
@@ -133,6 +133,10 @@ export interface TaskDescription {
     cancelRequested: boolean;
   };
   lastInputId?: string;
+  /** The durable per-task state as of the last completed or suspended turn (decoded). */
+  state?: unknown;
+  /** The last turn's output, decoded, if it produced one. */
+  lastOutput?: unknown;
   decision: Decision;
 }
 
@@ -472,6 +476,8 @@ export class Engine {
     };
     if (s.outcome) d.outcome = s.outcome;
     if (s.lastInputId) d.lastInputId = s.lastInputId;
+    if (s.state) d.state = this.#value(s.state);
+    if (s.lastOutput) d.lastOutput = this.#value(s.lastOutput);
     if (s.openTurn) {
       d.openTurn = {
         turn: s.openTurn.turn,
@@ -484,6 +490,12 @@ export class Engine {
       };
     }
     return d;
+  }
+
+  /** Tasks by status and workflow, a page at a time (`next` continues). Summaries are derived from histories. */
+  async list(options: ListOptions = {}): Promise<TaskPage> {
+    this.#assertOpen('list');
+    return this.store.listTasks(options);
   }
 
   /** The task's events as stored. */

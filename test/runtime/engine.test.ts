@@ -131,6 +131,23 @@ describe('multi-turn workflows', () => {
     expect(r).toMatchObject({ turn: 2, status: 'completed', output: '2:a,b' });
   });
 
+  it('describe() shows the durable state and last output; list() pages tasks by status', async () => {
+    const engine = await open({ workflows: [chat] });
+    const h = await engine.start(chat, 'a', { taskId: 'd1' });
+    await h.nextTurn();
+    await h.send('b');
+    await h.nextTurn();
+    const d = await h.describe();
+    expect(d.state).toEqual({ seen: ['a', 'b'] });
+    expect(d.lastOutput).toBe('2:a,b');
+    await (await engine.start(chat, 'x', { taskId: 'd2' })).nextTurn();
+    const page = await engine.list({ status: 'suspended', limit: 1 });
+    expect(page.tasks).toHaveLength(1);
+    const rest = await engine.list({ status: 'suspended', cursor: page.next! });
+    expect([...page.tasks, ...rest.tasks].map((t) => t.taskId).sort()).toEqual(['d1', 'd2']);
+    expect((await engine.list({ status: 'completed' })).tasks).toEqual([]);
+  });
+
   it('checks ifLastInputId and reports the actual last input', async () => {
     const engine = await open({ workflows: [chat] });
     const h = await engine.start(chat, 'a', { taskId: 'c2', inputId: 'i1' });
