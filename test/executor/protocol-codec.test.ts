@@ -5,6 +5,7 @@ import { readFileSync } from 'node:fs';
 import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import fc from 'fast-check';
+import { failureArbitrary } from '../helpers/arbitraries.js';
 import { describe, expect, it } from 'vitest';
 import {
   FrameReader,
@@ -44,26 +45,7 @@ const payload: fc.Arbitrary<Payload> = fc.record({
   metadata: fc.dictionary(metadataKey, bytes, { maxKeys: 3 }),
   data: bytes,
 });
-const failure: fc.Arbitrary<FailureInfo> = fc.letrec<{ f: FailureInfo }>((tie) => ({
-  f: fc
-    .record(
-      {
-        message: str,
-        type: str,
-        stack: str,
-        nonRetryable: bool,
-        code: str,
-        details: payload,
-        cause: fc.oneof({ depthSize: 'small' }, fc.constant(undefined), tie('f')),
-      },
-      { requiredKeys: ['message', 'type'] },
-    )
-    .map((f) => {
-      const out = { ...f } as FailureInfo;
-      if (out.cause === undefined) delete out.cause;
-      return out;
-    }),
-})).f;
+const failure = failureArbitrary({ message: str, type: str, stack: str, nonRetryable: bool, code: str, details: payload });
 /** A record whose `optional` keys are sometimes absent. */
 function rec<T>(model: { [K in keyof T]-?: fc.Arbitrary<Exclude<T[K], undefined>> }, optional: (keyof T)[]): fc.Arbitrary<T> {
   const requiredKeys = (Object.keys(model) as (keyof T)[]).filter((k) => !optional.includes(k));

@@ -7,6 +7,7 @@
  * metadata maps with several keys, integer-like keys among them (Object.keys order).
  */
 import fc from 'fast-check';
+import { failureArbitrary } from '../helpers/arbitraries.js';
 import { describe, expect, it } from 'vitest';
 import {
   decodeEvent,
@@ -15,7 +16,7 @@ import {
   encodeEventDelimitedGeneric,
   encodeEventGeneric,
 } from '../../src/history/codec.js';
-import { ALL_EVENT_TYPES, type EventType, type FailureInfo, type HistoryEvent, type Payload, type TurnPolicy } from '../../src/history/events.js';
+import { ALL_EVENT_TYPES, type EventType, type HistoryEvent, type Payload, type TurnPolicy } from '../../src/history/events.js';
 
 const RUNS = { seed: 4242, numRuns: 300 };
 
@@ -44,26 +45,7 @@ const payload: fc.Arbitrary<Payload> = fc.record({
 });
 const ids = fc.array(str, { maxLength: 4 });
 
-const failure: fc.Arbitrary<FailureInfo> = fc.letrec<{ f: FailureInfo }>((tie) => ({
-  f: fc
-    .record(
-      {
-        message: str,
-        type: str,
-        stack: str,
-        nonRetryable: fc.boolean(),
-        code: str,
-        details: payload,
-        cause: fc.oneof({ depthSize: 'small' }, fc.constant(undefined), tie('f')),
-      },
-      { requiredKeys: ['message', 'type'] },
-    )
-    .map((f) => {
-      const out = { ...f } as FailureInfo;
-      if (out.cause === undefined) delete out.cause;
-      return out;
-    }),
-})).f;
+const failure = failureArbitrary({ message: str, type: str, stack: str, nonRetryable: fc.boolean(), code: str, details: payload });
 
 const policy: fc.Arbitrary<TurnPolicy> = fc.record({
   turnTimeoutMs: dbl,

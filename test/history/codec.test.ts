@@ -1,11 +1,11 @@
 import fc from 'fast-check';
+import { failureArbitrary } from '../helpers/arbitraries.js';
 import { describe, expect, it } from 'vitest';
 import { isTurnlogError } from '../../src/errors.js';
 import { decodeEvent, encodeEvent, eventFromJSON, eventToJSON } from '../../src/history/codec.js';
 import {
   ALL_EVENT_TYPES,
   type EventType,
-  type FailureInfo,
   type HistoryEvent,
   type Payload,
   type TurnPolicy,
@@ -28,24 +28,7 @@ const payload: fc.Arbitrary<Payload> = fc.record({
   data: fc.uint8Array({ maxLength: 64 }),
 });
 
-const failure: fc.Arbitrary<FailureInfo> = fc.letrec<{ f: FailureInfo }>((tie) => ({
-  f: fc.record(
-    {
-      message: str,
-      type: nonEmpty,
-      stack: nonEmpty,
-      nonRetryable: fc.constant(true),
-      code: nonEmpty,
-      details: payload,
-      cause: fc.oneof({ depthSize: 'small', withCrossShrink: true }, fc.constant(undefined), tie('f')),
-    },
-    { requiredKeys: ['message', 'type'] },
-  ).map((f) => {
-    const out = { ...f } as FailureInfo;
-    if (out.cause === undefined) delete out.cause;
-    return out;
-  }),
-})).f;
+const failure = failureArbitrary({ message: str, type: nonEmpty, stack: nonEmpty, nonRetryable: fc.constant(true), code: nonEmpty, details: payload });
 
 const policy: fc.Arbitrary<TurnPolicy> = fc.record({
   turnTimeoutMs: dbl,
