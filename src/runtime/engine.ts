@@ -804,10 +804,17 @@ export class Engine {
       for (const tm of active.timers) tm.cancel();
       t.active = undefined;
       const before = t.state!;
-      await this.#append(t, this.#endDrafts(before, why === 'timeout' ? { type: 'TurnTimedOut', turn: active.turn, cause: 'hard_cap' } : { type: 'TurnCancelled', turn: active.turn, reason: cancelReason(before, 'cancel grace expired') }, why === 'timeout' ? 'timed_out' : 'cancelled'));
+      await this.#append(t, this.#hardCapDrafts(before, active.turn, why));
       this.#afterTerminal(t, before);
       await this.#drive(t);
     }).catch((err) => this.#log.error('hard cap failed', { taskId: t.id, error: err }));
+  }
+
+  /** How a turn cut off at the hard cap ends: timed out (hard cap), or cancelled after a cancel's grace. */
+  #hardCapDrafts(s: TaskState, turn: number, why: 'timeout' | 'cancel'): Draft[] {
+    return why === 'timeout'
+      ? this.#endDrafts(s, { type: 'TurnTimedOut', turn, cause: 'hard_cap' }, 'timed_out')
+      : this.#endDrafts(s, { type: 'TurnCancelled', turn, reason: cancelReason(s, 'cancel grace expired') }, 'cancelled');
   }
 
   /** The terminal draft plus TaskCompleted when this ends the task. */
@@ -863,10 +870,7 @@ export class Engine {
         break;
       case 'killed': {
         const killed: Draft = { type: 'WorkerKilled', turn, pid: outcome.pid, signal: outcome.signal, reason: active.killReason === 'cancel' ? 'cancel grace expired' : 'turn timeout hard cap' };
-        drafts =
-          active.killReason === 'cancel'
-            ? [killed, ...this.#endDrafts(s, { type: 'TurnCancelled', turn, reason: cancelReason(s, 'cancel grace expired') }, 'cancelled')]
-            : [killed, ...this.#endDrafts(s, { type: 'TurnTimedOut', turn, cause: 'hard_cap' }, 'timed_out')];
+        drafts = [killed, ...this.#hardCapDrafts(s, turn, active.killReason ?? 'timeout')];
         break;
       }
     }
