@@ -9,11 +9,13 @@ import { nanoid } from 'nanoid';
 import {
   FencedError,
   LastInputIdPreconditionError,
+  type StaleGenerationError,
   SteeringQueueFullError,
   TaskConflictError,
   TurnOutcomeError,
   TurnlogError,
   invalidArgument,
+  isTurnlogError,
 } from '../errors.js';
 import {
   HISTORY_FORMAT_VERSION,
@@ -734,7 +736,7 @@ export class Engine {
       outcome = { kind: 'failed', failure: { message: (err as Error).message ?? String(err), type: (err as Error).name ?? 'Error', code: (err as { code?: string }).code ?? 'TURNLOG_WORKER_START' } };
     }
     await this.#withLock(t, () => this.#finishAttempt(t, active, outcome)).catch((err) =>
-      this.#log.error('finishing a turn failed', { taskId: t.id, turn: active.turn, error: err }),
+      this.#logFailure('finishing a turn failed', { taskId: t.id, turn: active.turn }, err),
     );
   }
 
@@ -744,6 +746,11 @@ export class Engine {
         throw new FencedError(t.id, active.turn, active.attempt, 'the turn was finalized without it');
       }
     };
+    // A zombie's record gets FencedError (never retried, docs/errors.md), not the store's error.
+    const fenced = (err: unknown): never => {
+      if (!isStale(err)) throw err;
+      throw new FencedError(t.id, active.turn, active.attempt, `another instance took the task over at generation ${err.current}`, { cause: err });
+    };
     return {
       recordStep: (rec) =>
         this.#withLock(t, async () => {
@@ -751,18 +758,18 @@ export class Engine {
           const draft: Draft = { type: 'StepCompleted', turn: active.turn, attempt: active.attempt, seq: rec.seq, name: rec.name, durationMs: rec.durationMs };
           if (rec.failure) draft.failure = rec.failure;
           else draft.result = rec.result ?? this.#converter.toPayload(undefined);
-          await this.#append(t, [draft]);
+          await this.#append(t, [draft]).catch(fenced);
         }),
       recordCheckpoint: (seq, data) =>
         this.#withLock(t, async () => {
           check();
-          await this.#append(t, [{ type: 'Checkpointed', turn: active.turn, seq, data }]);
+          await this.#append(t, [{ type: 'Checkpointed', turn: active.turn, seq, data }]).catch(fenced);
         }),
       takeInputs: (seq) =>
         this.#withLock(t, async () => {
           check();
           const queue = t.state!.queue;
-          await this.#append(t, [{ type: 'InputsTaken', turn: active.turn, seq, inputIds: queue.map((q) => q.inputId) }]);
+          await this.#append(t, [{ type: 'InputsTaken', turn: active.turn, seq, inputIds: queue.map((q) => q.inputId) }]).catch(fenced);
           const dec = this.#codec?.decode;
           return queue.map((q) => ({ inputId: q.inputId, input: dec ? dec(q.input) : q.input }));
         }),
@@ -787,7 +794,7 @@ export class Engine {
       await this.#append(t, [{ type: 'TimeoutCancelRequested', turn: active.turn, at: now, graceUntil: now + grace }]);
       this.#cancelAttempt(active, 'timeout', `deadline ${new Date(t.state!.openTurn!.deadline).toISOString()} reached`);
       active.timers.push(this.#clock.setTimer(() => void this.#hardCap(t, active, 'timeout'), grace));
-    }).catch((err) => this.#log.error('timeout marker failed', { taskId: t.id, error: err }));
+    }).catch((err) => this.#logFailure('timeout marker failed', { taskId: t.id }, err));
   }
 
   /** Tier 3: kill a worker (its `killed` outcome finalizes), or abandon an inline turn now. */
@@ -807,7 +814,7 @@ export class Engine {
       await this.#append(t, this.#hardCapDrafts(before, active.turn, why));
       this.#afterTerminal(t, before);
       await this.#drive(t);
-    }).catch((err) => this.#log.error('hard cap failed', { taskId: t.id, error: err }));
+    }).catch((err) => this.#logFailure('hard cap failed', { taskId: t.id }, err));
   }
 
   /** How a turn cut off at the hard cap ends: timed out (hard cap), or cancelled after a cancel's grace. */
@@ -1011,7 +1018,13 @@ export class Engine {
     const events = this.#materialize(t, drafts, generation, time);
     const next = fold(t.id, events, t.state);
     const expectedLastEventId = t.state?.lastEventId ?? 0;
-    await this.store.append(t.id, events, lease ? { expectedLastEventId, generation, lease } : { expectedLastEventId, generation });
+    try {
+      await this.store.append(t.id, events, lease ? { expectedLastEventId, generation, lease } : { expectedLastEventId, generation });
+    } catch (err) {
+      if (isStale(err)) this.#fenceTask(t, err);
+      else if (isTurnlogError(err, 'TURNLOG_CONCURRENCY')) await this.#refresh(t, err);
+      throw err;
+    }
     t.state = next;
     if (lease) t.lease = lease;
     for (const e of events) if (isTurnTerminal(e)) t.lastTerminal = e;
@@ -1021,6 +1034,58 @@ export class Engine {
       this.store
         .putSnapshot(t.id, { eventId: next.lastEventId, data: encodeState(next) })
         .catch((err) => this.#log.warn('snapshot write failed', { taskId: t.id, error: err }));
+    }
+  }
+
+  /**
+   * Another instance claimed the task at a higher generation: this engine is a zombie for it.
+   * Stop the attempt (kill a worker, else cancel cooperatively), forget the cached entry so the
+   * next call re-reads the history, and never retry (test: runtime/engine-fencing).
+   */
+  #fenceTask(t: TaskEntry, err: StaleGenerationError): void {
+    const a = t.active;
+    const detail = `another instance took task ${t.id} over at generation ${err.current}`;
+    if (a) {
+      a.finalized = true;
+      for (const tm of a.timers) tm.cancel();
+      a.handle?.fence(detail);
+      if (a.handle?.kill) a.handle.kill(detail);
+      else this.#cancelAttempt(a, 'cancel', detail);
+      t.active = undefined;
+    }
+    if (this.#tasks.get(t.id) === t) this.#tasks.delete(t.id);
+    const turn = a?.turn ?? t.state?.openTurn?.turn ?? t.state?.turn ?? 0;
+    for (const [, list] of t.waiters) for (const w of list) w.reject(this.#deferred(t.id, turn, `${detail}; this engine no longer runs it`));
+    t.waiters.clear();
+    this.#log.warn('task fenced: another instance took it over; the attempt is stopped and not retried', {
+      taskId: t.id,
+      turn,
+      attempt: a?.attempt ?? t.state?.openTurn?.attempt ?? 0,
+      code: err.code,
+      generation: err.generation,
+      current: err.current,
+    });
+  }
+
+  /** Logs a background failure; a fenced task was logged once already by #fenceTask. */
+  #logFailure(message: string, fields: Record<string, unknown>, err: unknown): void {
+    if (!isStale(err)) this.#log.error(message, { ...fields, error: err });
+  }
+
+  /**
+   * A ConcurrencyError: someone else appended under our generation, so the cached state is
+   * behind. Re-read the tail so the next call decides on the real history instead of failing
+   * again forever; the failed call itself is not retried (its decision was made on stale state).
+   */
+  async #refresh(t: TaskEntry, err: unknown): Promise<void> {
+    this.#log.warn('append lost a race with another writer; re-reading the history', { taskId: t.id, code: 'TURNLOG_CONCURRENCY', error: err });
+    try {
+      const events = await this.store.readEvents(t.id, { fromEventId: (t.state?.lastEventId ?? 0) + 1 });
+      if (events.length) t.state = fold(t.id, events, t.state);
+      t.lease = await this.store.getLease(t.id);
+    } catch (e) {
+      this.#log.error('re-reading the history failed; dropping the cached task', { taskId: t.id, error: e });
+      if (!t.active && this.#tasks.get(t.id) === t) this.#tasks.delete(t.id);
     }
   }
 
@@ -1034,6 +1099,7 @@ export class Engine {
           t.lease = await this.store.renewLease(t.id, t.lease, this.#leaseMs, this.#clock.now());
           active.renewFailures = 0;
         } catch (err) {
+          if (isStale(err)) return this.#fenceTask(t, err);
           active.renewFailures++;
           this.#log.warn('lease renewal failed', { taskId: t.id, failures: active.renewFailures, error: err });
           if (active.renewFailures >= 3) this.#cancelAttempt(active, 'cancel', 'lease lost: three renewals failed');
@@ -1114,7 +1180,7 @@ export class Engine {
       if (this.#state !== 'open') return;
       const t = await this.#load(id);
       if (t.active) continue;
-      await this.#withLock(t, () => this.#drive(t)).catch((err) => this.#log.error('recovery failed', { taskId: id, error: err }));
+      await this.#withLock(t, () => this.#drive(t)).catch((err) => this.#logFailure('recovery failed', { taskId: id }, err));
     }
     if (this.#retentionMs !== undefined && this.#state === 'open') {
       const purged = await this.store.purgeCompleted(this.#retentionMs, this.#clock.now());
@@ -1180,6 +1246,11 @@ const RECENT_RESULTS = 64;
 /** A cancelled turn records the reason its cancel was requested with, however it ended. */
 function cancelReason(s: TaskState, fallback: string): string {
   return s.openTurn?.cancelRequested?.reason ?? s.cancelRequested?.reason ?? fallback;
+}
+
+/** Any store's fencing rejection (by code, so a third-party store's error counts too). */
+function isStale(err: unknown): err is StaleGenerationError {
+  return isTurnlogError(err, 'TURNLOG_STALE_GENERATION');
 }
 
 function positive(name: string, v: number): number {
