@@ -4,7 +4,10 @@
  * reaches the history, its attempt is stopped, its cached entry dropped, and it never retries.
  * Two engines share one MemoryHistoryStore; the second claims the task like a recovering engine.
  */
+import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
+import { ProcessExecutor } from '../../src/executor/process-executor.js';
+import { stepThenSpinLong } from '../fixtures/workflows/fencing.js';
 import { Engine } from '../../src/runtime/engine.js';
 import type { Logger } from '../../src/runtime/logger.js';
 import { silentLogger } from '../../src/runtime/logger.js';
@@ -15,9 +18,29 @@ import { isTurnlogError } from '../../src/errors.js';
 import type { HistoryEvent } from '../../src/history/events.js';
 
 const engines: Engine[] = [];
+const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
   for (const e of engines.splice(0)) await e.shutdown({ graceMs: 0 });
+  for (const c of cleanups.splice(0)) await c();
 });
+
+/** Polls `cond` until true (bounded); a wait, not a timing assertion. */
+async function until(cond: () => boolean | Promise<boolean>, what: string, limitMs = 15_000): Promise<void> {
+  const end = Date.now() + limitMs;
+  while (!(await cond())) {
+    if (Date.now() > end) throw new Error(`gave up waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 10));
+  }
+}
+
+function alive(pid: number): boolean {
+  try {
+    process.kill(pid, 0);
+    return true;
+  } catch (err) {
+    return (err as NodeJS.ErrnoException).code === 'EPERM';
+  }
+}
 
 function gate<T = void>() {
   let resolve!: (v: T) => void;
@@ -160,7 +183,7 @@ describe('a zombie engine is fenced', () => {
     await a.start(sc.wf, null, { taskId: 't1' });
     const signal = await sc.parked.promise;
     expect((await shared.claimLease('t1', { owner: 'o', instance: 'B', durationMs: 3_600_000, now: Date.now() })).generation).toBe(2);
-    for (let i = 0; i < 1000 && !logs.some((l) => l.message.startsWith('task fenced')); i++) await new Promise((r) => setTimeout(r, 5));
+    await until(() => logs.some((l) => l.message.startsWith('task fenced')), 'the renewal to fence the task');
 
     // The renewal alone fenced the parked zombie: its signal aborted before it did anything.
     expect(signal.aborted).toBe(true);
@@ -169,6 +192,45 @@ describe('a zombie engine is fenced', () => {
     expect(isTurnlogError(end.stepError, 'TURNLOG_FENCED')).toBe(true);
     expect(logs.filter((l) => l.message.startsWith('task fenced'))).toHaveLength(1);
     expect((await shared.readEvents('t1')).some((e) => e.type === 'StepCompleted' && e.name === 'two')).toBe(false);
+  });
+});
+
+describe('a zombie process worker', () => {
+  it('is killed when its engine is fenced, and nothing of it reaches the history', async () => {
+    // Workers import the compiled fixtures: run `npm run build` first.
+    const module = fileURLToPath(new URL('../../dist/test/fixtures/workflows/index.js', import.meta.url));
+    const exec = new ProcessExecutor({ workflowsModule: module, execArgv: [], logger: silentLogger });
+    cleanups.push(async () => {
+      const pids = exec.workerPids;
+      await exec.close();
+      for (const pid of pids) if (alive(pid)) process.kill(pid, 'SIGKILL');
+    });
+    const shared = new MemoryHistoryStore();
+    await shared.open();
+    const logs: LogLine[] = [];
+    const a = await Engine.open({
+      store: shared,
+      workflows: [stepThenSpinLong],
+      executors: { process: exec },
+      owner: 'o',
+      instance: 'A',
+      leaseMs: 100,
+      logger: capture(logs),
+      scanIntervalMs: 0,
+    });
+    engines.push(a);
+    await a.start(stepThenSpinLong, null, { taskId: 'p1' });
+    await until(async () => (await shared.readEvents('p1')).some((e) => e.type === 'StepCompleted'), 'the worker to record its step');
+    const pid = exec.workerPids[0]!;
+    expect(alive(pid)).toBe(true);
+
+    await shared.claimLease('p1', { owner: 'o', instance: 'B', durationMs: 3_600_000, now: Date.now() });
+    const before = await shared.readEvents('p1');
+    // The turn's timeout is an hour away: only the fencing can have killed the spinning worker.
+    await until(() => !alive(pid), `worker ${pid} to be killed`);
+    expect(logs.filter((l) => l.message.startsWith('task fenced'))).toHaveLength(1);
+    await until(() => exec.workerPids.length === 0, 'the executor to forget the killed worker');
+    expect(await shared.readEvents('p1')).toEqual(before);
   });
 });
 
