@@ -47,6 +47,7 @@ import { sleep, systemClock, type Clock, type Timer } from './clock.js';
 import { FaultInjector } from './fault.js';
 import { TaskHandle, type TurnResult } from '../client/task-handle.js';
 import { consoleLogger, type Logger } from './logger.js';
+import { outcomeLogLines } from './outcome-log.js';
 
 export interface EngineOptions {
   /** A directory for the default LevelDB store, or any HistoryStore. Default `.turnlog`. */
@@ -170,11 +171,15 @@ class TaskEntry {
   busy = 0;
   active: ActiveAttempt | undefined;
   waiters = new Map<string, Deferred<TurnResult>[]>();
+  /** Waiters for the end of the next turn, whatever input it takes (handles without an input id). */
+  turnWaiters: Deferred<TurnResult>[] = [];
   snapshotAt = 0;
   /** The last turn terminal event appended by this engine (waiters' results are built from it). */
   lastTerminal: TurnTerminalEvent | undefined;
   /** Results of recently finished inputs, so `nextTurn()` after the fact needs no history scan. */
   recent = new Map<string, TurnResult>();
+  /** The result of the last turn this engine saw end. */
+  lastResult: TurnResult | undefined;
   constructor(readonly id: string) {}
 }
 
@@ -542,6 +547,28 @@ export class Engine {
     return found as TurnResult<O>;
   }
 
+  /**
+   * The result of the task's latest turn, for a handle without an input id (`engine.task(id)`):
+   * a turn is open → waits for its end; none yet → waits for the first; else → the last ended
+   * turn's result, read from the history. For a one-shot task that is its final outcome.
+   * See docs/workflows.md "Results".
+   */
+  async latestTurnResult<O = unknown>(taskId: string): Promise<TurnResult<O>> {
+    const t = await this.#load(taskId);
+    const s = t.state;
+    if (!s) throw notFound(taskId);
+    if (s.status !== 'completed' && (s.openTurn || s.turn === 0)) {
+      if (this.#state !== 'open') throw this.#deferred(taskId, s.openTurn?.turn ?? s.turn, 'the engine is shut down');
+      return new Promise<TurnResult<O>>((resolve, reject) => {
+        t.turnWaiters.push({ resolve: resolve as (v: TurnResult) => void, reject });
+      });
+    }
+    if (s.turn === 0) return { taskId, turn: 0, inputIds: [], status: 'cancelled', reason: `the task completed (${s.outcome ?? 'unknown'}) before any turn ran` };
+    const found = t.lastResult?.turn === s.turn ? t.lastResult : await this.#findLastTurnResult(taskId, s.turn);
+    if (!found) throw new TurnlogError('TURNLOG_HISTORY_INVARIANT', `Task ${taskId}: turn ${s.turn} ended but its terminal event is missing. Export the task with \`turnlog export\` and inspect it.`);
+    return found as TurnResult<O>;
+  }
+
   /** Runs one recovery pass now (it also runs at open and every `scanIntervalMs`). */
   async recover(): Promise<void> {
     if (this.#state !== 'open') return;
@@ -587,7 +614,9 @@ export class Engine {
     }
     await Promise.all([...this.#tasks.values()].map((t) => t.chain.catch(() => undefined)));
     for (const t of this.#tasks.values()) {
-      for (const [, list] of t.waiters) for (const w of list) w.reject(this.#deferred(t.id, t.state?.turn ?? 0, 'the engine shut down before the turn ended; the next engine recovers it'));
+      const deferred = this.#deferred(t.id, t.state?.turn ?? 0, 'the engine shut down before the turn ended; the next engine recovers it');
+      for (const [, list] of t.waiters) for (const w of list) w.reject(deferred);
+      for (const w of t.turnWaiters.splice(0)) w.reject(deferred);
       t.waiters.clear();
     }
     // The next activation may see another store or session: forget everything cached.
@@ -894,7 +923,10 @@ export class Engine {
     const terminal = t.lastTerminal;
     if (ot && terminal && terminal.turn === ot.turn) {
       const ids = [...ot.inputIds, ...ot.taken.map((q) => q.inputId)];
-      this.#resolveWaiters(t, ids, this.#resultFromEvent(t.id, terminal, ids));
+      const result = this.#resultFromEvent(t.id, terminal, ids);
+      t.lastResult = result;
+      this.#resolveWaiters(t, ids, result);
+      for (const w of t.turnWaiters.splice(0)) w.resolve(result);
     }
     if (s.status === 'completed') this.#settleQueued(t, 'cancelled', `the task completed (${s.outcome}) before this input ran`);
   }
@@ -918,6 +950,17 @@ export class Engine {
       }
       if (turn === 0 && (e.type === 'TurnStarted' || e.type === 'InputsTaken') && e.inputIds.includes(inputId)) turn = e.turn;
       if (turn !== 0 && isTurnTerminal(e) && e.turn === turn) return this.#resultFromEvent(taskId, e, turnInputs.get(turn) ?? [inputId]);
+    }
+    return undefined;
+  }
+
+  /** The result of turn `turn` (ended), from the history: its terminal and every input it took. */
+  async #findLastTurnResult(taskId: string, turn: number): Promise<TurnResult | undefined> {
+    const inputIds: string[] = [];
+    for await (const e of this.store.iterateEvents(taskId)) {
+      if (e.type === 'TurnStarted' && e.attempt === 1 && e.turn === turn) inputIds.push(...e.inputIds);
+      else if (e.type === 'InputsTaken' && e.turn === turn) inputIds.push(...e.inputIds);
+      else if (isTurnTerminal(e) && e.turn === turn) return this.#resultFromEvent(taskId, e, inputIds);
     }
     return undefined;
   }
@@ -965,6 +1008,12 @@ export class Engine {
     for (const q of t.state?.queue ?? []) {
       this.#resolveWaiters(t, [q.inputId], { taskId: t.id, turn: 0, inputIds: [q.inputId], status, reason });
     }
+    // A task that completed with no turn left to end (cancelled while pending or suspended).
+    if (t.state?.status === 'completed' && t.turnWaiters.length) {
+      const s = t.state;
+      const result: TurnResult = s.turn > 0 && t.lastResult?.turn === s.turn ? t.lastResult : { taskId: t.id, turn: s.turn, inputIds: [], status, reason };
+      for (const w of t.turnWaiters.splice(0)) w.resolve(result);
+    }
   }
 
   #deferWaiters(t: TaskEntry, before: TaskState): void {
@@ -976,6 +1025,7 @@ export class Engine {
       t.waiters.delete(id);
       for (const w of list) w.reject(this.#deferred(t.id, ot.turn, 'the turn exited for recovery; the next engine re-runs it'));
     }
+    for (const w of t.turnWaiters.splice(0)) w.reject(this.#deferred(t.id, ot.turn, 'the turn exited for recovery; the next engine re-runs it'));
   }
 
   #deferred(taskId: string, turn: number, why: string): TurnOutcomeError {
@@ -1025,9 +1075,11 @@ export class Engine {
       else if (isTurnlogError(err, 'TURNLOG_CONCURRENCY')) await this.#refresh(t, err);
       throw err;
     }
+    const before = t.state;
     t.state = next;
     if (lease) t.lease = lease;
     for (const e of events) if (isTurnTerminal(e)) t.lastTerminal = e;
+    for (const l of outcomeLogLines(t.id, before, events)) this.#log[l.level](l.message, l.fields);
     this.#fault?.afterAppend();
     if (next.lastEventId - t.snapshotAt >= this.#snapshotEvery) {
       t.snapshotAt = next.lastEventId;
@@ -1055,7 +1107,9 @@ export class Engine {
     }
     if (this.#tasks.get(t.id) === t) this.#tasks.delete(t.id);
     const turn = a?.turn ?? t.state?.openTurn?.turn ?? t.state?.turn ?? 0;
-    for (const [, list] of t.waiters) for (const w of list) w.reject(this.#deferred(t.id, turn, `${detail}; this engine no longer runs it`));
+    const deferred = this.#deferred(t.id, turn, `${detail}; this engine no longer runs it`);
+    for (const [, list] of t.waiters) for (const w of list) w.reject(deferred);
+    for (const w of t.turnWaiters.splice(0)) w.reject(deferred);
     t.waiters.clear();
     this.#log.warn('task fenced: another instance took it over; the attempt is stopped and not retried', {
       taskId: t.id,
@@ -1161,7 +1215,7 @@ export class Engine {
       if (this.#tasks.size < this.#maxCached * 0.9) break;
       // A busy entry may be about to start a turn: evicting it would let a fresh entry
       // "recover" that turn while it runs (test: review/engine-races).
-      if (!t.active && t.waiters.size === 0 && t.busy === 0) this.#tasks.delete(id);
+      if (!t.active && t.waiters.size === 0 && t.turnWaiters.length === 0 && t.busy === 0) this.#tasks.delete(id);
     }
   }
 
@@ -1186,7 +1240,7 @@ export class Engine {
       const purged = await this.store.purgeCompleted(this.#retentionMs, this.#clock.now());
       for (const id of purged) {
         const t = this.#tasks.get(id);
-        if (t && t.waiters.size === 0) this.#tasks.delete(id);
+        if (t && t.waiters.size === 0 && t.turnWaiters.length === 0) this.#tasks.delete(id);
       }
       if (purged.length) this.#log.info('retention deleted completed tasks', { count: purged.length });
     }
