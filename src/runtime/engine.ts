@@ -1029,7 +1029,7 @@ export class Engine {
   }
 
   #deferred(taskId: string, turn: number, why: string): TurnOutcomeError {
-    return new TurnOutcomeError('TURNLOG_TURN_DEFERRED', taskId, turn, `${why}. Ask again with handle.turnResult(inputId) on the engine that recovers it.`);
+    return new TurnOutcomeError('TURNLOG_TURN_DEFERRED', taskId, turn, `${why}. Ask again on the engine that recovers it: handle.turnResult(inputId), or engine.task(taskId).result().`);
   }
 
   // -------------------------------------------------------------------------------------------
