@@ -548,6 +548,7 @@ export class Engine {
   }
 
   /**
+   * @internal used by TaskHandle.nextTurn/result for a handle without an input id.
    * The result of the task's latest turn, for a handle without an input id (`engine.task(id)`):
    * a turn is open → waits for its end; none yet → waits for the first; else → the last ended
    * turn's result, read from the history. For a one-shot task that is its final outcome.
@@ -759,6 +760,11 @@ export class Engine {
     try {
       const handle = await executor.start(spec, this.#host(t, active));
       active.handle = handle;
+      // Fenced or shut down while the worker was starting: it must not run on unowned.
+      if (active.finalized) {
+        handle.fence('the turn was taken away while its worker started');
+        handle.kill?.('the turn was taken away while its worker started');
+      }
       if (active.pendingCancel) handle.cancel(...active.pendingCancel);
       outcome = await handle.outcome;
     } catch (err) {
