@@ -8,6 +8,8 @@ import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ProcessExecutor } from '../../src/executor/process-executor.js';
 import { stepThenSpinLong } from '../fixtures/workflows/fencing.js';
+import type { AttemptHandle, Executor } from '../../src/executor/executor.js';
+import type { AttemptOutcome } from '../../src/workflow/context.js';
 import { Engine } from '../../src/runtime/engine.js';
 import type { Logger } from '../../src/runtime/logger.js';
 import { silentLogger } from '../../src/runtime/logger.js';
@@ -231,6 +233,52 @@ describe('a zombie process worker', () => {
     expect(logs.filter((l) => l.message.startsWith('task fenced'))).toHaveLength(1);
     await until(() => exec.workerPids.length === 0, 'the executor to forget the killed worker');
     expect(await shared.readEvents('p1')).toEqual(before);
+  });
+});
+
+describe('a worker that was still starting when its engine was fenced', () => {
+  it('is fenced and killed as soon as its handle arrives', async () => {
+    const started = gate();
+    const handleReady = gate();
+    const calls: string[] = [];
+    // A process-like executor whose start() the test holds open.
+    const slowStart: Executor = {
+      kind: 'process',
+      start: async () => {
+        started.resolve();
+        await handleReady.promise;
+        let end!: (o: AttemptOutcome) => void;
+        const handle: AttemptHandle = {
+          outcome: new Promise<AttemptOutcome>((r) => (end = r)),
+          pid: 4242,
+          cancel: (kind) => void calls.push(`cancel:${kind}`),
+          kill: () => {
+            calls.push('kill');
+            end({ kind: 'killed', pid: 4242, signal: 'SIGKILL' });
+          },
+          fence: () => void calls.push('fence'),
+        };
+        return handle;
+      },
+      close: async () => undefined,
+    };
+    const wf = defineWorkflow({ name: 'slow-start', executor: 'process', turn: async () => 'never runs' });
+    const shared = new MemoryHistoryStore();
+    await shared.open();
+    const logs: LogLine[] = [];
+    const a = await Engine.open({ store: shared, workflows: [wf], executors: { process: slowStart }, owner: 'o', instance: 'A', leaseMs: 40, logger: capture(logs), scanIntervalMs: 0 });
+    engines.push(a);
+    await a.start(wf, null, { taskId: 's1' });
+    await started.promise;
+    await shared.claimLease('s1', { owner: 'o', instance: 'B', durationMs: 3_600_000, now: Date.now() });
+    await until(() => logs.some((l) => l.message.startsWith('task fenced')), 'the renewal to fence the task');
+    const before = await shared.readEvents('s1');
+
+    handleReady.resolve();
+    await until(() => calls.includes('kill'), 'the late handle to be killed');
+    expect(calls.slice(0, 2)).toEqual(['fence', 'kill']);
+    await new Promise((r) => setImmediate(r));
+    expect(await shared.readEvents('s1')).toEqual(before); // its killed outcome is discarded
   });
 });
 
