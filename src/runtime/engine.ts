@@ -72,6 +72,10 @@ export interface EngineOptions {
   executors?: Partial<Record<ExecutorKind, Executor>>;
   /** Write a folded-state snapshot every N events so recovery reads only the tail. Default 1000. */
   snapshotEvery?: number;
+  /**
+   * Where the engine logs. Default `consoleLogger` (warn and error to stderr). Every turn outcome
+   * other than success is logged once with taskId, turn, attempt and code (docs/workflows.md#logging).
+   */
   logger?: Logger;
   /** Idle tasks kept in memory. Default 10,000. */
   maxCachedTasks?: number;
