@@ -266,10 +266,12 @@ export class FencedError extends TurnlogError {
     readonly turn: number,
     readonly attempt: number,
     detail: string,
+    options: TurnlogErrorOptions = {},
   ) {
     super(
       'TURNLOG_FENCED',
       `Task ${taskId}, turn ${turn} attempt ${attempt} was fenced off (${detail}); nothing it does now is recorded. Stop work when ctx.signal aborts.`,
+      options,
     );
   }
 }

@@ -1,6 +1,7 @@
 /**
- * A handle on one task, bound to the last input it sent. Cheap to create; all state lives in
- * the engine and the history.
+ * A handle on one task, bound to the last input it sent (from `engine.start()` or `send()`), or
+ * to no input (from `engine.task(id)`: results are then the task's latest turn's). Cheap to
+ * create; all state lives in the engine and the history.
  */
 import { TurnOutcomeError } from '../errors.js';
 import type { FailureInfo, HistoryEvent } from '../history/events.js';
@@ -44,11 +45,13 @@ export class TaskHandle<I = unknown, O = unknown> {
     return id;
   }
 
-  /** The outcome of the turn that took this handle's last input. Never throws for a failed turn. */
+  /**
+   * The outcome of the turn that took this handle's last input. Never throws for a failed turn.
+   * A handle that sent no input (`engine.task(id)`) reports the task's latest turn instead: the
+   * open turn's end, else the last ended turn, else (no turn yet) the first turn's end.
+   */
   async nextTurn(): Promise<TurnResult<O>> {
-    if (!this.#lastInputId) {
-      throw new TurnOutcomeError('TURNLOG_TURN_DEFERRED', this.taskId, 0, 'this handle has sent no input yet; call send() first, or turnResult(inputId).');
-    }
+    if (!this.#lastInputId) return this.#engine.latestTurnResult<O>(this.taskId);
     return this.#engine.turnResult<O>(this.taskId, this.#lastInputId);
   }
 
@@ -57,7 +60,12 @@ export class TaskHandle<I = unknown, O = unknown> {
     return this.#engine.turnResult<O>(this.taskId, inputId);
   }
 
-  /** The output of the turn that took this handle's last input; throws TurnOutcomeError unless it completed or suspended. */
+  /**
+   * The output of the turn that took this handle's last input; throws TurnOutcomeError unless it
+   * completed or suspended. Without an input id (`engine.task(id)`), of the task's latest turn:
+   * for a one-shot task, its final result, waiting for it if needed (Temporal's `getHandle(id).result()`).
+   * @example const answer = await engine.task<string, string>('report-7').result();
+   */
   async result(): Promise<O> {
     const r = await this.nextTurn();
     switch (r.status) {

@@ -9,11 +9,13 @@ import { nanoid } from 'nanoid';
 import {
   FencedError,
   LastInputIdPreconditionError,
+  type StaleGenerationError,
   SteeringQueueFullError,
   TaskConflictError,
   TurnOutcomeError,
   TurnlogError,
   invalidArgument,
+  isTurnlogError,
 } from '../errors.js';
 import {
   HISTORY_FORMAT_VERSION,
@@ -45,6 +47,7 @@ import { sleep, systemClock, type Clock, type Timer } from './clock.js';
 import { FaultInjector } from './fault.js';
 import { TaskHandle, type TurnResult } from '../client/task-handle.js';
 import { consoleLogger, type Logger } from './logger.js';
+import { outcomeLogLines } from './outcome-log.js';
 
 export interface EngineOptions {
   /** A directory for the default LevelDB store, or any HistoryStore. Default `.turnlog`. */
@@ -69,6 +72,10 @@ export interface EngineOptions {
   executors?: Partial<Record<ExecutorKind, Executor>>;
   /** Write a folded-state snapshot every N events so recovery reads only the tail. Default 1000. */
   snapshotEvery?: number;
+  /**
+   * Where the engine logs. Default `consoleLogger` (warn and error to stderr). Every turn outcome
+   * other than success is logged once with taskId, turn, attempt and code (docs/workflows.md#logging).
+   */
   logger?: Logger;
   /** Idle tasks kept in memory. Default 10,000. */
   maxCachedTasks?: number;
@@ -168,11 +175,15 @@ class TaskEntry {
   busy = 0;
   active: ActiveAttempt | undefined;
   waiters = new Map<string, Deferred<TurnResult>[]>();
+  /** Waiters for the end of the next turn, whatever input it takes (handles without an input id). */
+  turnWaiters: Deferred<TurnResult>[] = [];
   snapshotAt = 0;
   /** The last turn terminal event appended by this engine (waiters' results are built from it). */
   lastTerminal: TurnTerminalEvent | undefined;
   /** Results of recently finished inputs, so `nextTurn()` after the fact needs no history scan. */
   recent = new Map<string, TurnResult>();
+  /** The result of the last turn this engine saw end. */
+  lastResult: TurnResult | undefined;
   constructor(readonly id: string) {}
 }
 
@@ -540,6 +551,29 @@ export class Engine {
     return found as TurnResult<O>;
   }
 
+  /**
+   * @internal used by TaskHandle.nextTurn/result for a handle without an input id.
+   * The result of the task's latest turn, for a handle without an input id (`engine.task(id)`):
+   * a turn is open → waits for its end; none yet → waits for the first; else → the last ended
+   * turn's result, read from the history. For a one-shot task that is its final outcome.
+   * See docs/workflows.md "Results".
+   */
+  async latestTurnResult<O = unknown>(taskId: string): Promise<TurnResult<O>> {
+    const t = await this.#load(taskId);
+    const s = t.state;
+    if (!s) throw notFound(taskId);
+    if (s.status !== 'completed' && (s.openTurn || s.turn === 0)) {
+      if (this.#state !== 'open') throw this.#deferred(taskId, s.openTurn?.turn ?? s.turn, 'the engine is shut down');
+      return new Promise<TurnResult<O>>((resolve, reject) => {
+        t.turnWaiters.push({ resolve: resolve as (v: TurnResult) => void, reject });
+      });
+    }
+    if (s.turn === 0) return { taskId, turn: 0, inputIds: [], status: 'cancelled', reason: `the task completed (${s.outcome ?? 'unknown'}) before any turn ran` };
+    const found = t.lastResult?.turn === s.turn ? t.lastResult : await this.#findLastTurnResult(taskId, s.turn);
+    if (!found) throw new TurnlogError('TURNLOG_HISTORY_INVARIANT', `Task ${taskId}: turn ${s.turn} ended but its terminal event is missing. Export the task with \`turnlog export\` and inspect it.`);
+    return found as TurnResult<O>;
+  }
+
   /** Runs one recovery pass now (it also runs at open and every `scanIntervalMs`). */
   async recover(): Promise<void> {
     if (this.#state !== 'open') return;
@@ -585,7 +619,9 @@ export class Engine {
     }
     await Promise.all([...this.#tasks.values()].map((t) => t.chain.catch(() => undefined)));
     for (const t of this.#tasks.values()) {
-      for (const [, list] of t.waiters) for (const w of list) w.reject(this.#deferred(t.id, t.state?.turn ?? 0, 'the engine shut down before the turn ended; the next engine recovers it'));
+      const deferred = this.#deferred(t.id, t.state?.turn ?? 0, 'the engine shut down before the turn ended; the next engine recovers it');
+      for (const [, list] of t.waiters) for (const w of list) w.reject(deferred);
+      for (const w of t.turnWaiters.splice(0)) w.reject(deferred);
       t.waiters.clear();
     }
     // The next activation may see another store or session: forget everything cached.
@@ -728,13 +764,18 @@ export class Engine {
     try {
       const handle = await executor.start(spec, this.#host(t, active));
       active.handle = handle;
+      // Fenced or shut down while the worker was starting: it must not run on unowned.
+      if (active.finalized) {
+        handle.fence('the turn was taken away while its worker started');
+        handle.kill?.('the turn was taken away while its worker started');
+      }
       if (active.pendingCancel) handle.cancel(...active.pendingCancel);
       outcome = await handle.outcome;
     } catch (err) {
       outcome = { kind: 'failed', failure: { message: (err as Error).message ?? String(err), type: (err as Error).name ?? 'Error', code: (err as { code?: string }).code ?? 'TURNLOG_WORKER_START' } };
     }
     await this.#withLock(t, () => this.#finishAttempt(t, active, outcome)).catch((err) =>
-      this.#log.error('finishing a turn failed', { taskId: t.id, turn: active.turn, error: err }),
+      this.#logFailure('finishing a turn failed', { taskId: t.id, turn: active.turn }, err),
     );
   }
 
@@ -744,6 +785,11 @@ export class Engine {
         throw new FencedError(t.id, active.turn, active.attempt, 'the turn was finalized without it');
       }
     };
+    // A zombie's record gets FencedError (never retried, docs/errors.md), not the store's error.
+    const fenced = (err: unknown): never => {
+      if (!isStale(err)) throw err;
+      throw new FencedError(t.id, active.turn, active.attempt, `another instance took the task over at generation ${err.current}`, { cause: err });
+    };
     return {
       recordStep: (rec) =>
         this.#withLock(t, async () => {
@@ -751,18 +797,18 @@ export class Engine {
           const draft: Draft = { type: 'StepCompleted', turn: active.turn, attempt: active.attempt, seq: rec.seq, name: rec.name, durationMs: rec.durationMs };
           if (rec.failure) draft.failure = rec.failure;
           else draft.result = rec.result ?? this.#converter.toPayload(undefined);
-          await this.#append(t, [draft]);
+          await this.#append(t, [draft]).catch(fenced);
         }),
       recordCheckpoint: (seq, data) =>
         this.#withLock(t, async () => {
           check();
-          await this.#append(t, [{ type: 'Checkpointed', turn: active.turn, seq, data }]);
+          await this.#append(t, [{ type: 'Checkpointed', turn: active.turn, seq, data }]).catch(fenced);
         }),
       takeInputs: (seq) =>
         this.#withLock(t, async () => {
           check();
           const queue = t.state!.queue;
-          await this.#append(t, [{ type: 'InputsTaken', turn: active.turn, seq, inputIds: queue.map((q) => q.inputId) }]);
+          await this.#append(t, [{ type: 'InputsTaken', turn: active.turn, seq, inputIds: queue.map((q) => q.inputId) }]).catch(fenced);
           const dec = this.#codec?.decode;
           return queue.map((q) => ({ inputId: q.inputId, input: dec ? dec(q.input) : q.input }));
         }),
@@ -787,7 +833,7 @@ export class Engine {
       await this.#append(t, [{ type: 'TimeoutCancelRequested', turn: active.turn, at: now, graceUntil: now + grace }]);
       this.#cancelAttempt(active, 'timeout', `deadline ${new Date(t.state!.openTurn!.deadline).toISOString()} reached`);
       active.timers.push(this.#clock.setTimer(() => void this.#hardCap(t, active, 'timeout'), grace));
-    }).catch((err) => this.#log.error('timeout marker failed', { taskId: t.id, error: err }));
+    }).catch((err) => this.#logFailure('timeout marker failed', { taskId: t.id }, err));
   }
 
   /** Tier 3: kill a worker (its `killed` outcome finalizes), or abandon an inline turn now. */
@@ -807,7 +853,7 @@ export class Engine {
       await this.#append(t, this.#hardCapDrafts(before, active.turn, why));
       this.#afterTerminal(t, before);
       await this.#drive(t);
-    }).catch((err) => this.#log.error('hard cap failed', { taskId: t.id, error: err }));
+    }).catch((err) => this.#logFailure('hard cap failed', { taskId: t.id }, err));
   }
 
   /** How a turn cut off at the hard cap ends: timed out (hard cap), or cancelled after a cancel's grace. */
@@ -887,7 +933,10 @@ export class Engine {
     const terminal = t.lastTerminal;
     if (ot && terminal && terminal.turn === ot.turn) {
       const ids = [...ot.inputIds, ...ot.taken.map((q) => q.inputId)];
-      this.#resolveWaiters(t, ids, this.#resultFromEvent(t.id, terminal, ids));
+      const result = this.#resultFromEvent(t.id, terminal, ids);
+      t.lastResult = result;
+      this.#resolveWaiters(t, ids, result);
+      for (const w of t.turnWaiters.splice(0)) w.resolve(result);
     }
     if (s.status === 'completed') this.#settleQueued(t, 'cancelled', `the task completed (${s.outcome}) before this input ran`);
   }
@@ -911,6 +960,17 @@ export class Engine {
       }
       if (turn === 0 && (e.type === 'TurnStarted' || e.type === 'InputsTaken') && e.inputIds.includes(inputId)) turn = e.turn;
       if (turn !== 0 && isTurnTerminal(e) && e.turn === turn) return this.#resultFromEvent(taskId, e, turnInputs.get(turn) ?? [inputId]);
+    }
+    return undefined;
+  }
+
+  /** The result of turn `turn` (ended), from the history: its terminal and every input it took. */
+  async #findLastTurnResult(taskId: string, turn: number): Promise<TurnResult | undefined> {
+    const inputIds: string[] = [];
+    for await (const e of this.store.iterateEvents(taskId)) {
+      if (e.type === 'TurnStarted' && e.attempt === 1 && e.turn === turn) inputIds.push(...e.inputIds);
+      else if (e.type === 'InputsTaken' && e.turn === turn) inputIds.push(...e.inputIds);
+      else if (isTurnTerminal(e) && e.turn === turn) return this.#resultFromEvent(taskId, e, inputIds);
     }
     return undefined;
   }
@@ -958,6 +1018,12 @@ export class Engine {
     for (const q of t.state?.queue ?? []) {
       this.#resolveWaiters(t, [q.inputId], { taskId: t.id, turn: 0, inputIds: [q.inputId], status, reason });
     }
+    // A task that completed with no turn left to end (cancelled while pending or suspended).
+    if (t.state?.status === 'completed' && t.turnWaiters.length) {
+      const s = t.state;
+      const result: TurnResult = s.turn > 0 && t.lastResult?.turn === s.turn ? t.lastResult : { taskId: t.id, turn: s.turn, inputIds: [], status, reason };
+      for (const w of t.turnWaiters.splice(0)) w.resolve(result);
+    }
   }
 
   #deferWaiters(t: TaskEntry, before: TaskState): void {
@@ -969,10 +1035,11 @@ export class Engine {
       t.waiters.delete(id);
       for (const w of list) w.reject(this.#deferred(t.id, ot.turn, 'the turn exited for recovery; the next engine re-runs it'));
     }
+    for (const w of t.turnWaiters.splice(0)) w.reject(this.#deferred(t.id, ot.turn, 'the turn exited for recovery; the next engine re-runs it'));
   }
 
   #deferred(taskId: string, turn: number, why: string): TurnOutcomeError {
-    return new TurnOutcomeError('TURNLOG_TURN_DEFERRED', taskId, turn, `${why}. Ask again with handle.turnResult(inputId) on the engine that recovers it.`);
+    return new TurnOutcomeError('TURNLOG_TURN_DEFERRED', taskId, turn, `${why}. Ask again on the engine that recovers it: handle.turnResult(inputId), or engine.task(taskId).result().`);
   }
 
   // -------------------------------------------------------------------------------------------
@@ -1011,16 +1078,78 @@ export class Engine {
     const events = this.#materialize(t, drafts, generation, time);
     const next = fold(t.id, events, t.state);
     const expectedLastEventId = t.state?.lastEventId ?? 0;
-    await this.store.append(t.id, events, lease ? { expectedLastEventId, generation, lease } : { expectedLastEventId, generation });
+    try {
+      await this.store.append(t.id, events, lease ? { expectedLastEventId, generation, lease } : { expectedLastEventId, generation });
+    } catch (err) {
+      if (isStale(err)) this.#fenceTask(t, err);
+      else if (isTurnlogError(err, 'TURNLOG_CONCURRENCY')) await this.#refresh(t, err);
+      throw err;
+    }
+    const before = t.state;
     t.state = next;
     if (lease) t.lease = lease;
     for (const e of events) if (isTurnTerminal(e)) t.lastTerminal = e;
+    for (const l of outcomeLogLines(t.id, before, events)) this.#log[l.level](l.message, l.fields);
     this.#fault?.afterAppend();
     if (next.lastEventId - t.snapshotAt >= this.#snapshotEvery) {
       t.snapshotAt = next.lastEventId;
       this.store
         .putSnapshot(t.id, { eventId: next.lastEventId, data: encodeState(next) })
         .catch((err) => this.#log.warn('snapshot write failed', { taskId: t.id, error: err }));
+    }
+  }
+
+  /**
+   * Another instance claimed the task at a higher generation: this engine is a zombie for it.
+   * Stop the attempt (kill a worker, else cancel cooperatively), forget the cached entry so the
+   * next call re-reads the history, and never retry (test: runtime/engine-fencing).
+   */
+  #fenceTask(t: TaskEntry, err: StaleGenerationError): void {
+    const a = t.active;
+    const detail = `another instance took task ${t.id} over at generation ${err.current}`;
+    if (a) {
+      a.finalized = true;
+      for (const tm of a.timers) tm.cancel();
+      a.handle?.fence(detail);
+      if (a.handle?.kill) a.handle.kill(detail);
+      else this.#cancelAttempt(a, 'cancel', detail);
+      t.active = undefined;
+    }
+    if (this.#tasks.get(t.id) === t) this.#tasks.delete(t.id);
+    const turn = a?.turn ?? t.state?.openTurn?.turn ?? t.state?.turn ?? 0;
+    const deferred = this.#deferred(t.id, turn, `${detail}; this engine no longer runs it`);
+    for (const [, list] of t.waiters) for (const w of list) w.reject(deferred);
+    for (const w of t.turnWaiters.splice(0)) w.reject(deferred);
+    t.waiters.clear();
+    this.#log.warn('task fenced: another instance took it over; the attempt is stopped and not retried', {
+      taskId: t.id,
+      turn,
+      attempt: a?.attempt ?? t.state?.openTurn?.attempt ?? 0,
+      code: err.code,
+      generation: err.generation,
+      current: err.current,
+    });
+  }
+
+  /** Logs a background failure; a fenced task was logged once already by #fenceTask. */
+  #logFailure(message: string, fields: Record<string, unknown>, err: unknown): void {
+    if (!isStale(err)) this.#log.error(message, { ...fields, error: err });
+  }
+
+  /**
+   * A ConcurrencyError: someone else appended under our generation, so the cached state is
+   * behind. Re-read the tail so the next call decides on the real history instead of failing
+   * again forever; the failed call itself is not retried (its decision was made on stale state).
+   */
+  async #refresh(t: TaskEntry, err: unknown): Promise<void> {
+    this.#log.warn('append lost a race with another writer; re-reading the history', { taskId: t.id, code: 'TURNLOG_CONCURRENCY', error: err });
+    try {
+      const events = await this.store.readEvents(t.id, { fromEventId: (t.state?.lastEventId ?? 0) + 1 });
+      if (events.length) t.state = fold(t.id, events, t.state);
+      t.lease = await this.store.getLease(t.id);
+    } catch (e) {
+      this.#log.error('re-reading the history failed; dropping the cached task', { taskId: t.id, error: e });
+      if (!t.active && this.#tasks.get(t.id) === t) this.#tasks.delete(t.id);
     }
   }
 
@@ -1034,6 +1163,7 @@ export class Engine {
           t.lease = await this.store.renewLease(t.id, t.lease, this.#leaseMs, this.#clock.now());
           active.renewFailures = 0;
         } catch (err) {
+          if (isStale(err)) return this.#fenceTask(t, err);
           active.renewFailures++;
           this.#log.warn('lease renewal failed', { taskId: t.id, failures: active.renewFailures, error: err });
           if (active.renewFailures >= 3) this.#cancelAttempt(active, 'cancel', 'lease lost: three renewals failed');
@@ -1095,7 +1225,7 @@ export class Engine {
       if (this.#tasks.size < this.#maxCached * 0.9) break;
       // A busy entry may be about to start a turn: evicting it would let a fresh entry
       // "recover" that turn while it runs (test: review/engine-races).
-      if (!t.active && t.waiters.size === 0 && t.busy === 0) this.#tasks.delete(id);
+      if (!t.active && t.waiters.size === 0 && t.turnWaiters.length === 0 && t.busy === 0) this.#tasks.delete(id);
     }
   }
 
@@ -1114,13 +1244,13 @@ export class Engine {
       if (this.#state !== 'open') return;
       const t = await this.#load(id);
       if (t.active) continue;
-      await this.#withLock(t, () => this.#drive(t)).catch((err) => this.#log.error('recovery failed', { taskId: id, error: err }));
+      await this.#withLock(t, () => this.#drive(t)).catch((err) => this.#logFailure('recovery failed', { taskId: id }, err));
     }
     if (this.#retentionMs !== undefined && this.#state === 'open') {
       const purged = await this.store.purgeCompleted(this.#retentionMs, this.#clock.now());
       for (const id of purged) {
         const t = this.#tasks.get(id);
-        if (t && t.waiters.size === 0) this.#tasks.delete(id);
+        if (t && t.waiters.size === 0 && t.turnWaiters.length === 0) this.#tasks.delete(id);
       }
       if (purged.length) this.#log.info('retention deleted completed tasks', { count: purged.length });
     }
@@ -1180,6 +1310,11 @@ const RECENT_RESULTS = 64;
 /** A cancelled turn records the reason its cancel was requested with, however it ended. */
 function cancelReason(s: TaskState, fallback: string): string {
   return s.openTurn?.cancelRequested?.reason ?? s.cancelRequested?.reason ?? fallback;
+}
+
+/** Any store's fencing rejection (by code, so a third-party store's error counts too). */
+function isStale(err: unknown): err is StaleGenerationError {
+  return isTurnlogError(err, 'TURNLOG_STALE_GENERATION');
 }
 
 function positive(name: string, v: number): number {

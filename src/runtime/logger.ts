@@ -1,4 +1,7 @@
-/** Structured logging hook. The default writes warnings and errors to stderr. */
+/**
+ * Structured logging hook (`EngineOptions.logger`). The default writes warnings and errors to
+ * stderr. Fields carry ids (`taskId`, `turn`, `attempt`) and a `code`; see docs/workflows.md#logging.
+ */
 export interface Logger {
   debug?(message: string, fields?: Record<string, unknown>): void;
   info(message: string, fields?: Record<string, unknown>): void;

@@ -33,7 +33,7 @@ export function generationFloor(head: TaskHead): number {
 
 /**
  * Validates an append against `head` and returns the head after it. Throws (and so writes
- * nothing) on a wrong expected id, a stale generation, gapped ids or a foreign live lease.
+ * nothing) on a stale generation (checked first), a wrong expected id, gapped ids or a foreign live lease.
  */
 export function applyAppend(
   taskId: string,
@@ -49,11 +49,13 @@ export function applyAppend(
   if (!Number.isInteger(generation) || generation < 0) {
     throw invalidArgument(`Task ${taskId}: generation ${String(generation)} is not a non-negative integer.`);
   }
+  // Fencing first: a zombie (stale generation) must learn it lost the task, not be told to
+  // re-read and retry, which would be a ConcurrencyError (test: store contract "fencing order").
+  const floor = generationFloor(head);
+  if (generation < floor) throw new StaleGenerationError(taskId, generation, floor);
   if (expectedLastEventId !== head.lastEventId) {
     throw new ConcurrencyError(taskId, expectedLastEventId, head.lastEventId);
   }
-  const floor = generationFloor(head);
-  if (generation < floor) throw new StaleGenerationError(taskId, generation, floor);
 
   let now = 0;
   for (let i = 0; i < events.length; i++) {

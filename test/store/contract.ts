@@ -177,9 +177,26 @@ export function storeContract(name: string, factory: () => Promise<StoreFixture>
         expect((await store.readEvents('t1')).length).toBe(2);
       });
 
-      it('checks the expected id before the generation (both reject, nothing written)', async () => {
+      it('fencing order: checks the generation before the expected id (a zombie is fenced, not told to retry)', async () => {
         await createTask('t1', { gen: 2 });
-        await rejectsWith(store.append('t1', [step(2, 1)], { expectedLastEventId: 1, generation: 1 }), 'TURNLOG_CONCURRENCY');
+        const err = await rejectsWith(store.append('t1', [step(2, 1)], { expectedLastEventId: 1, generation: 1 }), 'TURNLOG_STALE_GENERATION');
+        expect(err).toMatchObject({ taskId: 't1', generation: 1, current: 2 });
+        expect((await store.readEvents('t1')).length).toBe(2);
+      });
+
+      it('fencing order: a zombie that missed a takeover gets StaleGenerationError, and nothing of it is written', async () => {
+        await createTask('t1');
+        const zombie = await store.claimLease('t1', { owner: 'engine', instance: 'i1', durationMs: 1_000, now: 0 });
+        const next = await store.claimLease('t1', { owner: 'engine', instance: 'i2', durationMs: 1_000, now: 10 });
+        await store.append('t1', [step(3, 1, { generation: next.generation })], { expectedLastEventId: 2, generation: next.generation });
+        // The zombie still believes the history ends at 2: both checks fail, fencing wins.
+        await rejectsWith(store.append('t1', [step(3, 1)], { expectedLastEventId: 2, generation: zombie.generation }), 'TURNLOG_STALE_GENERATION');
+        expect((await store.readEvents('t1')).map((e) => e.generation)).toEqual([1, 1, 2]);
+      });
+
+      it('a current generation with a wrong expected id is still a ConcurrencyError', async () => {
+        await createTask('t1', { gen: 2 });
+        await rejectsWith(store.append('t1', [step(2, 1, { generation: 2 })], { expectedLastEventId: 1, generation: 2 }), 'TURNLOG_CONCURRENCY');
         expect((await store.readEvents('t1')).length).toBe(2);
       });
     });
