@@ -7,13 +7,13 @@ import { availableParallelism } from 'node:os';
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { FencedError, invalidArgument } from '../errors.js';
+import { FencedError, PayloadTooLargeError, invalidArgument } from '../errors.js';
 import type { FailureInfo, Payload } from '../history/events.js';
 import { errorToFailure } from '../history/failure.js';
 import type { Logger } from '../runtime/logger.js';
 import type { AttemptOutcome, CancelKind, TurnHost, TurnSpec } from '../workflow/context.js';
 import type { AttemptHandle, Executor } from './executor.js';
-import { WorkerProtocolError, type WorkerMessage } from './protocol.js';
+import { MAX_FRAME_BYTES, WorkerProtocolError, encodeEngineMessage, type WorkerMessage } from './protocol.js';
 import { WorkerPool, type WorkerListener, type WorkerProcess } from './worker-pool.js';
 
 export interface ProcessExecutorOptions {
@@ -200,8 +200,18 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
     if (!w.alive) return this.onExit(null, null);
     const pending = this.#host.pendingInputCount();
     this.#pendingSent = pending;
+    const run = encodeEngineMessage({ type: 'run', spec: this.#spec, pendingInputs: pending });
+    if (run.length > MAX_FRAME_BYTES) {
+      // The worker would refuse the frame and die; fail the turn cleanly instead (never retried).
+      const s = this.#spec;
+      const err = new PayloadTooLargeError('workerRun', run.length, MAX_FRAME_BYTES, `Task ${s.taskId}, turn ${s.turn}`,
+        "The turn's input, state, checkpoint and recorded step results together exceed the worker protocol's frame cap. Record less per turn, lower EngineOptions.limits, or run this workflow inline.");
+      this.#pool.release(w, undefined);
+      this.#finish({ kind: 'failed', failure: errorToFailure(err) });
+      return;
+    }
     // Sent at once, even before Ready: the pipe buffers it until the worker has loaded the module.
-    w.send({ type: 'run', spec: this.#spec, pendingInputs: pending });
+    w.sendFrame(run);
     if (this.#cancelled) w.send({ type: 'cancel', kind: this.#cancelled, reason: 'requested before the worker started' });
   }
 

@@ -9,6 +9,8 @@ import { nanoid } from 'nanoid';
 import {
   FencedError,
   LastInputIdPreconditionError,
+  PayloadEncodingError,
+  PayloadTooLargeError,
   SteeringQueueFullError,
   TaskConflictError,
   TurnOutcomeError,
@@ -26,8 +28,17 @@ import {
   type TaskOutcome,
   type TurnTerminalEvent,
 } from '../history/events.js';
+import { errorToFailure } from '../history/failure.js';
 import { nextLease } from '../history/lease.js';
-import { DefaultPayloadConverter, type PayloadCodec, type PayloadConverter } from '../history/payload.js';
+import {
+  DEFAULT_PAYLOAD_LIMITS,
+  DefaultPayloadConverter,
+  MAX_PAYLOAD_BYTES,
+  payloadSize,
+  type PayloadCodec,
+  type PayloadConverter,
+  type PayloadLimits,
+} from '../history/payload.js';
 import { codecChain, mapEventPayloads, type PayloadFn } from '../history/payload-map.js';
 import type { TaskState } from '../history/state.js';
 import { encodeHistoryFile, type HistoryFileFormat } from '../history/history-file.js';
@@ -63,6 +74,11 @@ export interface EngineOptions {
   clock?: Clock;
   /** Codecs (encryption, compression) applied to every payload at the store boundary. */
   payloadCodecs?: readonly PayloadCodec[];
+  /**
+   * Payload size limits in bytes, checked before anything is appended or sent to a worker.
+   * Default 4 MiB each; at most 16 MiB each. See docs/workflows.md#payload-limits.
+   */
+  limits?: Partial<PayloadLimits>;
   /** Executor for workflows that do not name one. Default `inline`. */
   defaultExecutor?: ExecutorKind;
   /** Executors by kind; `inline` is built in. */
@@ -155,6 +171,8 @@ interface ActiveAttempt {
   killReason?: 'timeout' | 'cancel';
   /** A cancel that arrived before the handle existed. */
   pendingCancel?: [CancelKind, string];
+  /** An oversized checkpoint was refused: every later record fails, and so does the turn. */
+  refused?: PayloadTooLargeError;
   timers: Timer[];
   renewFailures: number;
   done: Promise<void>;
@@ -199,6 +217,7 @@ export class Engine {
   readonly #clock: Clock;
   readonly #codec: { encode: PayloadFn; decode: PayloadFn } | undefined;
   readonly #converter: PayloadConverter = new DefaultPayloadConverter();
+  readonly #limits: Readonly<PayloadLimits>;
   readonly #leaseMs: number;
   readonly #scanIntervalMs: number;
   readonly #shutdownGraceMs: number;
@@ -235,6 +254,7 @@ export class Engine {
     this.#retentionMs = options.retentionMs;
     this.#log = options.logger ?? consoleLogger;
     this.#defaultExecutor = options.defaultExecutor ?? 'inline';
+    this.#limits = resolveLimits(options.limits);
     this.#executors.set('inline', new InlineExecutor(this.#workflows, this.#converter));
     for (const [kind, ex] of Object.entries(options.executors ?? {})) if (ex) this.#executors.set(kind as ExecutorKind, ex);
   }
@@ -373,7 +393,7 @@ export class Engine {
   async #send(t: TaskEntry, wf: Workflow<any, any, any>, input: unknown, options: SendOptions): Promise<string> {
     const inputId = options.inputId ?? `in-${nanoid(12)}`;
     checkId('inputId', inputId);
-    const payload = this.#converter.toPayload(input);
+    const payload = this.#inputPayload(t.id, inputId, input);
     return this.#withLock(t, async () => {
       const s = t.state;
       if (!s) {
@@ -405,6 +425,28 @@ export class Engine {
       await this.#drive(t, [{ type: 'InputQueued', inputId, input: payload, steering: busy }]);
       return inputId;
     });
+  }
+
+  /** The input as a payload, or a throw before anything is written (not JSON, over the limit). */
+  #inputPayload(taskId: string, inputId: string, input: unknown): Payload {
+    const subject = `Task ${taskId}, input ${inputId}`;
+    let payload: Payload;
+    try {
+      payload = this.#converter.toPayload(input);
+    } catch (err) {
+      throw err instanceof PayloadEncodingError ? err.about(subject) : err;
+    }
+    const size = payloadSize(payload);
+    if (size > this.#limits.inputBytes) throw new PayloadTooLargeError('input', size, this.#limits.inputBytes, subject);
+    return payload;
+  }
+
+  /** The handler's payload over its limit, as the error to record; undefined when it fits. */
+  #oversized(field: 'stepResult' | 'checkpoint' | 'state' | 'output', p: Payload | undefined, subject: string): PayloadTooLargeError | undefined {
+    if (!p) return undefined;
+    const size = payloadSize(p);
+    const limit = this.#limits[`${field}Bytes`];
+    return size > limit ? new PayloadTooLargeError(field, size, limit, subject) : undefined;
   }
 
   /** True if the task has ever received `inputId`. Scans the history (only for caller-chosen ids). */
@@ -731,7 +773,8 @@ export class Engine {
       if (active.pendingCancel) handle.cancel(...active.pendingCancel);
       outcome = await handle.outcome;
     } catch (err) {
-      outcome = { kind: 'failed', failure: { message: (err as Error).message ?? String(err), type: (err as Error).name ?? 'Error', code: (err as { code?: string }).code ?? 'TURNLOG_WORKER_START' } };
+      const failure = errorToFailure(err);
+      outcome = { kind: 'failed', failure: { ...failure, code: failure.code ?? 'TURNLOG_WORKER_START' } };
     }
     await this.#withLock(t, () => this.#finishAttempt(t, active, outcome)).catch((err) =>
       this.#log.error('finishing a turn failed', { taskId: t.id, turn: active.turn, error: err }),
@@ -743,19 +786,28 @@ export class Engine {
       if (t.active !== active || active.finalized) {
         throw new FencedError(t.id, active.turn, active.attempt, 'the turn was finalized without it');
       }
+      if (active.refused) throw active.refused;
     };
+    const at = `Task ${t.id}, turn ${active.turn}`;
     return {
       recordStep: (rec) =>
         this.#withLock(t, async () => {
           check();
           const draft: Draft = { type: 'StepCompleted', turn: active.turn, attempt: active.attempt, seq: rec.seq, name: rec.name, durationMs: rec.durationMs };
+          // An oversized result is recorded as the step's failure instead (same seq, no gap), and thrown.
+          const tooLarge = rec.failure ? undefined : this.#oversized('stepResult', rec.result, `${at}, step "${rec.name}" result`);
           if (rec.failure) draft.failure = rec.failure;
+          else if (tooLarge) draft.failure = errorToFailure(tooLarge);
           else draft.result = rec.result ?? this.#converter.toPayload(undefined);
           await this.#append(t, [draft]);
+          if (tooLarge) throw tooLarge;
         }),
       recordCheckpoint: (seq, data) =>
         this.#withLock(t, async () => {
           check();
+          // Nothing can stand at this seq instead, so the whole turn fails (#finishAttempt).
+          const tooLarge = this.#oversized('checkpoint', data, `${at}, checkpoint`);
+          if (tooLarge) throw (active.refused = tooLarge);
           await this.#append(t, [{ type: 'Checkpointed', turn: active.turn, seq, data }]);
         }),
       takeInputs: (seq) =>
@@ -835,6 +887,7 @@ export class Engine {
     t.active = undefined;
     const s = t.state!;
     const turn = active.turn;
+    outcome = this.#withinLimits(t.id, active, outcome);
     let drafts: Draft[];
     let leaseOut: Lease | undefined;
     switch (outcome.kind) {
@@ -878,6 +931,18 @@ export class Engine {
     if (drafts.some(isTurnTerminal)) this.#afterTerminal(t, s);
     else if (outcome.kind === 'exit-for-recovery') this.#deferWaiters(t, s);
     await this.#drive(t);
+  }
+
+  /** A completed or suspended outcome whose output or state is over its limit becomes a failure. */
+  #withinLimits(taskId: string, active: ActiveAttempt, o: AttemptOutcome): AttemptOutcome {
+    if (o.kind !== 'completed' && o.kind !== 'suspended' && o.kind !== 'failed') return o;
+    const at = `Task ${taskId}, turn ${active.turn}`;
+    const refused =
+      active.refused ??
+      (o.kind === 'failed'
+        ? undefined
+        : (this.#oversized('output', o.output, `${at}, ${o.kind === 'suspended' ? 'suspend output' : 'output'}`) ?? this.#oversized('state', o.state, `${at}, ctx.state`)));
+    return refused ? { kind: 'failed', failure: errorToFailure(refused) } : o;
   }
 
   /** After a turn's terminal: resolve the waiters of its inputs; on task completion, settle the queue. */
@@ -1180,6 +1245,20 @@ const RECENT_RESULTS = 64;
 /** A cancelled turn records the reason its cancel was requested with, however it ended. */
 function cancelReason(s: TaskState, fallback: string): string {
   return s.openTurn?.cancelRequested?.reason ?? s.cancelRequested?.reason ?? fallback;
+}
+
+function resolveLimits(given: Partial<PayloadLimits> | undefined): Readonly<PayloadLimits> {
+  const limits = { ...DEFAULT_PAYLOAD_LIMITS, ...given };
+  for (const key of Object.keys(DEFAULT_PAYLOAD_LIMITS) as (keyof PayloadLimits)[]) {
+    const v = limits[key];
+    if (!Number.isInteger(v) || v < 1 || v > MAX_PAYLOAD_BYTES) {
+      throw invalidArgument(`limits.${key} must be an integer from 1 to ${MAX_PAYLOAD_BYTES} (16 MiB), got ${String(v)}. Keep larger data outside the task and pass a reference.`);
+    }
+  }
+  for (const key of Object.keys(given ?? {})) {
+    if (!(key in DEFAULT_PAYLOAD_LIMITS)) throw invalidArgument(`limits.${key} is not a payload limit; use ${Object.keys(DEFAULT_PAYLOAD_LIMITS).join(', ')}.`);
+  }
+  return Object.freeze(limits);
 }
 
 function positive(name: string, v: number): number {

@@ -3,10 +3,10 @@
  * runs inline in the engine, inside an isolated worker, and under replay testing; only the
  * {@link TurnHost} it talks to differs (engine appends, protocol frames, a recorded history).
  */
-import { FencedError, NonDeterminismError, TurnlogError } from '../errors.js';
+import { FencedError, NonDeterminismError, PayloadEncodingError, PayloadTooLargeError, TurnlogError, type PayloadField } from '../errors.js';
 import type { EntryMode, FailureInfo, Payload, RetryPolicy, WorkflowKind } from '../history/events.js';
 import { errorToFailure, failureToError } from '../history/failure.js';
-import type { PayloadConverter } from '../history/payload.js';
+import { MAX_PAYLOAD_BYTES, payloadSize, type PayloadConverter } from '../history/payload.js';
 import type { QueuedInput, RecordedCall } from '../history/state.js';
 
 export interface StepOptions {
@@ -272,7 +272,7 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     }
     let result: Payload;
     try {
-      result = this.#converter.toPayload(value);
+      result = encodeFor(this.#converter, value, 'stepResult', `Task ${this.taskId}, turn ${this.turn}, step "${name}" result`);
     } catch (err) {
       return fail(err);
     }
@@ -282,9 +282,10 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
   }
 
   async checkpoint(data: unknown): Promise<void> {
+    // Converted before taking a seq: a refused checkpoint leaves no gap in the recorded calls.
+    const payload = encodeFor(this.#converter, data, 'checkpoint', `Task ${this.taskId}, turn ${this.turn}, checkpoint`);
     const seq = ++this.#seq;
     const recorded = this.#spec.calls[seq - 1];
-    const payload = this.#converter.toPayload(data);
     if (recorded) {
       if (recorded.kind !== 'checkpoint') throw this.#diverged(recorded, 'checkpoint');
       this.#checkpoint = payload;
@@ -358,7 +359,35 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
   }
 }
 
+/**
+ * Converts a value the handler produced, naming it in a refusal. Payloads over the hard cap are
+ * refused here, in whichever process runs the handler, so no worker frame outgrows the
+ * protocol's cap; the engine checks its configured (lower or equal) limits on receipt.
+ */
+function encodeFor(converter: PayloadConverter, value: unknown, field: PayloadField, subject: string): Payload {
+  let p: Payload;
+  try {
+    p = converter.toPayload(value);
+  } catch (err) {
+    if (err instanceof PayloadEncodingError) throw err.about(subject);
+    throw err;
+  }
+  const size = payloadSize(p);
+  if (size > MAX_PAYLOAD_BYTES) {
+    throw new PayloadTooLargeError(field, size, MAX_PAYLOAD_BYTES, subject, "That is turnlog's hard cap (no limit can be set above it): keep large data outside the task and pass a reference.");
+  }
+  return p;
+}
+
 function isRetryable(err: unknown, policy: RetryPolicy): boolean {
+  try {
+    return retryable(err, policy);
+  } catch {
+    return false; // a value whose inspection throws (a hostile Proxy) is not retried, but recorded
+  }
+}
+
+function retryable(err: unknown, policy: RetryPolicy): boolean {
   if (typeof err !== 'object' || err === null) return true;
   const e = err as { nonRetryable?: unknown; type?: unknown; name?: unknown; code?: unknown };
   if (e.nonRetryable === true) return false;
@@ -398,16 +427,17 @@ export async function runHandler<I, O, S>(
         return { kind: 'failed', failure: errorToFailure(err) };
     }
   }
+  const at = `Task ${ctx.taskId}, turn ${ctx.turn}`;
   try {
-    const state = ctx.state === undefined ? undefined : converter.toPayload(ctx.state);
+    const state = ctx.state === undefined ? undefined : encodeFor(converter, ctx.state, 'state', `${at}, ctx.state`);
     if (isExit(value)) return { kind: 'exit-for-recovery', reason: value.reason };
     if (isSuspension(value)) {
       const out: AttemptOutcome = { kind: 'suspended', reason: value.reason };
-      if (value.output !== undefined) out.output = converter.toPayload(value.output);
+      if (value.output !== undefined) out.output = encodeFor(converter, value.output, 'output', `${at}, suspend output`);
       if (state) out.state = state;
       return out;
     }
-    const out: AttemptOutcome = { kind: 'completed', output: converter.toPayload(value) };
+    const out: AttemptOutcome = { kind: 'completed', output: encodeFor(converter, value, 'output', `${at}, output`) };
     if (state) out.state = state;
     return out;
   } catch (err) {
