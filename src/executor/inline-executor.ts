@@ -12,10 +12,10 @@ import type { AttemptHandle, Executor } from './executor.js';
 
 export class InlineExecutor implements Executor {
   readonly kind = 'inline' as const;
-  readonly #workflows: ReadonlyMap<string, Workflow<any, any, any>>;
+  readonly #workflows: ReadonlyMap<string, Workflow<any, any, any, any>>;
   readonly #converter: PayloadConverter;
 
-  constructor(workflows: ReadonlyMap<string, Workflow<any, any, any>>, converter: PayloadConverter) {
+  constructor(workflows: ReadonlyMap<string, Workflow<any, any, any, any>>, converter: PayloadConverter) {
     this.#workflows = workflows;
     this.#converter = converter;
   }

@@ -51,6 +51,7 @@ import { InlineExecutor } from '../executor/inline-executor.js';
 import { assertOutsideWorker } from '../executor/isolation.js';
 import type { AttemptOutcome, CancelKind, TurnHost, TurnSpec } from '../workflow/context.js';
 import { resolvePolicy, type Workflow } from '../workflow/define-workflow.js';
+import type { PayloadMode, Payloadable } from '../workflow/json.js';
 import { turnSpecFor } from '../workflow/turn-spec.js';
 import { sleep, systemClock, type Clock, type Timer } from './clock.js';
 import { FaultInjector } from './fault.js';
@@ -60,7 +61,7 @@ import { consoleLogger, type Logger } from './logger.js';
 export interface EngineOptions {
   /** A directory for the default LevelDB store, or any HistoryStore. Default `.turnlog`. */
   store?: string | HistoryStore;
-  workflows: readonly Workflow<any, any, any>[];
+  workflows: readonly Workflow<any, any, any, any>[];
   /** Stable identity of this deployment (survives restarts). Default `<hostname>|turnlog`. */
   owner?: string;
   /** This process's identity. Default `engine-<pid>-<random>`. */
@@ -74,6 +75,12 @@ export interface EngineOptions {
   clock?: Clock;
   /** Codecs (encryption, compression) applied to every payload at the store boundary. */
   payloadCodecs?: readonly PayloadCodec[];
+  /**
+   * Converts values to payloads and back. Default: the JSON converter, which refuses values JSON
+   * would change. Workflows defined with `payloads: 'custom'` need one; process workers use the
+   * `payloadConverter` export of the workflows module (docs/workflows.md#custom-payload-converters).
+   */
+  payloadConverter?: PayloadConverter;
   /**
    * Payload size limits in bytes, checked before anything is appended or sent to a worker.
    * Default 4 MiB each; at most 16 MiB each. See docs/workflows.md#payload-limits.
@@ -211,12 +218,12 @@ export class Engine {
   #instance: string | undefined;
   readonly #ownerOption: string | undefined;
   readonly #instanceOption: string | undefined;
-  readonly #workflows = new Map<string, Workflow<any, any, any>>();
+  readonly #workflows = new Map<string, Workflow<any, any, any, any>>();
   readonly #executors = new Map<ExecutorKind, Executor>();
   readonly #defaultExecutor: ExecutorKind;
   readonly #clock: Clock;
   readonly #codec: { encode: PayloadFn; decode: PayloadFn } | undefined;
-  readonly #converter: PayloadConverter = new DefaultPayloadConverter();
+  readonly #converter: PayloadConverter;
   readonly #limits: Readonly<PayloadLimits>;
   readonly #leaseMs: number;
   readonly #scanIntervalMs: number;
@@ -239,6 +246,12 @@ export class Engine {
     for (const wf of options.workflows) {
       if (this.#workflows.has(wf.name)) throw invalidArgument(`Workflow ${wf.name} is registered twice; names must be unique.`);
       this.#workflows.set(wf.name, wf);
+    }
+    this.#converter = options.payloadConverter ?? new DefaultPayloadConverter();
+    for (const wf of options.workflows) {
+      if (wf.payloads === 'custom' && !options.payloadConverter) {
+        throw invalidArgument(`Workflow ${wf.name} is defined with payloads: 'custom', but the engine has no payloadConverter. Pass Engine.open({ payloadConverter }), or drop payloads: 'custom' to use JSON.`);
+      }
     }
     this.#storeSpec = options.store ?? '.turnlog';
     this.#ownerOption = options.owner;
@@ -351,7 +364,7 @@ export class Engine {
   }
 
   /** The workflows this engine runs, by name. */
-  get workflows(): ReadonlyMap<string, Workflow<any, any, any>> {
+  get workflows(): ReadonlyMap<string, Workflow<any, any, any, any>> {
     return this.#workflows;
   }
 
@@ -362,9 +375,9 @@ export class Engine {
    * Sends `input` to a task, creating it if needed, and returns its handle. A new or suspended
    * task starts a turn at once; a busy steerable task queues the input (steering).
    */
-  async start<I, O, S>(
-    workflow: Workflow<I, O, S> | string,
-    input: I,
+  async start<I, O, S, P extends PayloadMode = 'json'>(
+    workflow: Workflow<I, O, S, P> | string,
+    input: I & Payloadable<NoInfer<I>, P>,
     options: StartOptions = {},
   ): Promise<TaskHandle<I, O>> {
     this.#assertOpen('start');
@@ -390,7 +403,7 @@ export class Engine {
     return this.#send(t, this.#workflow(state.workflow), input, options);
   }
 
-  async #send(t: TaskEntry, wf: Workflow<any, any, any>, input: unknown, options: SendOptions): Promise<string> {
+  async #send(t: TaskEntry, wf: Workflow<any, any, any, any>, input: unknown, options: SendOptions): Promise<string> {
     const inputId = options.inputId ?? `in-${nanoid(12)}`;
     checkId('inputId', inputId);
     const payload = this.#inputPayload(t.id, inputId, input);
@@ -1217,7 +1230,7 @@ export class Engine {
     return ex;
   }
 
-  #workflow(name: string): Workflow<any, any, any> {
+  #workflow(name: string): Workflow<any, any, any, any> {
     const wf = this.#workflows.get(name);
     if (!wf) {
       throw new TurnlogError('TURNLOG_WORKFLOW_NOT_FOUND', `Workflow ${name} is not registered with this engine. Registered: ${[...this.#workflows.keys()].join(', ') || '(none)'}. Pass it in Engine.open({ workflows }).`);

@@ -8,14 +8,22 @@ import type { EntryMode, FailureInfo, Payload, RetryPolicy, WorkflowKind } from 
 import { errorToFailure, failureToError } from '../history/failure.js';
 import { MAX_PAYLOAD_BYTES, payloadSize, type PayloadConverter } from '../history/payload.js';
 import type { QueuedInput, RecordedCall } from '../history/state.js';
+import type { JsonValue, PayloadMode, Payloadable } from './json.js';
 
 export interface StepOptions {
   /** Overrides the workflow's step retry policy for this step. */
   retry?: Partial<RetryPolicy>;
 }
 
-/** What a turn handler sees. Everything it records is durable before the call returns. */
-export interface TurnContext<I = unknown, S = unknown> {
+/** A step's function. */
+export type StepFn<T> = (signal: AbortSignal) => Promise<T> | T;
+
+/**
+ * What a turn handler sees. Everything it records is durable before the call returns.
+ * `P` is the workflow's payload mode: with `json` (default) step results and checkpoints must
+ * be JSON data (`Json<T>`); `custom` lifts that for an engine with a `payloadConverter`.
+ */
+export interface TurnContext<I = unknown, S = unknown, P extends PayloadMode = 'json'> {
   readonly taskId: string;
   readonly workflow: string;
   /** 1, 2, … per task. */
@@ -47,9 +55,12 @@ export interface TurnContext<I = unknown, S = unknown> {
    * Runs `fn` once and records its result; a later attempt gets the recorded result back
    * without running it. A different name or order than recorded → NonDeterminismError.
    */
-  step<T>(name: string, fn: (signal: AbortSignal) => Promise<T> | T, options?: StepOptions): Promise<T>;
+  step<T>(name: string, fn: StepFn<T> & StepFn<Payloadable<NoInfer<T>, P>>, options?: StepOptions): Promise<T>;
+  /** For generic code: a result type bounded by `JsonValue` (`<T extends JsonValue>`) is JSON too. */
+  step<T extends JsonValue>(name: string, fn: StepFn<T>, options?: StepOptions): Promise<T>;
   /** Records `data` so a later attempt of this turn can read it as `checkpointData`. */
-  checkpoint(data: unknown): Promise<void>;
+  checkpoint<T>(data: T & Payloadable<NoInfer<T>, P>): Promise<void>;
+  checkpoint(data: JsonValue): Promise<void>;
   /**
    * Takes every queued (steering) input into this turn, recorded; returns their values in order.
    * With `wait: true` it first waits for at least one input (or the signal); a later attempt
@@ -147,7 +158,8 @@ function abortReason(kind: CancelKind, spec: TurnSpec, reason: string): TurnlogE
   }
 }
 
-export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I, S> {
+// Implements the unchecked (`custom`) shape: the payload checks are compile-time only.
+export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I, S, 'custom'> {
   readonly taskId: string;
   readonly workflow: string;
   readonly turn: number;
@@ -235,7 +247,7 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     this.#fenced ??= detail;
   }
 
-  async step<T>(name: string, fn: (signal: AbortSignal) => Promise<T> | T, options: StepOptions = {}): Promise<T> {
+  async step<T>(name: string, fn: StepFn<T>, options: StepOptions = {}): Promise<T> {
     const seq = ++this.#seq;
     const recorded = this.#spec.calls[seq - 1];
     if (recorded) {
@@ -408,13 +420,14 @@ function isExit(v: unknown): v is ExitForRecovery {
  * abort's outcome (timed out, cancelled, or exit for recovery at shutdown), whatever was thrown.
  */
 export async function runHandler<I, O, S>(
-  handler: (ctx: TurnContext<I, S>, input: I) => Promise<O | Suspension<O> | ExitForRecovery> | O | Suspension<O> | ExitForRecovery,
+  // `ctx: never`: handlers of either payload mode; the context checks payloads at run time.
+  handler: (ctx: never, input: I) => Promise<O | Suspension<O> | ExitForRecovery> | O | Suspension<O> | ExitForRecovery,
   ctx: TurnContextImpl<I, S>,
   converter: PayloadConverter,
 ): Promise<AttemptOutcome> {
   let value: unknown;
   try {
-    value = await handler(ctx, ctx.input);
+    value = await handler(ctx as never, ctx.input);
   } catch (err) {
     switch (ctx.cancelKind) {
       case 'timeout':

@@ -11,6 +11,7 @@ import { Engine, type EngineOptions } from '../../src/runtime/engine.js';
 import { silentLogger } from '../../src/runtime/logger.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
 import { payloads, type PayloadMode } from '../fixtures/workflows/payloads.js';
+import { mapPricesInWorker, payloadConverter } from '../fixtures/custom-payloads/workflows.js';
 
 const MODULE = fileURLToPath(new URL('../../dist/test/fixtures/workflows/payloads.js', import.meta.url));
 const KiB = 1024;
@@ -116,5 +117,18 @@ describe('process worker: non-JSON values and thrown values', () => {
     expect(r.status).toBe('failed');
     expect(r.failure!.type).toBe('UninspectableThrow');
     expect(of(hist, 'WorkerCrashed')).toEqual([]);
+  });
+});
+
+describe("process worker: payloads: 'custom'", () => {
+  it("uses the workflows module's payloadConverter export, so a Map survives the worker", async () => {
+    const mod = fileURLToPath(new URL('../../dist/test/fixtures/custom-payloads/workflows.js', import.meta.url));
+    const exec = new ProcessExecutor({ workflowsModule: mod, execArgv: [], logger: silentLogger, maxWorkers: 1 });
+    cleanups.push(() => exec.close());
+    const engine = await Engine.open({ store: new MemoryHistoryStore(), workflows: [mapPricesInWorker], payloadConverter, executors: { process: exec }, logger: silentLogger, scanIntervalMs: 0 });
+    cleanups.push(() => engine.shutdown({ graceMs: 100 }));
+    const out = await (await engine.start(mapPricesInWorker, new Map([['eur', 5]]))).result();
+    expect(out.pid).not.toBe(process.pid);
+    expect(out.prices).toEqual(new Map([['eur', 10]]));
   });
 });

@@ -7,6 +7,7 @@ import { Engine, type EngineOptions } from '../../src/runtime/engine.js';
 import { silentLogger } from '../../src/runtime/logger.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
+import { mapPrices, payloadConverter } from '../fixtures/custom-payloads/workflows.js';
 
 const engines: Engine[] = [];
 afterEach(async () => {
@@ -105,7 +106,8 @@ describe('step results', () => {
     const wf = defineWorkflow({
       name: 'map-step',
       turn: async (ctx) => {
-        const prices = await ctx.step('prices', () => (runs++, { prices: [1, 2, { amount: new Map([['eur', 3]]) }] }));
+        // Typed `unknown` as data from an untyped library would be (a typed Map fails to compile: test/types.test.ts).
+        const prices = await ctx.step('prices', (): unknown => (runs++, { prices: [1, 2, { amount: new Map([['eur', 3]]) }] }));
         return prices;
       },
     });
@@ -147,7 +149,7 @@ describe('checkpoints, outputs and state', () => {
     const wf = defineWorkflow({
       name: 'map-checkpoint',
       turn: async (ctx) => {
-        const code = await ctx.checkpoint(new Set([1])).then(() => 'none', (e: { code: string }) => e.code);
+        const code = await ctx.checkpoint(new Set([1]) as unknown).then(() => 'none', (e: { code: string }) => e.code);
         await ctx.step('next', () => 1);
         return code;
       },
@@ -248,5 +250,23 @@ describe('thrown values (inline)', () => {
     const r = await h.nextTurn();
     expect(r.failure!.type).toBe('UninspectableThrow');
     expect(of(await h.history(), 'StepCompleted')[0]!.failure!.type).toBe('UninspectableThrow');
+  });
+});
+
+describe("payloads: 'custom' and EngineOptions.payloadConverter", () => {
+  it('refuses to open with a custom-payload workflow and no converter', async () => {
+    const err = await thrown(Engine.open({ store: new MemoryHistoryStore(), workflows: [mapPrices], logger: silentLogger }));
+    expect(err.code).toBe('TURNLOG_INVALID_ARGUMENT');
+    expect(err.message).toContain("Workflow map-prices is defined with payloads: 'custom', but the engine has no payloadConverter");
+  });
+
+  it('round-trips a Map through input, step and output with the engine converter (inline)', async () => {
+    const { engine } = await open({ workflows: [mapPrices], payloadConverter });
+    const h = await engine.start(mapPrices, new Map([['eur', 21]]), { taskId: 'mp' });
+    const out = await h.result();
+    expect(out.eur).toBe(42);
+    expect(out.prices).toEqual(new Map([['eur', 42]]));
+    const [step] = of(await h.history(), 'StepCompleted');
+    expect(new TextDecoder().decode(step!.result!.metadata['encoding'])).toBe('json/maps');
   });
 });

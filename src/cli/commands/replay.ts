@@ -83,7 +83,7 @@ function divergenceLine(err: unknown): string {
 }
 
 /** Imports the module and collects its workflows; a module with none is a usage error. */
-async function loadWorkflows(path: string): Promise<Workflow<any, any, any>[]> {
+async function loadWorkflows(path: string): Promise<Workflow<any, any, any, any>[]> {
   const abs = resolve(path);
   let mod: Record<string, unknown>;
   try {
