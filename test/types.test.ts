@@ -99,9 +99,11 @@ describe('payload types', () => {
     defineWorkflow({ name: 'bad-output', turn: () => ({ at: new Date() }) });
     // @ts-expect-error the state type is not JSON
     defineWorkflow({ name: 'bad-state', initialState: () => ({ seen: new Set<string>() }), turn: () => 1 });
+    // engine.start takes the workflow's (checked) input type.
     const typed = defineWorkflow({ name: 'typed-input', turn: (_ctx, s: { at: string }) => s.at });
-    type StartBad = Parameters<typeof Engine.prototype.start<{ at: Date }, unknown, unknown>>[1];
-    expectTypeOf<{ at: Date }>().not.toExtend<StartBad>();
+    // @ts-expect-error a Date where the workflow takes a string
+    const start = (e: Engine) => e.start(typed, { at: new Date() });
+    void start;
     expectTypeOf(typed).toEqualTypeOf<Workflow<{ at: string }, string, unknown>>();
   });
 

@@ -51,7 +51,7 @@ import { InlineExecutor } from '../executor/inline-executor.js';
 import { assertOutsideWorker } from '../executor/isolation.js';
 import type { AttemptOutcome, CancelKind, TurnHost, TurnSpec } from '../workflow/context.js';
 import { resolvePolicy, type Workflow } from '../workflow/define-workflow.js';
-import type { PayloadMode, Payloadable } from '../workflow/json.js';
+import type { PayloadMode } from '../workflow/json.js';
 import { turnSpecFor } from '../workflow/turn-spec.js';
 import { sleep, systemClock, type Clock, type Timer } from './clock.js';
 import { FaultInjector } from './fault.js';
@@ -376,8 +376,10 @@ export class Engine {
    * task starts a turn at once; a busy steerable task queues the input (steering).
    */
   async start<I, O, S, P extends PayloadMode = 'json'>(
+    // The input type is the workflow's, JSON-checked by defineWorkflow (an extra check here
+    // would stop the literal widening of inputs to a workflow named by string).
     workflow: Workflow<I, O, S, P> | string,
-    input: I & Payloadable<NoInfer<I>, P>,
+    input: I,
     options: StartOptions = {},
   ): Promise<TaskHandle<I, O>> {
     this.#assertOpen('start');
