@@ -183,6 +183,7 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
   #shutdownRequested = false;
   #cancelKind: CancelKind | undefined;
   #fenced: string | undefined;
+  #tooLarge: PayloadTooLargeError | undefined;
   // Records land in seq order even when steps run in parallel: each call reserves its slot
   // when it is made, and its record waits for the slot before it (test: parallel steps).
   #recordTail: Promise<void> = Promise.resolve();
@@ -226,6 +227,10 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
   }
   get checkpointData(): unknown {
     return this.#checkpoint ? this.#converter.fromPayload(this.#checkpoint) : undefined;
+  }
+  /** A checkpoint refused as too large: the turn fails with it, however the handler ends. */
+  get payloadRefusal(): PayloadTooLargeError | undefined {
+    return this.#tooLarge;
   }
   /** Why the signal aborted, if it did. */
   get cancelKind(): CancelKind | undefined {
@@ -295,7 +300,14 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
 
   async checkpoint(data: unknown): Promise<void> {
     // Converted before taking a seq: a refused checkpoint leaves no gap in the recorded calls.
-    const payload = encodeFor(this.#converter, data, 'checkpoint', `Task ${this.taskId}, turn ${this.turn}, checkpoint`);
+    let payload: Payload;
+    try {
+      payload = encodeFor(this.#converter, data, 'checkpoint', `Task ${this.taskId}, turn ${this.turn}, checkpoint`);
+    } catch (err) {
+      // Too large fails the turn, as the engine's own limit does; not JSON only throws.
+      if (err instanceof PayloadTooLargeError) this.#tooLarge ??= err;
+      throw err;
+    }
     const seq = ++this.#seq;
     const recorded = this.#spec.calls[seq - 1];
     if (recorded) {
@@ -437,9 +449,11 @@ export async function runHandler<I, O, S>(
       case 'shutdown':
         return { kind: 'exit-for-recovery', reason: 'handler stopped at engine shutdown' };
       default:
-        return { kind: 'failed', failure: errorToFailure(err) };
+        return { kind: 'failed', failure: errorToFailure(ctx.payloadRefusal ?? err) };
     }
   }
+  const refused = ctx.payloadRefusal;
+  if (refused && !isExit(value)) return { kind: 'failed', failure: errorToFailure(refused) };
   const at = `Task ${ctx.taskId}, turn ${ctx.turn}`;
   try {
     const state = ctx.state === undefined ? undefined : encodeFor(converter, ctx.state, 'state', `${at}, ctx.state`);

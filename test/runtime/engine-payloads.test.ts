@@ -3,6 +3,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { isTurnlogError } from '../../src/errors.js';
 import type { HistoryEvent } from '../../src/history/events.js';
+import { MAX_PAYLOAD_BYTES } from '../../src/history/payload.js';
 import { Engine, type EngineOptions } from '../../src/runtime/engine.js';
 import { silentLogger } from '../../src/runtime/logger.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
@@ -143,6 +144,25 @@ describe('checkpoints, outputs and state', () => {
     const hist = await h.history();
     expect(of(hist, 'Checkpointed')).toEqual([]);
     expect(of(hist, 'StepCompleted')).toEqual([]);
+  });
+
+  it('fails the turn on a checkpoint over the 16 MiB hard cap too (refused in the context, before a seq)', async () => {
+    const wf = defineWorkflow({
+      name: 'huge-checkpoint',
+      turn: async (ctx) => {
+        const code = await ctx.checkpoint('x'.repeat(MAX_PAYLOAD_BYTES)).then(() => 'none', (e: { code: string }) => e.code);
+        await ctx.step('later', () => code);
+        return 'done anyway';
+      },
+    });
+    const { engine } = await open({ workflows: [wf] });
+    const h = await engine.start(wf, null, { taskId: 'hc' });
+    const r = await h.nextTurn();
+    expect(r.failure).toMatchObject({ code: 'TURNLOG_PAYLOAD_TOO_LARGE', nonRetryable: true });
+    expect(r.failure!.message).toContain(`over the ${MAX_PAYLOAD_BYTES}-byte limit`);
+    const hist = await h.history();
+    expect(of(hist, 'Checkpointed')).toEqual([]);
+    expect(of(hist, 'StepCompleted').map((e) => e.seq)).toEqual([1]);
   });
 
   it('refuses a non-JSON checkpoint before it takes a seq, so the turn goes on without a gap', async () => {
