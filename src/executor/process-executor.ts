@@ -202,13 +202,8 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
     this.#pendingSent = pending;
     const run = encodeEngineMessage({ type: 'run', spec: this.#spec, pendingInputs: pending });
     if (run.length > MAX_FRAME_BYTES) {
-      // The worker would refuse the frame and die; fail the turn cleanly instead (never retried).
-      const s = this.#spec;
-      const err = new PayloadTooLargeError('workerRun', run.length, MAX_FRAME_BYTES, `Task ${s.taskId}, turn ${s.turn}`,
-        "The turn's input, state, checkpoint and recorded step results together exceed the worker protocol's frame cap. Record less per turn, lower EngineOptions.limits, or run this workflow inline.");
       this.#pool.release(w, undefined);
-      this.#finish({ kind: 'failed', failure: errorToFailure(err) });
-      return;
+      return this.#tooLargeForWorker(run.length, "The turn's input, state, checkpoint and recorded step results");
     }
     // Sent at once, even before Ready: the pipe buffers it until the worker has loaded the module.
     w.sendFrame(run);
@@ -303,8 +298,13 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
         this.#inFlight = undefined;
         if (this.#done) return;
         this.#syncPending();
-        if (reply === 'take-inputs-reply') w.send({ type: 'take-inputs-reply', seq, inputs: value as { inputId: string; input: Payload }[] });
-        else w.send({ type: 'record-ack', seq });
+        if (reply === 'take-inputs-reply') {
+          const frame = encodeEngineMessage({ type: 'take-inputs-reply', seq, inputs: value as { inputId: string; input: Payload }[] });
+          if (frame.length <= MAX_FRAME_BYTES) return w.sendFrame(frame);
+          this.#pool.discard(w); // it waits for a reply it will never get
+          return this.#tooLargeForWorker(frame.length, 'The inputs taken by ctx.takeInputs()');
+        }
+        w.send({ type: 'record-ack', seq });
       },
       (err) => {
         this.#inFlight = undefined;
@@ -314,6 +314,14 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
         else w.send({ type: 'record-ack', seq, error });
       },
     );
+  }
+
+  /** A frame the worker could not take (its reader refuses it and the worker dies): the turn fails instead, never retried. */
+  #tooLargeForWorker(bytes: number, what: string): void {
+    const s = this.#spec;
+    const err = new PayloadTooLargeError('workerRun', bytes, MAX_FRAME_BYTES, `Task ${s.taskId}, turn ${s.turn}`,
+      `${what} together exceed the worker protocol's frame cap. Record or take less per turn, lower EngineOptions.limits, or run this workflow inline.`);
+    this.#finish({ kind: 'failed', failure: errorToFailure(err) });
   }
 
   /** Pushes the live steering-queue length when it changed (ctx.pendingInputCount in the worker). */

@@ -113,6 +113,7 @@ export interface PayloadLimits {
   outputBytes: number;
 }
 
+/** The limits an engine uses for what `EngineOptions.limits` leaves out: 4 MiB each. */
 export const DEFAULT_PAYLOAD_LIMITS: Readonly<PayloadLimits> = Object.freeze({
   inputBytes: 4 * 1024 * 1024,
   stepResultBytes: 4 * 1024 * 1024,

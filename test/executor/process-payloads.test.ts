@@ -1,6 +1,8 @@
 // Payload limits, non-JSON refusals and thrown values in real worker processes (issue #10 items 5–7).
 // Workers import the compiled fixtures (dist/test/fixtures/workflows): `npm run build` first.
 // The inline executor's cases: test/runtime/engine-payloads.test.ts.
+import { writeFile } from 'node:fs/promises';
+import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import type { HistoryEvent } from '../../src/history/events.js';
@@ -10,7 +12,8 @@ import { MAX_FRAME_BYTES } from '../../src/executor/protocol.js';
 import { Engine, type EngineOptions } from '../../src/runtime/engine.js';
 import { silentLogger } from '../../src/runtime/logger.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
-import { payloads, type PayloadMode } from '../fixtures/workflows/payloads.js';
+import { payloads, takeAfterGate, type PayloadMode } from '../fixtures/workflows/payloads.js';
+import { makeTmpDir } from '../helpers/tmp-dir.js';
 import { mapPricesInWorker, payloadConverter } from '../fixtures/custom-payloads/workflows.js';
 
 const MODULE = fileURLToPath(new URL('../../dist/test/fixtures/workflows/payloads.js', import.meta.url));
@@ -35,7 +38,7 @@ async function open(options: Partial<EngineOptions> = {}): Promise<{ engine: Eng
     }
   });
   const store = new MemoryHistoryStore();
-  const engine = await Engine.open({ store, workflows: [payloads], executors: { process: exec }, logger: silentLogger, scanIntervalMs: 0, ...options });
+  const engine = await Engine.open({ store, workflows: [payloads, takeAfterGate], executors: { process: exec }, logger: silentLogger, scanIntervalMs: 0, ...options });
   cleanups.push(() => engine.shutdown({ graceMs: 100 }));
   return { engine, store, exec };
 }
@@ -100,6 +103,26 @@ describe('process worker: payload limits', () => {
     expect(r.status).toBe('failed');
     expect(r.failure).toMatchObject({ code: 'TURNLOG_PAYLOAD_TOO_LARGE', type: 'PayloadTooLargeError' });
     expect(r.failure!.message).toContain('Task run-frame, turn 1: workerRun is');
+  }, 60_000);
+});
+
+describe('process worker: frames over the cap', () => {
+  it('fails a turn whose taken inputs would not fit in one reply frame, instead of killing the worker with it', async () => {
+    const tmp = await makeTmpDir();
+    cleanups.push(tmp.remove);
+    const gate = join(tmp.path, 'gate');
+    const { engine } = await open({ limits: { inputBytes: MAX_PAYLOAD_BYTES } });
+    const h = await engine.start(takeAfterGate, gate, { taskId: 'take' });
+    const big = 14 * 1024 * KiB;
+    for (let i = 0; i < 5; i++) await h.send(String(i).repeat(big)); // queued: the turn waits in its step
+    expect(5 * big).toBeGreaterThan(MAX_FRAME_BYTES);
+    await writeFile(gate, '');
+    const r = await h.turnResult((await h.history()).find((e) => e.type === 'InputQueued')!.inputId);
+    expect(r.status).toBe('failed');
+    expect(r.failure).toMatchObject({ code: 'TURNLOG_PAYLOAD_TOO_LARGE', type: 'PayloadTooLargeError' });
+    expect(r.failure!.message).toContain('Task take, turn 1: workerRun is');
+    expect(r.failure!.message).toContain('ctx.takeInputs()');
+    expect(of(await h.history(), 'WorkerCrashed')).toEqual([]);
   }, 60_000);
 });
 
