@@ -10,6 +10,7 @@ export type ErrorCode =
   | 'TURNLOG_HISTORY_FORMAT'
   | 'TURNLOG_HISTORY_INVARIANT'
   | 'TURNLOG_PAYLOAD_ENCODING'
+  | 'TURNLOG_PAYLOAD_TOO_LARGE'
   | 'TURNLOG_INVALID_ARGUMENT'
   // store
   | 'TURNLOG_STORE_LOCKED'
@@ -313,5 +314,51 @@ export class SessionMismatchError extends TurnlogError {
       'TURNLOG_SESSION_MISMATCH',
       `Restore ${restoreId} asked for session ${requestedSessionId}, but this process is bound to session ${sessionId}; nothing was changed. A restored process serves one session: restore a fresh snapshot for another session.`,
     );
+  }
+}
+
+/**
+ * A value the default payload converter refuses (a Map, a Date, a cycle, …): `path` says where
+ * inside the value (`$.prices[2].amount`). Never retried: the same value fails the same way.
+ */
+export class PayloadEncodingError extends TurnlogError {
+  override readonly name = 'PayloadEncodingError';
+  readonly nonRetryable = true;
+  constructor(
+    /** Where the offending value sits, from `$` (the whole value). */
+    readonly path: string,
+    /** What was found there (`a Map`, `a BigInt`). */
+    readonly found: string,
+    readonly fix: string,
+    /** What was being converted (`Task t, turn 1, step "prices" result`); empty when unknown. */
+    readonly subject = '',
+  ) {
+    super('TURNLOG_PAYLOAD_ENCODING', `${subject || 'Value'}: ${path} is ${found}, which has no faithful JSON form; nothing was recorded. ${fix}`);
+  }
+
+  /** The same error, naming what was being converted. */
+  about(subject: string): PayloadEncodingError {
+    return new PayloadEncodingError(this.path, this.found, this.fix, subject);
+  }
+}
+
+/** Which payload a size limit applies to (`EngineOptions.limits`). */
+export type PayloadField = 'input' | 'stepResult' | 'checkpoint' | 'state' | 'output' | 'workerRun';
+
+/**
+ * A payload over its size limit. Thrown to the caller for an input (nothing is written);
+ * recorded as a non-retryable step or turn failure when a handler produced it.
+ */
+export class PayloadTooLargeError extends TurnlogError {
+  override readonly name = 'PayloadTooLargeError';
+  readonly nonRetryable = true;
+  constructor(
+    readonly field: PayloadField,
+    readonly bytes: number,
+    readonly limit: number,
+    subject: string,
+    fix = `Keep large data outside the task (a file or object store) and pass a reference, or raise EngineOptions.limits.${field}Bytes.`,
+  ) {
+    super('TURNLOG_PAYLOAD_TOO_LARGE', `${subject}: ${field} is ${bytes} bytes, over the ${limit}-byte limit; nothing was recorded. ${fix}`);
   }
 }

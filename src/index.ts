@@ -3,8 +3,9 @@
 
 // authoring
 export { defineWorkflow, DEFAULT_RETRY } from './workflow/define-workflow.js';
-export type { Workflow, WorkflowOptions, TurnHandler } from './workflow/define-workflow.js';
-export type { TurnContext, StepOptions, Suspension, ExitForRecovery, CancelKind } from './workflow/context.js';
+export type { Workflow, WorkflowOptions, TurnHandler, PayloadTypesCheck } from './workflow/define-workflow.js';
+export type { TurnContext, StepFn, StepOptions, Suspension, ExitForRecovery, CancelKind } from './workflow/context.js';
+export type { Json, JsonValue, NotJson, PayloadMode, Payloadable } from './workflow/json.js';
 
 // engine and client
 export { Engine, isCaptureMode } from './runtime/engine.js';
@@ -29,8 +30,8 @@ export * from './errors.js';
 
 // history model
 export * from './history/events.js';
-export type { PayloadCodec, PayloadConverter } from './history/payload.js';
-export { DefaultPayloadConverter, defaultPayloadConverter } from './history/payload.js';
+export type { PayloadCodec, PayloadConverter, PayloadLimits } from './history/payload.js';
+export { DefaultPayloadConverter, defaultPayloadConverter, DEFAULT_PAYLOAD_LIMITS, MAX_PAYLOAD_BYTES, payloadSize } from './history/payload.js';
 export { errorToFailure, failureToError, RecordedFailure } from './history/failure.js';
 export type { TaskState, OpenTurn, QueuedInput, RecordedCall, TurnRecord } from './history/state.js';
 export { encodeEvent, decodeEvent, eventToJSON, eventFromJSON } from './history/codec.js';

@@ -17,7 +17,7 @@ import { pathToFileURL } from 'node:url';
 import { FencedError, TurnlogError } from '../errors.js';
 import type { Payload } from '../history/events.js';
 import { errorToFailure, failureToError } from '../history/failure.js';
-import { DefaultPayloadConverter } from '../history/payload.js';
+import { DefaultPayloadConverter, type PayloadConverter } from '../history/payload.js';
 import { TurnContextImpl, runHandler, type TurnHost, type TurnSpec } from '../workflow/context.js';
 import type { Workflow } from '../workflow/define-workflow.js';
 import { markIsolatedWorker } from './isolation.js';
@@ -60,10 +60,11 @@ interface Turn {
 // Before any user code loads: engine and client entry points now throw IsolationBoundaryError.
 markIsolatedWorker();
 
-const converter = new DefaultPayloadConverter();
+/** The workflows module's `payloadConverter` export, if any (it must match the engine's). */
+let converter: PayloadConverter = new DefaultPayloadConverter();
 const pipe = new Socket({ fd: PROTOCOL_FD, readable: true, writable: true });
 const reader = new FrameReader();
-const workflows = new Map<string, Workflow<any, any, any>>();
+const workflows = new Map<string, Workflow<any, any, any, any>>();
 let turn: Turn | undefined;
 let pendingInputs = 0;
 let shutdownAsked = false;
@@ -217,7 +218,7 @@ async function warmUp(): Promise<void> {
       void ctx.pendingInputCount, ctx.signal.aborted, ctx.checkpointData;
       return ctx.turn === 1 ? v : ctx.suspend('next', v);
     },
-  } as unknown as Workflow<any, any, any>;
+  } as unknown as Workflow<any, any, any, any>;
   workflows.set(WARM_UP_WORKFLOW, wf);
   const real = send;
   const loop = new FrameReader();
@@ -254,12 +255,14 @@ async function warmUp(): Promise<void> {
   }
 }
 
-function isWorkflow(v: unknown): v is Workflow<any, any, any> {
+function isWorkflow(v: unknown): v is Workflow<any, any, any, any> {
   return typeof v === 'object' && v !== null && typeof (v as Workflow).name === 'string' && typeof (v as Workflow).turn === 'function' && 'policy' in v;
 }
 
-/** Named exports and a default export (one workflow or an array of them). */
+/** Named exports and a default export (one workflow or an array of them), and a `payloadConverter`. */
 function collect(mod: Record<string, unknown>): void {
+  const c = mod['payloadConverter'] as PayloadConverter | undefined;
+  if (c && typeof c.toPayload === 'function' && typeof c.fromPayload === 'function') converter = c;
   for (const v of Object.values(mod)) {
     for (const item of Array.isArray(v) ? v : [v]) if (isWorkflow(item)) workflows.set(item.name, item);
   }

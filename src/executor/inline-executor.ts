@@ -4,17 +4,18 @@
  * and fences the zombie, whose later records fail.
  */
 import { TurnlogError } from '../errors.js';
+import { errorToFailure } from '../history/failure.js';
 import type { PayloadConverter } from '../history/payload.js';
 import type { Workflow } from '../workflow/define-workflow.js';
-import { TurnContextImpl, runHandler, type TurnHost, type TurnSpec } from '../workflow/context.js';
+import { TurnContextImpl, runHandler, type AttemptOutcome, type TurnHost, type TurnSpec } from '../workflow/context.js';
 import type { AttemptHandle, Executor } from './executor.js';
 
 export class InlineExecutor implements Executor {
   readonly kind = 'inline' as const;
-  readonly #workflows: ReadonlyMap<string, Workflow<any, any, any>>;
+  readonly #workflows: ReadonlyMap<string, Workflow<any, any, any, any>>;
   readonly #converter: PayloadConverter;
 
-  constructor(workflows: ReadonlyMap<string, Workflow<any, any, any>>, converter: PayloadConverter) {
+  constructor(workflows: ReadonlyMap<string, Workflow<any, any, any, any>>, converter: PayloadConverter) {
     this.#workflows = workflows;
     this.#converter = converter;
   }
@@ -29,7 +30,9 @@ export class InlineExecutor implements Executor {
     }
     const ctx = new TurnContextImpl(spec, host, this.#converter, wf.initialState);
     // Run on a later tick so the engine finishes its bookkeeping before handler code starts.
-    const outcome = Promise.resolve().then(() => runHandler(wf.turn, ctx, this.#converter));
+    const outcome = Promise.resolve()
+      .then(() => runHandler(wf.turn, ctx, this.#converter))
+      .catch((err: unknown): AttemptOutcome => ({ kind: 'failed', failure: errorToFailure(err) })); // the handle's outcome never rejects
     return {
       outcome,
       pid: 0,

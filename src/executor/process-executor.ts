@@ -7,13 +7,13 @@ import { availableParallelism } from 'node:os';
 import { existsSync } from 'node:fs';
 import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
-import { FencedError, invalidArgument } from '../errors.js';
+import { FencedError, PayloadTooLargeError, invalidArgument } from '../errors.js';
 import type { FailureInfo, Payload } from '../history/events.js';
 import { errorToFailure } from '../history/failure.js';
 import type { Logger } from '../runtime/logger.js';
 import type { AttemptOutcome, CancelKind, TurnHost, TurnSpec } from '../workflow/context.js';
 import type { AttemptHandle, Executor } from './executor.js';
-import { WorkerProtocolError, type WorkerMessage } from './protocol.js';
+import { MAX_FRAME_BYTES, WorkerProtocolError, encodeEngineMessage, type WorkerMessage } from './protocol.js';
 import { WorkerPool, type WorkerListener, type WorkerProcess } from './worker-pool.js';
 
 export interface ProcessExecutorOptions {
@@ -200,8 +200,13 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
     if (!w.alive) return this.onExit(null, null);
     const pending = this.#host.pendingInputCount();
     this.#pendingSent = pending;
+    const run = encodeEngineMessage({ type: 'run', spec: this.#spec, pendingInputs: pending });
+    if (run.length > MAX_FRAME_BYTES) {
+      this.#pool.release(w, undefined);
+      return this.#tooLargeForWorker(run.length, "The turn's input, state, checkpoint and recorded step results");
+    }
     // Sent at once, even before Ready: the pipe buffers it until the worker has loaded the module.
-    w.send({ type: 'run', spec: this.#spec, pendingInputs: pending });
+    w.sendFrame(run);
     if (this.#cancelled) w.send({ type: 'cancel', kind: this.#cancelled, reason: 'requested before the worker started' });
   }
 
@@ -293,8 +298,13 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
         this.#inFlight = undefined;
         if (this.#done) return;
         this.#syncPending();
-        if (reply === 'take-inputs-reply') w.send({ type: 'take-inputs-reply', seq, inputs: value as { inputId: string; input: Payload }[] });
-        else w.send({ type: 'record-ack', seq });
+        if (reply === 'take-inputs-reply') {
+          const frame = encodeEngineMessage({ type: 'take-inputs-reply', seq, inputs: value as { inputId: string; input: Payload }[] });
+          if (frame.length <= MAX_FRAME_BYTES) return w.sendFrame(frame);
+          this.#pool.discard(w); // it waits for a reply it will never get
+          return this.#tooLargeForWorker(frame.length, 'The inputs taken by ctx.takeInputs()');
+        }
+        w.send({ type: 'record-ack', seq });
       },
       (err) => {
         this.#inFlight = undefined;
@@ -304,6 +314,14 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
         else w.send({ type: 'record-ack', seq, error });
       },
     );
+  }
+
+  /** A frame the worker could not take (its reader refuses it and the worker dies): the turn fails instead, never retried. */
+  #tooLargeForWorker(bytes: number, what: string): void {
+    const s = this.#spec;
+    const err = new PayloadTooLargeError('workerRun', bytes, MAX_FRAME_BYTES, `Task ${s.taskId}, turn ${s.turn}`,
+      `${what} together exceed the worker protocol's frame cap. Record or take less per turn, lower EngineOptions.limits, or run this workflow inline.`);
+    this.#finish({ kind: 'failed', failure: errorToFailure(err) });
   }
 
   /** Pushes the live steering-queue length when it changed (ctx.pendingInputCount in the worker). */

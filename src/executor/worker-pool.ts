@@ -148,7 +148,12 @@ export class WorkerProcess {
   }
 
   send(m: EngineMessage): void {
-    if (this.alive && this.#pipe.writable) this.#pipe.write(encodeEngineMessage(m));
+    this.sendFrame(encodeEngineMessage(m));
+  }
+
+  /** Sends an already encoded frame (the caller checked it against the frame cap). */
+  sendFrame(frame: Uint8Array): void {
+    if (this.alive && this.#pipe.writable) this.#pipe.write(frame);
   }
 
   /** SIGKILL. The exit event follows. */

@@ -10,6 +10,8 @@ import {
   FencedError,
   LastInputIdPreconditionError,
   type StaleGenerationError,
+  PayloadEncodingError,
+  PayloadTooLargeError,
   SteeringQueueFullError,
   TaskConflictError,
   TurnOutcomeError,
@@ -28,8 +30,17 @@ import {
   type TaskOutcome,
   type TurnTerminalEvent,
 } from '../history/events.js';
+import { errorToFailure } from '../history/failure.js';
 import { nextLease } from '../history/lease.js';
-import { DefaultPayloadConverter, type PayloadCodec, type PayloadConverter } from '../history/payload.js';
+import {
+  DEFAULT_PAYLOAD_LIMITS,
+  DefaultPayloadConverter,
+  MAX_PAYLOAD_BYTES,
+  payloadSize,
+  type PayloadCodec,
+  type PayloadConverter,
+  type PayloadLimits,
+} from '../history/payload.js';
 import { codecChain, mapEventPayloads, type PayloadFn } from '../history/payload-map.js';
 import type { TaskState } from '../history/state.js';
 import { encodeHistoryFile, type HistoryFileFormat } from '../history/history-file.js';
@@ -42,6 +53,7 @@ import { InlineExecutor } from '../executor/inline-executor.js';
 import { assertOutsideWorker } from '../executor/isolation.js';
 import type { AttemptOutcome, CancelKind, TurnHost, TurnSpec } from '../workflow/context.js';
 import { resolvePolicy, type Workflow } from '../workflow/define-workflow.js';
+import type { PayloadMode } from '../workflow/json.js';
 import { turnSpecFor } from '../workflow/turn-spec.js';
 import { sleep, systemClock, type Clock, type Timer } from './clock.js';
 import { FaultInjector } from './fault.js';
@@ -52,7 +64,7 @@ import { outcomeLogLines } from './outcome-log.js';
 export interface EngineOptions {
   /** A directory for the default LevelDB store, or any HistoryStore. Default `.turnlog`. */
   store?: string | HistoryStore;
-  workflows: readonly Workflow<any, any, any>[];
+  workflows: readonly Workflow<any, any, any, any>[];
   /** Stable identity of this deployment (survives restarts). Default `<hostname>|turnlog`. */
   owner?: string;
   /** This process's identity. Default `engine-<pid>-<random>`. */
@@ -66,6 +78,17 @@ export interface EngineOptions {
   clock?: Clock;
   /** Codecs (encryption, compression) applied to every payload at the store boundary. */
   payloadCodecs?: readonly PayloadCodec[];
+  /**
+   * Converts values to payloads and back. Default: the JSON converter, which refuses values JSON
+   * would change. Workflows defined with `payloads: 'custom'` need one; process workers use the
+   * `payloadConverter` export of the workflows module (docs/workflows.md#custom-payload-converters).
+   */
+  payloadConverter?: PayloadConverter;
+  /**
+   * Payload size limits in bytes, checked before anything is appended or sent to a worker.
+   * Default 4 MiB each; at most 16 MiB each. See docs/workflows.md#payload-limits.
+   */
+  limits?: Partial<PayloadLimits>;
   /** Executor for workflows that do not name one. Default `inline`. */
   defaultExecutor?: ExecutorKind;
   /** Executors by kind; `inline` is built in. */
@@ -162,6 +185,8 @@ interface ActiveAttempt {
   killReason?: 'timeout' | 'cancel';
   /** A cancel that arrived before the handle existed. */
   pendingCancel?: [CancelKind, string];
+  /** An oversized checkpoint was refused: every later record fails, and so does the turn. */
+  refused?: PayloadTooLargeError;
   timers: Timer[];
   renewFailures: number;
   done: Promise<void>;
@@ -204,12 +229,13 @@ export class Engine {
   #instance: string | undefined;
   readonly #ownerOption: string | undefined;
   readonly #instanceOption: string | undefined;
-  readonly #workflows = new Map<string, Workflow<any, any, any>>();
+  readonly #workflows = new Map<string, Workflow<any, any, any, any>>();
   readonly #executors = new Map<ExecutorKind, Executor>();
   readonly #defaultExecutor: ExecutorKind;
   readonly #clock: Clock;
   readonly #codec: { encode: PayloadFn; decode: PayloadFn } | undefined;
-  readonly #converter: PayloadConverter = new DefaultPayloadConverter();
+  readonly #converter: PayloadConverter;
+  readonly #limits: Readonly<PayloadLimits>;
   readonly #leaseMs: number;
   readonly #scanIntervalMs: number;
   readonly #shutdownGraceMs: number;
@@ -232,6 +258,12 @@ export class Engine {
       if (this.#workflows.has(wf.name)) throw invalidArgument(`Workflow ${wf.name} is registered twice; names must be unique.`);
       this.#workflows.set(wf.name, wf);
     }
+    this.#converter = options.payloadConverter ?? new DefaultPayloadConverter();
+    for (const wf of options.workflows) {
+      if (wf.payloads === 'custom' && !options.payloadConverter) {
+        throw invalidArgument(`Workflow ${wf.name} is defined with payloads: 'custom', but the engine has no payloadConverter. Pass Engine.open({ payloadConverter }), or drop payloads: 'custom' to use JSON.`);
+      }
+    }
     this.#storeSpec = options.store ?? '.turnlog';
     this.#ownerOption = options.owner;
     this.#instanceOption = options.instance;
@@ -246,6 +278,7 @@ export class Engine {
     this.#retentionMs = options.retentionMs;
     this.#log = options.logger ?? consoleLogger;
     this.#defaultExecutor = options.defaultExecutor ?? 'inline';
+    this.#limits = resolveLimits(options.limits);
     this.#executors.set('inline', new InlineExecutor(this.#workflows, this.#converter));
     for (const [kind, ex] of Object.entries(options.executors ?? {})) if (ex) this.#executors.set(kind as ExecutorKind, ex);
   }
@@ -342,7 +375,7 @@ export class Engine {
   }
 
   /** The workflows this engine runs, by name. */
-  get workflows(): ReadonlyMap<string, Workflow<any, any, any>> {
+  get workflows(): ReadonlyMap<string, Workflow<any, any, any, any>> {
     return this.#workflows;
   }
 
@@ -353,8 +386,10 @@ export class Engine {
    * Sends `input` to a task, creating it if needed, and returns its handle. A new or suspended
    * task starts a turn at once; a busy steerable task queues the input (steering).
    */
-  async start<I, O, S>(
-    workflow: Workflow<I, O, S> | string,
+  async start<I, O, S, P extends PayloadMode = 'json'>(
+    // The input type is the workflow's, JSON-checked by defineWorkflow (an extra check here
+    // would stop the literal widening of inputs to a workflow named by string).
+    workflow: Workflow<I, O, S, P> | string,
     input: I,
     options: StartOptions = {},
   ): Promise<TaskHandle<I, O>> {
@@ -381,10 +416,10 @@ export class Engine {
     return this.#send(t, this.#workflow(state.workflow), input, options);
   }
 
-  async #send(t: TaskEntry, wf: Workflow<any, any, any>, input: unknown, options: SendOptions): Promise<string> {
+  async #send(t: TaskEntry, wf: Workflow<any, any, any, any>, input: unknown, options: SendOptions): Promise<string> {
     const inputId = options.inputId ?? `in-${nanoid(12)}`;
     checkId('inputId', inputId);
-    const payload = this.#converter.toPayload(input);
+    const payload = this.#inputPayload(t.id, inputId, input);
     return this.#withLock(t, async () => {
       const s = t.state;
       if (!s) {
@@ -416,6 +451,28 @@ export class Engine {
       await this.#drive(t, [{ type: 'InputQueued', inputId, input: payload, steering: busy }]);
       return inputId;
     });
+  }
+
+  /** The input as a payload, or a throw before anything is written (not JSON, over the limit). */
+  #inputPayload(taskId: string, inputId: string, input: unknown): Payload {
+    const subject = `Task ${taskId}, input ${inputId}`;
+    let payload: Payload;
+    try {
+      payload = this.#converter.toPayload(input);
+    } catch (err) {
+      throw err instanceof PayloadEncodingError ? err.about(subject) : err;
+    }
+    const size = payloadSize(payload);
+    if (size > this.#limits.inputBytes) throw new PayloadTooLargeError('input', size, this.#limits.inputBytes, subject);
+    return payload;
+  }
+
+  /** The handler's payload over its limit, as the error to record; undefined when it fits. */
+  #oversized(field: 'stepResult' | 'checkpoint' | 'state' | 'output', p: Payload | undefined, subject: string): PayloadTooLargeError | undefined {
+    if (!p) return undefined;
+    const size = payloadSize(p);
+    const limit = this.#limits[`${field}Bytes`];
+    return size > limit ? new PayloadTooLargeError(field, size, limit, subject) : undefined;
   }
 
   /** True if the task has ever received `inputId`. Scans the history (only for caller-chosen ids). */
@@ -772,7 +829,8 @@ export class Engine {
       if (active.pendingCancel) handle.cancel(...active.pendingCancel);
       outcome = await handle.outcome;
     } catch (err) {
-      outcome = { kind: 'failed', failure: { message: (err as Error).message ?? String(err), type: (err as Error).name ?? 'Error', code: (err as { code?: string }).code ?? 'TURNLOG_WORKER_START' } };
+      const failure = errorToFailure(err);
+      outcome = { kind: 'failed', failure: { ...failure, code: failure.code ?? 'TURNLOG_WORKER_START' } };
     }
     await this.#withLock(t, () => this.#finishAttempt(t, active, outcome)).catch((err) =>
       this.#logFailure('finishing a turn failed', { taskId: t.id, turn: active.turn }, err),
@@ -784,24 +842,33 @@ export class Engine {
       if (t.active !== active || active.finalized) {
         throw new FencedError(t.id, active.turn, active.attempt, 'the turn was finalized without it');
       }
+      if (active.refused) throw active.refused;
     };
     // A zombie's record gets FencedError (never retried, docs/errors.md), not the store's error.
     const fenced = (err: unknown): never => {
       if (!isStale(err)) throw err;
       throw new FencedError(t.id, active.turn, active.attempt, `another instance took the task over at generation ${err.current}`, { cause: err });
     };
+    const at = `Task ${t.id}, turn ${active.turn}`;
     return {
       recordStep: (rec) =>
         this.#withLock(t, async () => {
           check();
           const draft: Draft = { type: 'StepCompleted', turn: active.turn, attempt: active.attempt, seq: rec.seq, name: rec.name, durationMs: rec.durationMs };
+          // An oversized result is recorded as the step's failure instead (same seq, no gap), and thrown.
+          const tooLarge = rec.failure ? undefined : this.#oversized('stepResult', rec.result, `${at}, step "${rec.name}" result`);
           if (rec.failure) draft.failure = rec.failure;
+          else if (tooLarge) draft.failure = errorToFailure(tooLarge);
           else draft.result = rec.result ?? this.#converter.toPayload(undefined);
           await this.#append(t, [draft]).catch(fenced);
+          if (tooLarge) throw tooLarge;
         }),
       recordCheckpoint: (seq, data) =>
         this.#withLock(t, async () => {
           check();
+          // Nothing can stand at this seq instead, so the whole turn fails (#finishAttempt).
+          const tooLarge = this.#oversized('checkpoint', data, `${at}, checkpoint`);
+          if (tooLarge) throw (active.refused = tooLarge);
           await this.#append(t, [{ type: 'Checkpointed', turn: active.turn, seq, data }]).catch(fenced);
         }),
       takeInputs: (seq) =>
@@ -881,6 +948,7 @@ export class Engine {
     t.active = undefined;
     const s = t.state!;
     const turn = active.turn;
+    outcome = this.#withinLimits(t.id, active, outcome);
     let drafts: Draft[];
     let leaseOut: Lease | undefined;
     switch (outcome.kind) {
@@ -924,6 +992,18 @@ export class Engine {
     if (drafts.some(isTurnTerminal)) this.#afterTerminal(t, s);
     else if (outcome.kind === 'exit-for-recovery') this.#deferWaiters(t, s);
     await this.#drive(t);
+  }
+
+  /** A completed or suspended outcome whose output or state is over its limit becomes a failure. */
+  #withinLimits(taskId: string, active: ActiveAttempt, o: AttemptOutcome): AttemptOutcome {
+    if (o.kind !== 'completed' && o.kind !== 'suspended' && o.kind !== 'failed') return o;
+    const at = `Task ${taskId}, turn ${active.turn}`;
+    const refused =
+      active.refused ??
+      (o.kind === 'failed'
+        ? undefined
+        : (this.#oversized('output', o.output, `${at}, ${o.kind === 'suspended' ? 'suspend output' : 'output'}`) ?? this.#oversized('state', o.state, `${at}, ctx.state`)));
+    return refused ? { kind: 'failed', failure: errorToFailure(refused) } : o;
   }
 
   /** After a turn's terminal: resolve the waiters of its inputs; on task completion, settle the queue. */
@@ -1282,7 +1362,7 @@ export class Engine {
     return ex;
   }
 
-  #workflow(name: string): Workflow<any, any, any> {
+  #workflow(name: string): Workflow<any, any, any, any> {
     const wf = this.#workflows.get(name);
     if (!wf) {
       throw new TurnlogError('TURNLOG_WORKFLOW_NOT_FOUND', `Workflow ${name} is not registered with this engine. Registered: ${[...this.#workflows.keys()].join(', ') || '(none)'}. Pass it in Engine.open({ workflows }).`);
@@ -1315,6 +1395,20 @@ function cancelReason(s: TaskState, fallback: string): string {
 /** Any store's fencing rejection (by code, so a third-party store's error counts too). */
 function isStale(err: unknown): err is StaleGenerationError {
   return isTurnlogError(err, 'TURNLOG_STALE_GENERATION');
+}
+
+function resolveLimits(given: Partial<PayloadLimits> | undefined): Readonly<PayloadLimits> {
+  const limits = { ...DEFAULT_PAYLOAD_LIMITS, ...given };
+  for (const key of Object.keys(DEFAULT_PAYLOAD_LIMITS) as (keyof PayloadLimits)[]) {
+    const v = limits[key];
+    if (!Number.isInteger(v) || v < 1 || v > MAX_PAYLOAD_BYTES) {
+      throw invalidArgument(`limits.${key} must be an integer from 1 to ${MAX_PAYLOAD_BYTES} (16 MiB), got ${String(v)}. Keep larger data outside the task and pass a reference.`);
+    }
+  }
+  for (const key of Object.keys(given ?? {})) {
+    if (!(key in DEFAULT_PAYLOAD_LIMITS)) throw invalidArgument(`limits.${key} is not a payload limit; use ${Object.keys(DEFAULT_PAYLOAD_LIMITS).join(', ')}.`);
+  }
+  return Object.freeze(limits);
 }
 
 function positive(name: string, v: number): number {

@@ -28,7 +28,7 @@ import type { Workflow } from '../workflow/define-workflow.js';
 import { turnSpecFor } from '../workflow/turn-spec.js';
 
 /** Workflows to replay against: a list, or a module namespace whose exports include workflows. */
-export type WorkflowSource = readonly Workflow<any, any, any>[] | Readonly<Record<string, unknown>>;
+export type WorkflowSource = readonly Workflow<any, any, any, any>[] | Readonly<Record<string, unknown>>;
 
 export interface ReplayHistoryOptions {
   /** The events, or the path of a history file (`turnlog export`, JSON or binary). */
@@ -38,6 +38,8 @@ export interface ReplayHistoryOptions {
   taskId?: string;
   /** The engine's payload codecs, when the history was written with some (encryption, compression). */
   payloadCodecs?: readonly PayloadCodec[];
+  /** The engine's `payloadConverter`, when it has one. Default: the JSON converter. */
+  payloadConverter?: PayloadConverter;
   /** Called after each turn replays cleanly (the CLI prints per-turn lines with it). */
   onTurn?: (result: TurnReplayResult) => void;
 }
@@ -89,7 +91,7 @@ export async function replayHistory(options: ReplayHistoryOptions): Promise<Repl
   const { taskId, events } = await resolveHistory(options.history, options.taskId);
   const chain = codecChain(options.payloadCodecs ?? []);
   const decoded = chain ? events.map((e) => mapEventPayloads(e, chain.decode)) : events;
-  return replayEvents(taskId, decoded, workflowMap(options.workflows), options.onTurn);
+  return replayEvents(taskId, decoded, workflowMap(options.workflows), options.onTurn, options.payloadConverter);
 }
 
 /** Every task of every history file in a folder, and what went wrong with each. */
@@ -142,7 +144,7 @@ export const HISTORY_FILE_PATTERN = /\.(json|bin|history)$/;
 export async function replayHistories(
   folder: string,
   workflows: WorkflowSource,
-  options: Pick<ReplayHistoryOptions, 'payloadCodecs'> = {},
+  options: Pick<ReplayHistoryOptions, 'payloadCodecs' | 'payloadConverter'> = {},
 ): Promise<ReplayHistoriesReport> {
   const names = (await readdir(folder)).filter((n) => HISTORY_FILE_PATTERN.test(n)).sort();
   const files: string[] = [];
@@ -165,7 +167,7 @@ export async function replayHistories(
     for (const t of tasks) {
       try {
         const events = chain ? t.events.map((e) => mapEventPayloads(e, chain.decode)) : t.events;
-        const r = await replayEvents(t.taskId, events, wfs, undefined);
+        const r = await replayEvents(t.taskId, events, wfs, undefined, options.payloadConverter);
         report.reports.push({ ...r, file });
         report.tasks++;
         report.turns += r.turns;
@@ -202,15 +204,15 @@ export async function resolveHistory(
 }
 
 /** True for a value made by `defineWorkflow` (duck-typed: works across copies of the package). */
-export function isWorkflow(v: unknown): v is Workflow<any, any, any> {
+export function isWorkflow(v: unknown): v is Workflow<any, any, any, any> {
   if (typeof v !== 'object' || v === null) return false;
   const w = v as Partial<Workflow>;
   return typeof w.name === 'string' && typeof w.turn === 'function' && typeof w.kind === 'string' && typeof w.policy === 'object';
 }
 
 /** Workflows by name from a list or a module (named exports, arrays, a default export). */
-export function workflowMap(source: WorkflowSource): Map<string, Workflow<any, any, any>> {
-  const out = new Map<string, Workflow<any, any, any>>();
+export function workflowMap(source: WorkflowSource): Map<string, Workflow<any, any, any, any>> {
+  const out = new Map<string, Workflow<any, any, any, any>>();
   const add = (v: unknown, depth: number): void => {
     if (isWorkflow(v)) out.set(v.name, v);
     else if (Array.isArray(v) && depth < 2) for (const x of v) add(x, depth + 1);
@@ -237,13 +239,13 @@ function failedFromOutside(f: { type: string; code?: string }): boolean {
 async function replayEvents(
   taskId: string,
   events: readonly HistoryEvent[],
-  workflows: ReadonlyMap<string, Workflow<any, any, any>>,
+  workflows: ReadonlyMap<string, Workflow<any, any, any, any>>,
   onTurn: ((r: TurnReplayResult) => void) | undefined,
+  converter: PayloadConverter = new DefaultPayloadConverter(),
 ): Promise<ReplayReport> {
-  const converter = new DefaultPayloadConverter();
   const results: TurnReplayResult[] = [];
   let s: TaskState | undefined;
-  let wf: Workflow<any, any, any> | undefined;
+  let wf: Workflow<any, any, any, any> | undefined;
   let start = 0;
   // Per open turn: the last attempt's TurnStarted and whether a worker was killed.
   let lastStart: HistoryEvent | undefined;
@@ -310,7 +312,7 @@ async function replayEvents(
   return { taskId, workflow: s.workflow, events: events.length, turns: results.length, results };
 }
 
-function lookupWorkflow(workflows: ReadonlyMap<string, Workflow<any, any, any>>, s: TaskState): Workflow<any, any, any> {
+function lookupWorkflow(workflows: ReadonlyMap<string, Workflow<any, any, any, any>>, s: TaskState): Workflow<any, any, any, any> {
   const wf = workflows.get(s.workflow);
   if (wf) return wf;
   const known = [...workflows.keys()].join(', ') || 'none';
@@ -323,7 +325,7 @@ function lookupWorkflow(workflows: ReadonlyMap<string, Workflow<any, any, any>>,
 interface TurnInput {
   s: TaskState;
   ot: OpenTurn;
-  wf: Workflow<any, any, any>;
+  wf: Workflow<any, any, any, any>;
   terminal: TurnTerminalEvent | undefined;
   cutOff: boolean;
   lastStartEventId: number;

@@ -66,6 +66,7 @@ export async function createTestEngine(options: TestEngineOptions): Promise<Test
         taskId,
         workflows: [...engine.workflows.values()],
         ...(rest.payloadCodecs ? { payloadCodecs: rest.payloadCodecs } : {}),
+        ...(rest.payloadConverter ? { payloadConverter: rest.payloadConverter } : {}),
       }),
     close,
     [Symbol.asyncDispose]: close,

@@ -3,19 +3,27 @@
  * runs inline in the engine, inside an isolated worker, and under replay testing; only the
  * {@link TurnHost} it talks to differs (engine appends, protocol frames, a recorded history).
  */
-import { FencedError, NonDeterminismError, TurnlogError } from '../errors.js';
+import { FencedError, NonDeterminismError, PayloadEncodingError, PayloadTooLargeError, TurnlogError, type PayloadField } from '../errors.js';
 import type { EntryMode, FailureInfo, Payload, RetryPolicy, WorkflowKind } from '../history/events.js';
 import { errorToFailure, failureToError } from '../history/failure.js';
-import type { PayloadConverter } from '../history/payload.js';
+import { MAX_PAYLOAD_BYTES, payloadSize, type PayloadConverter } from '../history/payload.js';
 import type { QueuedInput, RecordedCall } from '../history/state.js';
+import type { JsonValue, PayloadMode, Payloadable } from './json.js';
 
 export interface StepOptions {
   /** Overrides the workflow's step retry policy for this step. */
   retry?: Partial<RetryPolicy>;
 }
 
-/** What a turn handler sees. Everything it records is durable before the call returns. */
-export interface TurnContext<I = unknown, S = unknown> {
+/** A step's function. */
+export type StepFn<T> = (signal: AbortSignal) => Promise<T> | T;
+
+/**
+ * What a turn handler sees. Everything it records is durable before the call returns.
+ * `P` is the workflow's payload mode: with `json` (default) step results and checkpoints must
+ * be JSON data (`Json<T>`); `custom` lifts that for an engine with a `payloadConverter`.
+ */
+export interface TurnContext<I = unknown, S = unknown, P extends PayloadMode = 'json'> {
   readonly taskId: string;
   readonly workflow: string;
   /** 1, 2, … per task. */
@@ -47,9 +55,12 @@ export interface TurnContext<I = unknown, S = unknown> {
    * Runs `fn` once and records its result; a later attempt gets the recorded result back
    * without running it. A different name or order than recorded → NonDeterminismError.
    */
-  step<T>(name: string, fn: (signal: AbortSignal) => Promise<T> | T, options?: StepOptions): Promise<T>;
+  step<T>(name: string, fn: StepFn<T> & StepFn<Payloadable<NoInfer<T>, P>>, options?: StepOptions): Promise<T>;
+  /** For generic code: a result type bounded by `JsonValue` (`<T extends JsonValue>`) is JSON too. */
+  step<T extends JsonValue>(name: string, fn: StepFn<T>, options?: StepOptions): Promise<T>;
   /** Records `data` so a later attempt of this turn can read it as `checkpointData`. */
-  checkpoint(data: unknown): Promise<void>;
+  checkpoint<T>(data: T & Payloadable<NoInfer<T>, P>): Promise<void>;
+  checkpoint(data: JsonValue): Promise<void>;
   /**
    * Takes every queued (steering) input into this turn, recorded; returns their values in order.
    * With `wait: true` it first waits for at least one input (or the signal); a later attempt
@@ -147,7 +158,8 @@ function abortReason(kind: CancelKind, spec: TurnSpec, reason: string): TurnlogE
   }
 }
 
-export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I, S> {
+// Implements the unchecked (`custom`) shape: the payload checks are compile-time only.
+export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I, S, 'custom'> {
   readonly taskId: string;
   readonly workflow: string;
   readonly turn: number;
@@ -171,6 +183,7 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
   #shutdownRequested = false;
   #cancelKind: CancelKind | undefined;
   #fenced: string | undefined;
+  #tooLarge: PayloadTooLargeError | undefined;
   // Records land in seq order even when steps run in parallel: each call reserves its slot
   // when it is made, and its record waits for the slot before it (test: parallel steps).
   #recordTail: Promise<void> = Promise.resolve();
@@ -215,6 +228,10 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
   get checkpointData(): unknown {
     return this.#checkpoint ? this.#converter.fromPayload(this.#checkpoint) : undefined;
   }
+  /** A checkpoint refused as too large: the turn fails with it, however the handler ends. */
+  get payloadRefusal(): PayloadTooLargeError | undefined {
+    return this.#tooLarge;
+  }
   /** Why the signal aborted, if it did. */
   get cancelKind(): CancelKind | undefined {
     return this.#cancelKind;
@@ -235,7 +252,7 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     this.#fenced ??= detail;
   }
 
-  async step<T>(name: string, fn: (signal: AbortSignal) => Promise<T> | T, options: StepOptions = {}): Promise<T> {
+  async step<T>(name: string, fn: StepFn<T>, options: StepOptions = {}): Promise<T> {
     const seq = ++this.#seq;
     const recorded = this.#spec.calls[seq - 1];
     if (recorded) {
@@ -272,7 +289,7 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     }
     let result: Payload;
     try {
-      result = this.#converter.toPayload(value);
+      result = encodeFor(this.#converter, value, 'stepResult', `Task ${this.taskId}, turn ${this.turn}, step "${name}" result`);
     } catch (err) {
       return fail(err);
     }
@@ -282,9 +299,17 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
   }
 
   async checkpoint(data: unknown): Promise<void> {
+    // Converted before taking a seq: a refused checkpoint leaves no gap in the recorded calls.
+    let payload: Payload;
+    try {
+      payload = encodeFor(this.#converter, data, 'checkpoint', `Task ${this.taskId}, turn ${this.turn}, checkpoint`);
+    } catch (err) {
+      // Too large fails the turn, as the engine's own limit does; not JSON only throws.
+      if (err instanceof PayloadTooLargeError) this.#tooLarge ??= err;
+      throw err;
+    }
     const seq = ++this.#seq;
     const recorded = this.#spec.calls[seq - 1];
-    const payload = this.#converter.toPayload(data);
     if (recorded) {
       if (recorded.kind !== 'checkpoint') throw this.#diverged(recorded, 'checkpoint');
       this.#checkpoint = payload;
@@ -358,7 +383,35 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
   }
 }
 
+/**
+ * Converts a value the handler produced, naming it in a refusal. Payloads over the hard cap are
+ * refused here, in whichever process runs the handler, so no worker frame outgrows the
+ * protocol's cap; the engine checks its configured (lower or equal) limits on receipt.
+ */
+function encodeFor(converter: PayloadConverter, value: unknown, field: PayloadField, subject: string): Payload {
+  let p: Payload;
+  try {
+    p = converter.toPayload(value);
+  } catch (err) {
+    if (err instanceof PayloadEncodingError) throw err.about(subject);
+    throw err;
+  }
+  const size = payloadSize(p);
+  if (size > MAX_PAYLOAD_BYTES) {
+    throw new PayloadTooLargeError(field, size, MAX_PAYLOAD_BYTES, subject, "That is turnlog's hard cap (no limit can be set above it): keep large data outside the task and pass a reference.");
+  }
+  return p;
+}
+
 function isRetryable(err: unknown, policy: RetryPolicy): boolean {
+  try {
+    return retryable(err, policy);
+  } catch {
+    return false; // a value whose inspection throws (a hostile Proxy) is not retried, but recorded
+  }
+}
+
+function retryable(err: unknown, policy: RetryPolicy): boolean {
   if (typeof err !== 'object' || err === null) return true;
   const e = err as { nonRetryable?: unknown; type?: unknown; name?: unknown; code?: unknown };
   if (e.nonRetryable === true) return false;
@@ -379,13 +432,14 @@ function isExit(v: unknown): v is ExitForRecovery {
  * abort's outcome (timed out, cancelled, or exit for recovery at shutdown), whatever was thrown.
  */
 export async function runHandler<I, O, S>(
-  handler: (ctx: TurnContext<I, S>, input: I) => Promise<O | Suspension<O> | ExitForRecovery> | O | Suspension<O> | ExitForRecovery,
+  // `ctx: never`: handlers of either payload mode; the context checks payloads at run time.
+  handler: (ctx: never, input: I) => Promise<O | Suspension<O> | ExitForRecovery> | O | Suspension<O> | ExitForRecovery,
   ctx: TurnContextImpl<I, S>,
   converter: PayloadConverter,
 ): Promise<AttemptOutcome> {
   let value: unknown;
   try {
-    value = await handler(ctx, ctx.input);
+    value = await handler(ctx as never, ctx.input);
   } catch (err) {
     switch (ctx.cancelKind) {
       case 'timeout':
@@ -395,19 +449,22 @@ export async function runHandler<I, O, S>(
       case 'shutdown':
         return { kind: 'exit-for-recovery', reason: 'handler stopped at engine shutdown' };
       default:
-        return { kind: 'failed', failure: errorToFailure(err) };
+        return { kind: 'failed', failure: errorToFailure(ctx.payloadRefusal ?? err) };
     }
   }
+  const refused = ctx.payloadRefusal;
+  if (refused && !isExit(value)) return { kind: 'failed', failure: errorToFailure(refused) };
+  const at = `Task ${ctx.taskId}, turn ${ctx.turn}`;
   try {
-    const state = ctx.state === undefined ? undefined : converter.toPayload(ctx.state);
+    const state = ctx.state === undefined ? undefined : encodeFor(converter, ctx.state, 'state', `${at}, ctx.state`);
     if (isExit(value)) return { kind: 'exit-for-recovery', reason: value.reason };
     if (isSuspension(value)) {
       const out: AttemptOutcome = { kind: 'suspended', reason: value.reason };
-      if (value.output !== undefined) out.output = converter.toPayload(value.output);
+      if (value.output !== undefined) out.output = encodeFor(converter, value.output, 'output', `${at}, suspend output`);
       if (state) out.state = state;
       return out;
     }
-    const out: AttemptOutcome = { kind: 'completed', output: converter.toPayload(value) };
+    const out: AttemptOutcome = { kind: 'completed', output: encodeFor(converter, value, 'output', `${at}, output`) };
     if (state) out.state = state;
     return out;
   } catch (err) {

@@ -5,17 +5,39 @@
 import { TurnlogError } from '../errors.js';
 import type { ExecutorKind, RetryPolicy, TurnPolicy, WorkflowKind } from '../history/events.js';
 import type { ExitForRecovery, Suspension, TurnContext } from './context.js';
+import type { Json, NotJson, PayloadMode } from './json.js';
 
 /** What a turn may return: its output, `ctx.suspend(reason, output)`, or `ctx.exitForRecovery()`. */
 export type TurnReturn<O> = O | Suspension<O> | ExitForRecovery;
-export type TurnHandler<I, O, S> = (ctx: TurnContext<I, S>, input: I) => Promise<TurnReturn<O>> | TurnReturn<O>;
+export type TurnHandler<I, O, S, P extends PayloadMode = 'json'> = (ctx: TurnContext<I, S, P>, input: I) => Promise<TurnReturn<O>> | TurnReturn<O>;
 
-export interface WorkflowOptions<I, O, S> {
+/**
+ * The compile-time payload check of `defineWorkflow`: with payload mode `json`, the input,
+ * output and state types must be JSON data (`Json<T>`). A failing check names what is wrong
+ * as a missing property, e.g. "Property 'output type is not JSON …' is missing".
+ */
+export type PayloadTypesCheck<I, O, S, P extends PayloadMode> = P extends 'custom'
+  ? unknown
+  : [I] extends [Json<I>]
+    ? [O] extends [Json<O>]
+      ? [S] extends [Json<S>]
+        ? unknown
+        : { 'state type is not JSON (docs/workflows.md#payloads-are-json)': NotJson }
+      : { 'output type is not JSON (docs/workflows.md#payloads-are-json)': NotJson }
+    : { 'input type is not JSON (docs/workflows.md#payloads-are-json)': NotJson };
+
+export interface WorkflowOptions<I, O, S, P extends PayloadMode = 'json'> {
   /** Unique per engine; stored in every task's history, so renaming orphans existing tasks. */
   name: string;
   /** `one-shot` (default): the task completes when its turn ends. `multi-turn`: a conversation. */
   kind?: WorkflowKind;
-  turn: TurnHandler<I, O, S>;
+  turn: TurnHandler<I, O, S, P>;
+  /**
+   * `json` (default): inputs, outputs, state, step results and checkpoints are JSON data, checked
+   * at compile time and refused at run time otherwise. `custom`: no compile-time check; the
+   * engine must have a `payloadConverter` (docs/workflows.md#custom-payload-converters).
+   */
+  payloads?: P;
   /** Initial durable state of a new task (multi-turn); default `undefined`. */
   initialState?: () => S;
   /** Per-turn timeout; the cooperative cancel fires here. Default 1 hour. */
@@ -38,10 +60,11 @@ export interface WorkflowOptions<I, O, S> {
 }
 
 /** A defined workflow. Pass it to `Engine.open({ workflows })` and `engine.start()`. */
-export interface Workflow<I = unknown, O = unknown, S = unknown> {
+export interface Workflow<I = unknown, O = unknown, S = unknown, P extends PayloadMode = 'json'> {
   readonly name: string;
   readonly kind: WorkflowKind;
-  readonly turn: TurnHandler<I, O, S>;
+  readonly turn: TurnHandler<I, O, S, P>;
+  readonly payloads: P;
   readonly initialState: (() => S) | undefined;
   readonly steerable: boolean;
   /** `executor` is undefined when the workflow leaves it to the engine default. */
@@ -69,7 +92,9 @@ const MAX_TIMEOUT_MS = 7 * 24 * 3600_000;
  *   turn: async (ctx, text: string) => ctx.step('shout', () => text.toUpperCase()),
  * });
  */
-export function defineWorkflow<I = unknown, O = unknown, S = unknown>(options: WorkflowOptions<I, O, S>): Workflow<I, O, S> {
+export function defineWorkflow<I = unknown, O = unknown, S = unknown, P extends PayloadMode = 'json'>(
+  options: WorkflowOptions<I, O, S, P> & PayloadTypesCheck<NoInfer<I>, NoInfer<O>, NoInfer<S>, NoInfer<P>>,
+): Workflow<I, O, S, P> {
   const name = options.name;
   if (typeof name !== 'string' || !/^[A-Za-z0-9_.:/-]{1,200}$/.test(name)) {
     throw invalid(String(name), 'name must be 1–200 characters of letters, digits and _ . : / -');
@@ -90,6 +115,8 @@ export function defineWorkflow<I = unknown, O = unknown, S = unknown>(options: W
   checkRange(name, 'steering.maxQueued', steeringMaxQueued, 0, 10_000);
   const stepRetry = { ...DEFAULT_RETRY, ...options.retry };
   checkRange(name, 'retry.maxAttempts', stepRetry.maxAttempts, 1, 1000);
+  const payloads = (options.payloads ?? 'json') as P;
+  if (payloads !== 'json' && payloads !== 'custom') throw invalid(name, `payloads must be 'json' or 'custom', got ${String(payloads)}`);
   if (options.executor !== undefined && options.executor !== 'inline' && options.executor !== 'process') {
     throw invalid(name, `executor must be 'inline' or 'process', got ${String(options.executor)}`);
   }
@@ -97,6 +124,7 @@ export function defineWorkflow<I = unknown, O = unknown, S = unknown>(options: W
     name,
     kind,
     turn: options.turn,
+    payloads,
     initialState: options.initialState,
     steerable: steering !== false,
     policy: Object.freeze({
@@ -112,7 +140,7 @@ export function defineWorkflow<I = unknown, O = unknown, S = unknown>(options: W
 }
 
 /** The policy recorded for a task: the workflow's, with the executor resolved. */
-export function resolvePolicy(wf: Workflow<any, any, any>, defaultExecutor: ExecutorKind): TurnPolicy {
+export function resolvePolicy(wf: Workflow<any, any, any, any>, defaultExecutor: ExecutorKind): TurnPolicy {
   return { ...wf.policy, executor: wf.policy.executor ?? defaultExecutor, stepRetry: { ...wf.policy.stepRetry } };
 }
 

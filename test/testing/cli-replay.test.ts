@@ -6,6 +6,8 @@ import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { encodeHistoryFile } from '../../src/history/history-file.js';
+import { createTestEngine } from '../../src/testing/test-engine.js';
+import { mapPrices, payloadConverter } from '../fixtures/custom-payloads/workflows.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
 import { ROOT, appendHistory, cli, cliJSON, ensureBuilt, withLevel } from '../cli/run-cli.js';
 import { goldenPath } from './golden.js';
@@ -27,6 +29,18 @@ afterAll(async () => {
 });
 
 describe('turnlog replay', () => {
+  it("uses the module's payloadConverter export for payloads: 'custom' workflows", async () => {
+    const t = await createTestEngine({ workflows: [mapPrices], payloadConverter });
+    await (await t.engine.start(mapPrices, new Map([['eur', 1]]), { taskId: 'maps' })).result();
+    const file = join(tmp.path, 'maps.json');
+    await writeFile(file, await t.engine.exportHistory('maps'));
+    await t.close();
+    const r = await cli(['replay', file, '--workflows', join(ROOT, 'dist/test/fixtures/custom-payloads/workflows.js')]);
+    expect(r.stderr).toBe('');
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain('ok: 1 turn replayed');
+  });
+
   it('a golden file: one line per turn, exit 0', async () => {
     const r = await cli(['replay', goldenPath('support-timeout'), '--workflows', WORKFLOWS]);
     expect(r.code).toBe(0);

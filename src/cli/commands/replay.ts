@@ -10,6 +10,7 @@ import { pathToFileURL } from 'node:url';
 import type { Command } from 'commander';
 import { isTurnlogError } from '../../errors.js';
 import type { HistoryEvent } from '../../history/events.js';
+import type { PayloadConverter } from '../../history/payload.js';
 import { parseHistoryFile } from '../../history/history-file.js';
 import { replayHistory, workflowMap, type ReplayReport, type TurnReplayResult } from '../../testing/replay-history.js';
 import type { Workflow } from '../../workflow/define-workflow.js';
@@ -30,7 +31,7 @@ export function registerReplay(program: Command): void {
     .option('--task <id>', 'with a multi-task file: replay only this task')
     .action(async (target: string, flags: ReplayFlags, cmd: Command) => {
       const g = globals(cmd);
-      const workflows = await loadWorkflows(flags.workflows);
+      const { workflows, payloadConverter } = await loadWorkflows(flags.workflows);
       const tasks = await loadTasks(target, flags, cmd);
       const reports: ReplayReport[] = [];
       const failures: { taskId: string; error: unknown }[] = [];
@@ -43,7 +44,7 @@ export function registerReplay(program: Command): void {
           if (p) lines.push(p);
         };
         try {
-          const report = await replayHistory({ history: t.events, taskId: t.taskId, workflows, onTurn });
+          const report = await replayHistory({ history: t.events, taskId: t.taskId, workflows, onTurn, ...(payloadConverter ? { payloadConverter } : {}) });
           await Promise.all(lines);
           reports.push(report);
           if (!g.json) await printText(`  ok: ${report.turns} turn${report.turns === 1 ? '' : 's'} replayed`);
@@ -82,8 +83,11 @@ function divergenceLine(err: unknown): string {
   return `  FAILED: ${err instanceof Error ? err.message : String(err)}`;
 }
 
-/** Imports the module and collects its workflows; a module with none is a usage error. */
-async function loadWorkflows(path: string): Promise<Workflow<any, any, any>[]> {
+/**
+ * Imports the module and collects its workflows, and its `payloadConverter` export if any (as
+ * process workers do); a module with no workflows is a usage error.
+ */
+async function loadWorkflows(path: string): Promise<{ workflows: Workflow<any, any, any, any>[]; payloadConverter: PayloadConverter | undefined }> {
   const abs = resolve(path);
   let mod: Record<string, unknown>;
   try {
@@ -100,7 +104,9 @@ async function loadWorkflows(path: string): Promise<Workflow<any, any, any>[]> {
   if (workflows.length === 0) {
     throw usageError(`Module ${abs} exports no workflows. Export them by name (export const agent = defineWorkflow(…)) or as a default array.`);
   }
-  return workflows;
+  const c = mod['payloadConverter'] as PayloadConverter | undefined;
+  const payloadConverter = c && typeof c.toPayload === 'function' && typeof c.fromPayload === 'function' ? c : undefined;
+  return { workflows, payloadConverter };
 }
 
 /** A history file when `target` is a file, else the task of that id in the store. */
