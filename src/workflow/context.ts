@@ -3,6 +3,8 @@
  * runs inline in the engine, inside an isolated worker, and under replay testing; only the
  * {@link TurnHost} it talks to differs (engine appends, protocol frames, a recorded history).
  */
+import { AsyncLocalStorage } from 'node:async_hooks';
+import { createHash } from 'node:crypto';
 import { FencedError, NonDeterminismError, TurnlogError } from '../errors.js';
 import type { EntryMode, FailureInfo, Payload, RetryPolicy, WorkflowKind } from '../history/events.js';
 import { errorToFailure, failureToError } from '../history/failure.js';
@@ -48,6 +50,13 @@ export interface TurnContext<I = unknown, S = unknown> {
    * without running it. A different name or order than recorded → NonDeterminismError.
    */
   step<T>(name: string, fn: (signal: AbortSignal) => Promise<T> | T, options?: StepOptions): Promise<T>;
+  /**
+   * A key for an external API's idempotency header: the same on every attempt and retry of the
+   * same step of the same turn, different for every other step, turn, task or `name`. Inside a
+   * step's `fn` it is that step's key; elsewhere, the key of the next step. docs/workflows.md#idempotency-keys
+   * @example await ctx.step('refund', () => payments.refund(order, { idempotencyKey: ctx.idempotencyKey('refund') }));
+   */
+  idempotencyKey(name?: string): string;
   /** Records `data` so a later attempt of this turn can read it as `checkpointData`. */
   checkpoint(data: unknown): Promise<void>;
   /**
@@ -63,6 +72,9 @@ export interface TurnContext<I = unknown, S = unknown> {
 }
 
 const SUSPENSION = Symbol.for('turnlog.suspension');
+// Which step's fn is running, so ctx.idempotencyKey() inside it (and its retries, and parallel
+// steps) names that step; carried through the fn's awaits (test: test/workflow/idempotency-key.test.ts).
+const RUNNING_STEP = new AsyncLocalStorage<{ ctx: object; seq: number }>();
 const INPUT_POLL_MS = 5;
 const EXIT = Symbol.for('turnlog.exit-for-recovery');
 
@@ -255,7 +267,7 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     let value: T;
     for (let attempt = 1; ; attempt++) {
       try {
-        value = await fn(this.signal);
+        value = await RUNNING_STEP.run({ ctx: this, seq }, () => fn(this.signal));
         break;
       } catch (err) {
         if (attempt >= policy.maxAttempts || !isRetryable(err, policy) || this.signal.aborted) return fail(err);
@@ -279,6 +291,14 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     await slot.record(() => this.#host.recordStep({ seq, name, result, durationMs: this.#host.now() - started }));
     // Return what a replay would return, so the first run and later attempts see the same value.
     return this.#converter.fromPayload<T>(result);
+  }
+
+  idempotencyKey(name = ''): string {
+    const running = RUNNING_STEP.getStore();
+    const seq = running?.ctx === this ? running.seq : this.#seq + 1;
+    // Hashed: fixed length and charset whatever the task id holds, and no separator ambiguity.
+    const digest = createHash('sha256').update(JSON.stringify([this.taskId, this.turn, seq, name])).digest('base64url');
+    return `tl_${digest.slice(0, 32)}`;
   }
 
   async checkpoint(data: unknown): Promise<void> {
