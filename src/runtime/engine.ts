@@ -35,6 +35,7 @@ import { decodeState, encodeState } from '../history/state-codec.js';
 import { decide, fold } from '../replay/index.js';
 import type { Decision } from '../replay/decision.js';
 import type { HistoryStore, ListOptions, TaskPage } from '../store/history-store.js';
+import { checkTaskId } from '../store/keys.js';
 import type { Executor, AttemptHandle } from '../executor/executor.js';
 import { InlineExecutor } from '../executor/inline-executor.js';
 import { assertOutsideWorker } from '../executor/isolation.js';
@@ -350,7 +351,7 @@ export class Engine {
     this.#assertOpen('start');
     const wf = typeof workflow === 'string' ? this.#workflow(workflow) : this.#workflow(workflow.name);
     const taskId = options.taskId ?? `task-${nanoid(12)}`;
-    checkId('taskId', taskId);
+    checkTaskId(taskId);
     const t = await this.#load(taskId);
     const inputId = await this.#send(t, wf, input, options);
     return new TaskHandle<I, O>(this, taskId, inputId);
