@@ -36,6 +36,7 @@ import { decide, fold } from '../replay/index.js';
 import type { Decision } from '../replay/decision.js';
 import type { HistoryStore, ListOptions, TaskPage } from '../store/history-store.js';
 import { checkTaskId } from '../store/keys.js';
+import { noteEngineActivation } from './work-log.js';
 import type { Executor, AttemptHandle } from '../executor/executor.js';
 import { InlineExecutor } from '../executor/inline-executor.js';
 import { assertOutsideWorker } from '../executor/isolation.js';
@@ -292,6 +293,7 @@ export class Engine {
     if (this.#state === 'open') return;
     if (this.#state !== 'inactive') throw new TurnlogError('TURNLOG_ACTIVATION_FAILED', `Engine cannot activate while ${this.#state}.`);
     this.#state = 'activating';
+    noteEngineActivation({ store: typeof this.#storeSpec === 'string' ? this.#storeSpec : (this.#storeSpec.constructor?.name ?? 'a HistoryStore') });
     const phase = options.onPhase ?? (() => undefined);
     try {
       this.#owner = options.owner ?? this.#ownerOption ?? `${hostname()}|turnlog`;
