@@ -5,6 +5,10 @@ import { MemoryHistoryStore } from '../../src/store/memory-store.js';
 import { replayHistory } from '../../src/testing/index.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
 import type { TurnContext } from '../../src/workflow/context.js';
+import { ProcessExecutor } from '../../src/executor/process-executor.js';
+import type { Logger } from '../../src/runtime/logger.js';
+import * as fixtures from '../fixtures/workflows/index.js';
+import { ensureBuilt, ROOT } from '../cli/run-cli.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
 
 const cleanups: (() => Promise<void>)[] = [];
@@ -123,5 +127,37 @@ describe('ctx.idempotencyKey(name?)', () => {
     } finally {
       await e2.shutdown({ graceMs: 0 });
     }
+  });
+
+  it('a process worker derives the same key: a worker that died mid-step and its successor agree', async () => {
+    ensureBuilt(); // workers import the compiled fixtures
+    const printed: string[] = [];
+    const logger: Logger = {
+      info: (_m, f) => {
+        const line = String(f?.['line'] ?? '');
+        if (line.startsWith('refund-key ')) printed.push(line.slice('refund-key '.length));
+      },
+      warn: () => {},
+      error: () => {},
+    };
+    const exec = new ProcessExecutor({ workflowsModule: `${ROOT}/dist/test/fixtures/workflows/index.js`, execArgv: [], logger });
+    const engine = await Engine.open({
+      store: new MemoryHistoryStore(),
+      workflows: Object.values(fixtures),
+      executors: { process: exec },
+      logger: silentLogger,
+      scanIntervalMs: 0,
+    });
+    cleanups.push(async () => {
+      await engine.shutdown({ graceMs: 100 });
+      await exec.close();
+    });
+    const h = await engine.start(fixtures.keyThenCrash, null, { taskId: 'chat-1042' });
+    const out = (await h.result()) as { key: string; before: string; attempt: number; pid: number };
+    expect(out.attempt).toBe(2);
+    expect(printed).toHaveLength(1); // attempt 1's worker printed its key, then died
+    expect(out.key).toBe(printed[0]);
+    expect(out.before).toBe(printed[0]);
+    expect((await h.history()).filter((e) => e.type === 'WorkerCrashed')).toHaveLength(1);
   });
 });
