@@ -22,8 +22,9 @@ const slug = (page: string) => page.replace(/\.md$/, '').replace(/[^A-Za-z0-9]+/
 let work: string;
 /** Where each block's source is written (absolute). */
 const sourceOf = new Map<DocBlock, string>();
-/** tsc diagnostics by block. */
+/** tsc diagnostics by block, and those of no block (a bad tsconfig, a missing dist/). */
 const diagnostics = new Map<DocBlock, string[]>();
+const unplaced: string[] = [];
 
 function pageDir(b: DocBlock): string {
   return join(work, 'pages', slug(b.page));
@@ -82,12 +83,13 @@ beforeAll(() => {
       const block = [...sourceOf].find(([, p]) => p === file || relative(work, p) === m[1])?.[0];
       const text = block ? `${where(block)} (page line ${block.line + Number(m[2])}): ${m[4]}` : line;
       if (block) diagnostics.set(block, [...(diagnostics.get(block) ?? []), text]);
-      else diagnostics.set(blocks[0]!, [...(diagnostics.get(blocks[0]!) ?? []), `tsc: ${line}`]);
-      current = block ? diagnostics.get(block) : undefined;
+      else unplaced.push(`tsc: ${line}`);
+      current = block ? diagnostics.get(block) : unplaced;
     } else if (line.startsWith(' ') && current) {
       current[current.length - 1] += `\n${line}`;
     } else if (line.trim() !== '') {
-      diagnostics.set(blocks[0]!, [...(diagnostics.get(blocks[0]!) ?? []), `tsc: ${line}`]);
+      unplaced.push(`tsc: ${line}`);
+      current = unplaced;
     }
   }
   // The count the issue asks for: fragments are skipped on purpose, not forgotten.
@@ -127,7 +129,7 @@ describe('the block convention', () => {
 
 describe('README.md and docs/*.md code blocks', () => {
   it('type-check under --strict (noUncheckedIndexedAccess, exactOptionalPropertyTypes)', () => {
-    const errors = [...diagnostics.values()].flat();
+    const errors = [...unplaced, ...[...diagnostics.values()].flat()];
     expect(errors, `Fix these doc blocks (or mark a partial one \`\`\`ts fragment):\n${errors.join('\n')}`).toEqual([]);
   });
 
