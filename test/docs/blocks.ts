@@ -34,7 +34,8 @@ export function extractBlocks(page: string, text: string): DocBlock[] {
   const blocks: DocBlock[] = [];
   for (let i = 0; i < lines.length; i++) {
     const open = /^(`{3,}|~{3,})\s*(\S*)\s*(.*)$/.exec(lines[i]!);
-    if (!open) continue;
+    // CommonMark: a backtick fence's info string has no backtick (else it is inline code).
+    if (!open || (open[1]!.startsWith('`') && `${open[2]}${open[3]}`.includes('`'))) continue;
     const fence = open[1]!;
     const lang = open[2]!;
     const start = i;

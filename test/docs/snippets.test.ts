@@ -124,6 +124,7 @@ describe('the block convention', () => {
       [8, 'fragment', undefined, false],
     ]);
     expect(() => extractBlocks('p.md', '```ts run\nx\n```\n')).toThrow('p.md:1: unknown code block info "ts run"');
+    expect(extractBlocks('p.md', '```` ```ts ```` is inline code, not a fence\n')).toEqual([]);
   });
 });
 
