@@ -145,6 +145,6 @@ describe('README.md and docs/*.md code blocks', () => {
       }
       const r = await runBlock(b, cwd);
       expect(r.code, `${where(b)} exited ${String(r.code)}:\n${r.out}`).toBe(0);
-    });
+    }, RUN_TIMEOUT_MS + 30_000);
   }
 });
