@@ -3,7 +3,7 @@
  * runs inline in the engine, inside an isolated worker, and under replay testing; only the
  * {@link TurnHost} it talks to differs (engine appends, protocol frames, a recorded history).
  */
-import { AsyncLocalStorage } from 'node:async_hooks';
+import type { AsyncLocalStorage } from 'node:async_hooks';
 import { createHash } from 'node:crypto';
 import { FencedError, NonDeterminismError, TurnlogError } from '../errors.js';
 import type { EntryMode, FailureInfo, Payload, RetryPolicy, WorkflowKind } from '../history/events.js';
@@ -73,8 +73,17 @@ export interface TurnContext<I = unknown, S = unknown> {
 
 const SUSPENSION = Symbol.for('turnlog.suspension');
 // Which step's fn is running, so ctx.idempotencyKey() inside it (and its retries, and parallel
-// steps) names that step; carried through the fn's awaits (test: test/workflow/idempotency-key.test.ts).
-const RUNNING_STEP = new AsyncLocalStorage<{ ctx: object; seq: number }>();
+// steps) names that step through the fn's awaits (test: test/workflow/idempotency-key.test.ts).
+// Loaded by the first step, not at import (node:async_hooks is unverified in startup snapshots),
+// and synchronously where Node has getBuiltinModule (≥ 20.16): a snapshot-restored process never
+// settles a dynamic import() (test: test/examples/startup-snapshot.test.ts).
+type StepScope = AsyncLocalStorage<{ ctx: object; seq: number }>;
+let runningStep: StepScope | undefined;
+async function stepScope(): Promise<StepScope> {
+  const builtin = (process as { getBuiltinModule?: (id: string) => unknown }).getBuiltinModule;
+  const hooks = builtin ? (builtin('node:async_hooks') as typeof import('node:async_hooks')) : await import('node:async_hooks');
+  return (runningStep ??= new hooks.AsyncLocalStorage());
+}
 const INPUT_POLL_MS = 5;
 const EXIT = Symbol.for('turnlog.exit-for-recovery');
 
@@ -264,10 +273,11 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
       await slot.record(() => this.#host.recordStep({ seq, name, failure, durationMs: this.#host.now() - started }));
       throw err;
     };
+    const scope = runningStep ?? (await stepScope());
     let value: T;
     for (let attempt = 1; ; attempt++) {
       try {
-        value = await RUNNING_STEP.run({ ctx: this, seq }, () => fn(this.signal));
+        value = await scope.run({ ctx: this, seq }, () => fn(this.signal));
         break;
       } catch (err) {
         if (attempt >= policy.maxAttempts || !isRetryable(err, policy) || this.signal.aborted) return fail(err);
@@ -294,7 +304,7 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
   }
 
   idempotencyKey(name = ''): string {
-    const running = RUNNING_STEP.getStore();
+    const running = runningStep?.getStore();
     const seq = running?.ctx === this ? running.seq : this.#seq + 1;
     // Hashed: fixed length and charset whatever the task id holds, and no separator ambiguity.
     const digest = createHash('sha256').update(JSON.stringify([this.taskId, this.turn, seq, name])).digest('base64url');
