@@ -26,6 +26,10 @@ describe('public types', () => {
     expectTypeOf(wf.kind).toEqualTypeOf<'one-shot' | 'multi-turn'>();
   });
 
+  it('ctx.idempotencyKey takes an optional name and returns a string', () => {
+    expectTypeOf<TurnContext['idempotencyKey']>().toEqualTypeOf<(name?: string) => string>();
+  });
+
   it('step results keep the type of the function', () => {
     defineWorkflow({
       name: 's',

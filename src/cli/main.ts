@@ -3,7 +3,8 @@
  * The `turnlog` command line: inspect, export and import histories in a store (docs/cli.md).
  * Every command takes `--store <dir>` and `--json`; exit codes are {@link EXIT}.
  */
-import { realpathSync } from 'node:fs';
+import { existsSync, readFileSync, realpathSync } from 'node:fs';
+import { dirname, join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { Command, CommanderError } from 'commander';
 import { registerEvents } from './commands/events.js';
@@ -20,6 +21,7 @@ import { DEFAULT_STORE, EXIT, toCliError, type ExitCode } from './context.js';
 export function createProgram(): Command {
   const program = new Command('turnlog')
     .description('Inspect, export and import turnlog histories.')
+    .version(packageVersion(), '-V, --version', 'print the installed turnlog version')
     .option('--store <dir>', `store directory (default: $TURNLOG_STORE or ${DEFAULT_STORE})`)
     .option('--json', 'machine-readable output on stdout (one JSON document)')
     .showHelpAfterError('(run turnlog --help for usage)')
@@ -57,6 +59,24 @@ export async function run(argv: readonly string[]): Promise<ExitCode> {
       if (e.code === 'INTERNAL' && e.cause instanceof Error && e.cause.stack) process.stderr.write(e.cause.stack + '\n');
     }
     return e.exitCode;
+  }
+}
+
+/**
+ * The version in turnlog's own package.json, read at run time: the nearest package.json named
+ * `turnlog` above this module (dist/src/cli in a checkout or an install, src/cli under vitest).
+ */
+export function packageVersion(): string {
+  let dir = dirname(fileURLToPath(import.meta.url));
+  for (;;) {
+    const file = join(dir, 'package.json');
+    if (existsSync(file)) {
+      const pkg = JSON.parse(readFileSync(file, 'utf8')) as { name?: unknown; version?: unknown };
+      if (pkg.name === 'turnlog' && typeof pkg.version === 'string') return pkg.version;
+    }
+    const up = dirname(dir);
+    if (up === dir) return 'unknown';
+    dir = up;
   }
 }
 

@@ -48,6 +48,8 @@ import { decodeState, encodeState } from '../history/state-codec.js';
 import { decide, fold } from '../replay/index.js';
 import type { Decision } from '../replay/decision.js';
 import type { HistoryStore, ListOptions, TaskPage } from '../store/history-store.js';
+import { checkTaskId } from '../store/keys.js';
+import { noteEngineActivation } from './work-log.js';
 import type { Executor, AttemptHandle } from '../executor/executor.js';
 import { InlineExecutor } from '../executor/inline-executor.js';
 import { assertOutsideWorker } from '../executor/isolation.js';
@@ -335,6 +337,7 @@ export class Engine {
     if (this.#state === 'open') return;
     if (this.#state !== 'inactive') throw new TurnlogError('TURNLOG_ACTIVATION_FAILED', `Engine cannot activate while ${this.#state}.`);
     this.#state = 'activating';
+    noteEngineActivation({ store: typeof this.#storeSpec === 'string' ? this.#storeSpec : (this.#storeSpec.constructor?.name ?? 'a HistoryStore') });
     const phase = options.onPhase ?? (() => undefined);
     try {
       this.#owner = options.owner ?? this.#ownerOption ?? `${hostname()}|turnlog`;
@@ -396,7 +399,7 @@ export class Engine {
     this.#assertOpen('start');
     const wf = typeof workflow === 'string' ? this.#workflow(workflow) : this.#workflow(workflow.name);
     const taskId = options.taskId ?? `task-${nanoid(12)}`;
-    checkId('taskId', taskId);
+    checkTaskId(taskId);
     const t = await this.#load(taskId);
     const inputId = await this.#send(t, wf, input, options);
     return new TaskHandle<I, O>(this, taskId, inputId);

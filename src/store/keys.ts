@@ -30,11 +30,14 @@ export const Prefix = {
 const enc = new TextEncoder();
 const dec = new TextDecoder();
 
-/** Task ids are key components: non-empty, at most 512 bytes, no NUL. */
+/** The one task-id rule (engine and stores): 1–200 characters, no control characters U+0000–U+001F. */
+export const MAX_TASK_ID_LENGTH = 200;
+
+/** Task ids are key components (NUL separates them); the engine's start/send check the same rule. */
 export function checkTaskId(taskId: string): void {
-  if (typeof taskId !== 'string' || taskId.length === 0 || taskId.length > 512 || taskId.includes('\0')) {
+  if (typeof taskId !== 'string' || taskId.length === 0 || taskId.length > MAX_TASK_ID_LENGTH || /[\u0000-\u001f]/.test(taskId)) {
     throw invalidArgument(
-      `Task id ${JSON.stringify(taskId)} is invalid. Use a non-empty string of at most 512 characters without NUL.`,
+      `Task id ${JSON.stringify(taskId)} is invalid. Use a non-empty string of at most ${MAX_TASK_ID_LENGTH} characters without control characters.`,
     );
   }
 }

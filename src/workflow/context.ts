@@ -3,6 +3,8 @@
  * runs inline in the engine, inside an isolated worker, and under replay testing; only the
  * {@link TurnHost} it talks to differs (engine appends, protocol frames, a recorded history).
  */
+import type { AsyncLocalStorage } from 'node:async_hooks';
+import { createHash } from 'node:crypto';
 import { FencedError, NonDeterminismError, PayloadEncodingError, PayloadTooLargeError, TurnlogError, type PayloadField } from '../errors.js';
 import type { EntryMode, FailureInfo, Payload, RetryPolicy, WorkflowKind } from '../history/events.js';
 import { errorToFailure, failureToError } from '../history/failure.js';
@@ -58,6 +60,13 @@ export interface TurnContext<I = unknown, S = unknown, P extends PayloadMode = '
   step<T>(name: string, fn: StepFn<T> & StepFn<Payloadable<NoInfer<T>, P>>, options?: StepOptions): Promise<T>;
   /** For generic code: a result type bounded by `JsonValue` (`<T extends JsonValue>`) is JSON too. */
   step<T extends JsonValue>(name: string, fn: StepFn<T>, options?: StepOptions): Promise<T>;
+  /**
+   * A key for an external API's idempotency header: the same on every attempt and retry of the
+   * same step of the same turn, different for every other step, turn, task or `name`. Inside a
+   * step's `fn` it is that step's key; elsewhere, the key of the next step. docs/workflows.md#idempotency-keys
+   * @example await ctx.step('refund', () => payments.refund(order, { idempotencyKey: ctx.idempotencyKey('refund') }));
+   */
+  idempotencyKey(name?: string): string;
   /** Records `data` so a later attempt of this turn can read it as `checkpointData`. */
   checkpoint<T>(data: T & Payloadable<NoInfer<T>, P>): Promise<void>;
   checkpoint(data: JsonValue): Promise<void>;
@@ -74,6 +83,18 @@ export interface TurnContext<I = unknown, S = unknown, P extends PayloadMode = '
 }
 
 const SUSPENSION = Symbol.for('turnlog.suspension');
+// Which step's fn is running, so ctx.idempotencyKey() inside it (and its retries, and parallel
+// steps) names that step through the fn's awaits (test: test/workflow/idempotency-key.test.ts).
+// Loaded by the first step, not at import (node:async_hooks is unverified in startup snapshots),
+// and synchronously where Node has getBuiltinModule (≥ 20.16): a snapshot-restored process never
+// settles a dynamic import() (test: test/examples/startup-snapshot.test.ts).
+type StepScope = AsyncLocalStorage<{ ctx: object; seq: number }>;
+let runningStep: StepScope | undefined;
+async function stepScope(): Promise<StepScope> {
+  const builtin = (process as { getBuiltinModule?: (id: string) => unknown }).getBuiltinModule;
+  const hooks = builtin ? (builtin('node:async_hooks') as typeof import('node:async_hooks')) : await import('node:async_hooks');
+  return (runningStep ??= new hooks.AsyncLocalStorage());
+}
 const INPUT_POLL_MS = 5;
 const EXIT = Symbol.for('turnlog.exit-for-recovery');
 
@@ -269,10 +290,11 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
       await slot.record(() => this.#host.recordStep({ seq, name, failure, durationMs: this.#host.now() - started }));
       throw err;
     };
+    const scope = runningStep ?? (await stepScope());
     let value: T;
     for (let attempt = 1; ; attempt++) {
       try {
-        value = await fn(this.signal);
+        value = await scope.run({ ctx: this, seq }, () => fn(this.signal));
         break;
       } catch (err) {
         if (attempt >= policy.maxAttempts || !isRetryable(err, policy) || this.signal.aborted) return fail(err);
@@ -296,6 +318,14 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     await slot.record(() => this.#host.recordStep({ seq, name, result, durationMs: this.#host.now() - started }));
     // Return what a replay would return, so the first run and later attempts see the same value.
     return this.#converter.fromPayload<T>(result);
+  }
+
+  idempotencyKey(name = ''): string {
+    const running = runningStep?.getStore();
+    const seq = running?.ctx === this ? running.seq : this.#seq + 1;
+    // Hashed: fixed length and charset whatever the task id holds, and no separator ambiguity.
+    const digest = createHash('sha256').update(JSON.stringify([this.taskId, this.turn, seq, name])).digest('base64url');
+    return `tl_${digest.slice(0, 32)}`;
   }
 
   async checkpoint(data: unknown): Promise<void> {

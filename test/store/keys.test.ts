@@ -1,7 +1,11 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { TaskStatus } from '../../src/history/events.js';
-import { TaskKeys, eventKey, eventPrefix, leaseKey, statusIndexKey, summaryKey, workflowIndexKey } from '../../src/store/keys.js';
+import { Engine } from '../../src/runtime/engine.js';
+import { silentLogger } from '../../src/runtime/logger.js';
+import { MemoryHistoryStore } from '../../src/store/memory-store.js';
+import { defineWorkflow } from '../../src/workflow/define-workflow.js';
+import { MAX_TASK_ID_LENGTH, TaskKeys, checkTaskId, eventKey, eventPrefix, leaseKey, statusIndexKey, summaryKey, workflowIndexKey } from '../../src/store/keys.js';
 
 const id = fc.oneof(fc.string({ unit: 'grapheme', minLength: 1, maxLength: 20 }), fc.string({ unit: 'binary', minLength: 1, maxLength: 20 })).filter((s) => !s.includes('\0'));
 const status = fc.constantFrom<TaskStatus>('pending', 'in_progress', 'suspended', 'completed');
@@ -24,5 +28,25 @@ describe('TaskKeys (per-task cached keys)', () => {
       }),
       { seed: 77, numRuns: 300 },
     );
+  });
+});
+
+describe('the task-id rule (one limit for the engine and the stores: 200, no control characters)', () => {
+  it('the store and engine.start accept 200 characters and reject 201, control characters and empty, with one message', async () => {
+    expect(MAX_TASK_ID_LENGTH).toBe(200);
+    const wf = defineWorkflow({ name: 'ids', turn: async () => 'ok' });
+    const engine = await Engine.open({ store: new MemoryHistoryStore(), workflows: [wf], logger: silentLogger, scanIntervalMs: 0 });
+    try {
+      const ok = 'x'.repeat(200);
+      expect(() => checkTaskId(ok)).not.toThrow();
+      expect(await (await engine.start(wf, null, { taskId: ok })).nextTurn()).toMatchObject({ status: 'completed' });
+      for (const bad of ['x'.repeat(201), 'a\nb', 'a\0b', '']) {
+        const message = `Task id ${JSON.stringify(bad)} is invalid. Use a non-empty string of at most 200 characters without control characters.`;
+        expect(() => checkTaskId(bad)).toThrow(message);
+        await expect(engine.start(wf, null, { taskId: bad })).rejects.toMatchObject({ code: 'TURNLOG_INVALID_ARGUMENT', message });
+      }
+    } finally {
+      await engine.shutdown({ graceMs: 0 });
+    }
   });
 });

@@ -89,3 +89,28 @@ describe('turnlog replay', () => {
     expect(none.stderr).toContain('exports no workflows');
   });
 });
+
+describe('turnlog replay --workflows: a module that starts work when imported', () => {
+  it('warns on stderr naming the module and the store, and still replays', async () => {
+    const module = join(ROOT, 'dist/test/fixtures/workflows/starts-work.js');
+    const store = join(tmp.path, 'side-effect-store');
+    const r = await cli(['replay', goldenPath('support-conversation'), '--workflows', module], { STARTS_WORK_STORE: store });
+    expect(r.code).toBe(0);
+    expect(r.stdout).toContain('ok: 4 turns replayed');
+    expect(r.stderr).toContain(`turnlog: warning: importing ${module} started work: it opened 1 engine (store ${store})`);
+    expect(r.stderr).toContain('A workflows module must have no side effects');
+  });
+
+  it('a module without side effects gets no warning (control)', async () => {
+    const r = await cli(['replay', goldenPath('support-conversation'), '--workflows', WORKFLOWS]);
+    expect(r.code).toBe(0);
+    expect(r.stderr).toBe('');
+  });
+
+  it('--help says the module must have no side effects', async () => {
+    const r = await cli(['replay', '--help']);
+    const help = r.stdout.replace(/\s+/g, ' ');
+    expect(help).toContain('it is imported, so it must have no side effects');
+    expect(help).toContain('Keep workflows in a module without side effects');
+  });
+});

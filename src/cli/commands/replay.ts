@@ -9,6 +9,7 @@ import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import type { Command } from 'commander';
 import { isTurnlogError } from '../../errors.js';
+import { engineActivationMark, engineActivationsSince } from '../../runtime/work-log.js';
 import type { HistoryEvent } from '../../history/events.js';
 import type { PayloadConverter } from '../../history/payload.js';
 import { parseHistoryFile } from '../../history/history-file.js';
@@ -27,8 +28,17 @@ export function registerReplay(program: Command): void {
     .command('replay')
     .description('replay-test a history file or a stored task against your workflows (exit 1 on a divergence)')
     .argument('<file|task>', 'history file (from `turnlog export`, JSON or binary) or a task id in --store')
-    .requiredOption('--workflows <module>', 'JavaScript module exporting your workflows (named exports, or a default array)')
+    .requiredOption(
+      '--workflows <module>',
+      'JavaScript module exporting your workflows (named exports, or a default array); it is imported, so it must have no side effects',
+    )
     .option('--task <id>', 'with a multi-task file: replay only this task')
+    .addHelpText(
+      'after',
+      '\nThe --workflows module is imported and its top-level code runs. Keep workflows in a module without\n' +
+        'side effects (defineWorkflow only, from turnlog/workflow); open the engine in another module.\n' +
+        'A module whose import opens an engine gets a warning on stderr: it may have written to the store.',
+    )
     .action(async (target: string, flags: ReplayFlags, cmd: Command) => {
       const g = globals(cmd);
       const { workflows, payloadConverter } = await loadWorkflows(flags.workflows);
@@ -85,19 +95,32 @@ function divergenceLine(err: unknown): string {
 
 /**
  * Imports the module and collects its workflows, and its `payloadConverter` export if any (as
- * process workers do); a module with no workflows is a usage error.
+ * process workers do); a module with no workflows is a usage error. Warns when the import
+ * activated an engine (top-level work that may have written to the store).
  */
 async function loadWorkflows(path: string): Promise<{ workflows: Workflow<any, any, any, any>[]; payloadConverter: PayloadConverter | undefined }> {
   const abs = resolve(path);
   let mod: Record<string, unknown>;
+  const mark = engineActivationMark();
   try {
     mod = (await import(pathToFileURL(abs).href)) as Record<string, unknown>;
+    // One macrotask more: catches an un-awaited `main()` that opens its engine right after import.
+    await new Promise((r) => setImmediate(r));
   } catch (err) {
     throw new CliError(
       'TURNLOG_WORKFLOWS_MODULE',
       `Cannot load workflows module ${abs}: ${(err as Error).message}. Pass the compiled JavaScript module that exports your workflows (for TypeScript, its .js output).`,
       EXIT.error,
       { cause: err },
+    );
+  }
+  const started = engineActivationsSince(mark);
+  if (started.count > 0) {
+    const stores = [...new Set(started.latest.map((a) => a.store))].join(', ');
+    process.stderr.write(
+      `turnlog: warning: importing ${abs} started work: it opened ${started.count} engine${started.count === 1 ? '' : 's'} (store ${stores}), ` +
+        'which may have run turns and written to a store. A workflows module must have no side effects: ' +
+        'keep defineWorkflow in it and open the engine in another module (docs/testing.md#cli).\n',
     );
   }
   const workflows = [...workflowMap(mod).values()];
