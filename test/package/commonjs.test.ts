@@ -7,7 +7,7 @@ import { spawnSync } from 'node:child_process';
 import { mkdir, symlink, writeFile } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { afterEach, expect, it } from 'vitest';
-import { makeTmpDir } from './helpers/tmp-dir.js';
+import { makeTmpDir } from '../helpers/tmp-dir.js';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
