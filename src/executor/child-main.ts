@@ -267,14 +267,15 @@ function collect(mod: Record<string, unknown>): void {
 
 /**
  * A busy handler never sees the pipe's EOF, so a tiny thread polls the parent: once it is
- * gone, the thread SIGKILLs this process. No orphan keeps running handler code.
+ * gone, the thread SIGKILLs this process and its group. No orphan keeps running handler code.
  * (Not started when the engine spawned this worker with a parent-death signal.)
  */
 async function watchOrphan(): Promise<{ online: Promise<void> }> {
   // Loaded only here: a worker with a parent-death signal never needs it.
   const { Worker } = await import('node:worker_threads');
   const code = `const { workerData: d } = require('node:worker_threads');
-setInterval(() => { try { process.kill(d.ppid, 0); } catch (e) { if (e.code === 'ESRCH') process.kill(d.pid, 'SIGKILL'); } }, d.ms);`;
+setInterval(() => { try { process.kill(d.ppid, 0); } catch (e) { if (e.code === 'ESRCH') { try { process.kill(-d.pid, 'SIGKILL'); } catch {} process.kill(d.pid, 'SIGKILL'); } } }, d.ms);`;
+  // The engine spawns workers as group leaders (POSIX): -pid kills the handler's children too.
   const w = new Worker(code, { eval: true, workerData: { ppid: process.ppid, pid: process.pid, ms: ORPHAN_POLL_MS }, stdout: false, stderr: false });
   w.unref();
   // Booting the thread takes tens of ms of CPU: a warm worker waits for it before Ready.

@@ -21,6 +21,7 @@ import {
   type WorkerMessage,
 } from './protocol.js';
 import type { FailureInfo } from '../history/events.js';
+import { PROCESS_GROUPS, ensureGroupReaper, killGroup, registerGroup } from './group-reaper.js';
 
 /** Lines of stderr kept per worker for crash messages. */
 const STDERR_TAIL = 20;
@@ -100,12 +101,16 @@ export class WorkerProcess {
     if (prewarm) args.push(PREWARM_FLAG);
     const setpriv = parentDeathSignalLauncher();
     if (setpriv) args.push(PARENT_DEATH_SIGNAL_FLAG);
+    ensureGroupReaper();
     // setpriv sets the signal, then execs node in place: same pid, same pipes.
+    // detached: the worker leads a new process group that its handler's children join.
     this.child = spawn(setpriv ?? process.execPath, setpriv ? ['--pdeathsig', 'SIGKILL', '--', process.execPath, ...args] : args, {
       stdio: ['ignore', 'pipe', 'pipe', 'pipe'],
       env: options.env ?? process.env,
+      detached: PROCESS_GROUPS,
     });
     this.pid = this.child.pid ?? 0;
+    registerGroup(this.pid);
     this.#pipe = this.child.stdio[3] as Socket;
     // A warm-pool worker reads one frame through its socket before Ready (child-main.ts readPing).
     if (prewarm) this.#pipe.write(encodeEngineMessage({ type: 'pending-inputs', count: 0 }));
@@ -137,6 +142,8 @@ export class WorkerProcess {
       finish();
     });
     this.child.on('exit', (exitCode, signal) => {
+      // Whatever the handler started dies with the worker, however the worker ended.
+      killGroup(this.pid, true);
       exitInfo = { exitCode, signal };
       if (pipeClosed) finish();
       else setTimeout(finish, DRAIN_MS).unref();
@@ -151,9 +158,11 @@ export class WorkerProcess {
     if (this.alive && this.#pipe.writable) this.#pipe.write(encodeEngineMessage(m));
   }
 
-  /** SIGKILL. The exit event follows. */
+  /** SIGKILL to the worker's whole process group. The exit event follows. */
   kill(): void {
-    if (this.alive) this.child.kill('SIGKILL');
+    if (!this.alive) return;
+    killGroup(this.pid);
+    this.child.kill('SIGKILL');
   }
 
   /**
