@@ -23,6 +23,7 @@ import type { Workflow } from '../workflow/define-workflow.js';
 import { markIsolatedWorker } from './isolation.js';
 import {
   FrameReader,
+  HEARTBEAT_INTERVAL_MS,
   PARENT_DEATH_SIGNAL_FLAG,
   PREWARM_FLAG,
   PROTOCOL_FD,
@@ -36,7 +37,6 @@ import {
   type WorkerMessage,
 } from './protocol.js';
 
-const HEARTBEAT_MS = 1000;
 const ORPHAN_POLL_MS = 250;
 /** How long a warm-pool worker waits for the engine's first frame before Ready. */
 const PING_WAIT_MS = 1000;
@@ -173,7 +173,7 @@ function hostFor(t: Turn): TurnHost {
 }
 
 async function runTurn(spec: TurnSpec): Promise<void> {
-  const heartbeat = setInterval(() => send({ type: 'heartbeat' }), HEARTBEAT_MS);
+  const heartbeat = setInterval(() => send({ type: 'heartbeat' }), HEARTBEAT_INTERVAL_MS);
   heartbeat.unref();
   const t: Turn = { ctx: undefined, pending: new Map(), heartbeat, taskId: spec.taskId, turn: spec.turn, attempt: spec.attempt };
   turn = t;

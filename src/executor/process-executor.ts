@@ -13,7 +13,7 @@ import { errorToFailure } from '../history/failure.js';
 import type { Logger } from '../runtime/logger.js';
 import type { AttemptOutcome, CancelKind, TurnHost, TurnSpec } from '../workflow/context.js';
 import type { AttemptHandle, Executor } from './executor.js';
-import { WorkerProtocolError, type WorkerMessage } from './protocol.js';
+import { HEARTBEAT_INTERVAL_MS, WorkerProtocolError, type WorkerMessage } from './protocol.js';
 import { WorkerPool, type WorkerListener, type WorkerProcess } from './worker-pool.js';
 
 export interface ProcessExecutorOptions {
@@ -34,11 +34,21 @@ export interface ProcessExecutorOptions {
   reuseWorkers?: boolean;
   /** An idle reused worker exits after this long. Default 300 s. */
   idleTtlMs?: number;
+  /**
+   * A turn's worker that sends no complete frame for this long (it heartbeats every second) is
+   * killed and the attempt fails with `TURNLOG_WORKER_PROTOCOL`: its event loop is blocked or
+   * its fd 3 carries garbage. Judged on the engine's clock. Default 5000 ms; 0 turns it off.
+   */
+  heartbeatTimeoutMs?: number;
   /** Receives worker stdout (info) and stderr (warn) lines tagged with the task id. Default: prefixed to this process's stdout/stderr. */
   logger?: Logger;
   /** @internal The worker entry script. Default: child-main.js beside this file (or in dist/ when running from sources). */
   childEntry?: string;
 }
+
+const DEFAULT_HEARTBEAT_TIMEOUT_MS = 5000;
+/** Two heartbeat periods: one late heartbeat alone never kills a worker. */
+const MIN_HEARTBEAT_TIMEOUT_MS = 2 * HEARTBEAT_INTERVAL_MS;
 
 function defaultChildEntry(): string {
   const here = fileURLToPath(import.meta.url);
@@ -60,6 +70,7 @@ export class ProcessExecutor implements Executor {
   readonly #pool: WorkerPool;
   readonly #reuse: boolean;
   readonly #logger: Logger | undefined;
+  readonly #heartbeatTimeoutMs: number;
 
   constructor(options: ProcessExecutorOptions) {
     if (!options || (typeof options.workflowsModule !== 'string' && !(options.workflowsModule instanceof URL))) {
@@ -71,6 +82,11 @@ export class ProcessExecutor implements Executor {
     if (!Number.isInteger(maxWorkers) || maxWorkers < 1) throw invalidArgument(`maxWorkers must be an integer ≥ 1, got ${maxWorkers}.`);
     if (!Number.isInteger(warmPool) || warmPool < 0) throw invalidArgument(`warmPool must be an integer ≥ 0, got ${warmPool}.`);
     if (!(idleTtlMs >= 0)) throw invalidArgument(`idleTtlMs must be ≥ 0, got ${idleTtlMs}.`);
+    const heartbeatTimeoutMs = options.heartbeatTimeoutMs ?? DEFAULT_HEARTBEAT_TIMEOUT_MS;
+    if (!(heartbeatTimeoutMs === 0 || heartbeatTimeoutMs >= MIN_HEARTBEAT_TIMEOUT_MS)) {
+      throw invalidArgument(`heartbeatTimeoutMs must be 0 (off) or ≥ ${MIN_HEARTBEAT_TIMEOUT_MS} (workers heartbeat every ${HEARTBEAT_INTERVAL_MS} ms), got ${heartbeatTimeoutMs}.`);
+    }
+    this.#heartbeatTimeoutMs = heartbeatTimeoutMs;
     const mod = options.workflowsModule;
     this.#reuse = options.reuseWorkers ?? false;
     this.#logger = options.logger;
@@ -114,7 +130,7 @@ export class ProcessExecutor implements Executor {
   async start(spec: TurnSpec, host: TurnHost): Promise<AttemptHandle> {
     this.#pool.reopen(); // no-op unless close() ran: executors outlive engine deactivation
     const reuse = this.#reuse && spec.kind === 'multi-turn';
-    const attempt = new ProcessAttempt(spec, host, this.#pool, reuse, this.#logger);
+    const attempt = new ProcessAttempt(spec, host, this.#pool, reuse, this.#logger, this.#heartbeatTimeoutMs);
     const got = this.#pool.acquire(spec.taskId, reuse);
     if ('worker' in got) attempt.bind(got.worker);
     else attempt.queue(got.queued, got.cancel);
@@ -146,13 +162,18 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
   readonly #recorded = new Set<number>();
   #pendingSent = -1;
   #lastHeartbeat = 0;
+  readonly #heartbeatTimeoutMs: number;
+  /** Engine-clock time of the last complete frame (liveness). */
+  #lastFrameAt = 0;
+  readonly #stopLiveness = new AbortController();
 
-  constructor(spec: TurnSpec, host: TurnHost, pool: WorkerPool, reuse: boolean, logger: Logger | undefined) {
+  constructor(spec: TurnSpec, host: TurnHost, pool: WorkerPool, reuse: boolean, logger: Logger | undefined, heartbeatTimeoutMs: number) {
     this.#spec = spec;
     this.#host = host;
     this.#pool = pool;
     this.#reuse = reuse;
     this.#logger = logger;
+    this.#heartbeatTimeoutMs = heartbeatTimeoutMs;
     this.outcome = new Promise((r) => (this.#settle = r));
   }
 
@@ -203,6 +224,37 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
     // Sent at once, even before Ready: the pipe buffers it until the worker has loaded the module.
     w.send({ type: 'run', spec: this.#spec, pendingInputs: pending });
     if (this.#cancelled) w.send({ type: 'cancel', kind: this.#cancelled, reason: 'requested before the worker started' });
+    // Heartbeats start with the turn, after Ready: a slow module load is not silence.
+    if (this.#heartbeatTimeoutMs > 0) {
+      void w.ready.then((ok) => {
+        if (ok && !this.#done) void this.#watchLiveness();
+      });
+    }
+  }
+
+  /** Kills the worker once no complete frame arrived for the heartbeat timeout (engine clock). */
+  async #watchLiveness(): Promise<void> {
+    const limit = this.#heartbeatTimeoutMs;
+    this.#lastFrameAt = this.#host.now();
+    let wait = limit;
+    for (;;) {
+      try {
+        await this.#host.sleep(wait, this.#stopLiveness.signal);
+      } catch {
+        return; // the attempt ended
+      }
+      // Timers run before I/O: let frames already in the pipe in before judging (engine stalls).
+      await new Promise((r) => setImmediate(r));
+      if (this.#done) return;
+      const silent = this.#host.now() - this.#lastFrameAt;
+      if (silent >= limit) {
+        return this.#protocolViolation(
+          `no complete frame for ${silent} ms during turn ${this.#spec.turn} (heartbeats come every ${HEARTBEAT_INTERVAL_MS} ms): ` +
+            `its event loop is blocked or its fd 3 carries bytes that are not frames. A handler that blocks its event loop that long needs a larger ProcessExecutor({ heartbeatTimeoutMs }) (0 turns the check off)`,
+        );
+      }
+      wait = limit - silent;
+    }
   }
 
   queue(p: Promise<WorkerProcess>, cancel: () => void): void {
@@ -220,6 +272,7 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
 
   onMessage(m: WorkerMessage): void {
     if (this.#done) return;
+    this.#lastFrameAt = this.#host.now();
     switch (m.type) {
       case 'heartbeat':
         this.#lastHeartbeat = performance.now();
@@ -324,6 +377,7 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
   #finish(o: AttemptOutcome): void {
     if (this.#done) return;
     this.#done = true;
+    this.#stopLiveness.abort();
     this.#settle(o);
   }
 }

@@ -17,6 +17,7 @@ import {
   WorkerProtocolError,
   decodeWorkerMessage,
   encodeEngineMessage,
+  isWorkerFrameStart,
   type EngineMessage,
   type WorkerMessage,
 } from './protocol.js';
@@ -198,6 +199,7 @@ export class WorkerProcess {
     try {
       frames = this.#reader.push(chunk);
       for (const f of frames) {
+        if (f.length > 0 && !isWorkerFrameStart(f[0]!)) throw notAFrame(f.length, f);
         m = decodeWorkerMessage(f);
         if (!this.#gotReady) {
           if (m.type !== 'ready') throw new WorkerProtocolError(`first frame is ${m.type}, expected ready`);
@@ -223,6 +225,9 @@ export class WorkerProcess {
         this.listener.onMessage(m);
         if (!this.alive || this.#broken) return;
       }
+      // A frame's first body byte is its tag: text on fd 3 fails here, not at a timeout.
+      const p = this.#reader.partial();
+      if (p && p.head.length > 0 && !isWorkerFrameStart(p.head[0]!)) throw notAFrame(p.length, p.head);
     } catch (err) {
       const e = err instanceof WorkerProtocolError ? err : new WorkerProtocolError(String((err as Error).message ?? err));
       // Kill first: nothing more from this worker is read. The exit is still observed (pool bookkeeping).
@@ -249,6 +254,13 @@ export class WorkerProcess {
       }
     });
   }
+}
+
+/** Names what arrived, as text: the usual cause is handler code writing to fd 3. */
+function notAFrame(length: number, head: Uint8Array): WorkerProtocolError {
+  const lead = length < 0x80 ? String.fromCharCode(length) : '';
+  const text = JSON.stringify(lead + Buffer.from(head.subarray(0, 32)).toString('latin1'));
+  return new WorkerProtocolError(`fd 3 carried bytes that are not a frame (as text: ${text}…)`);
 }
 
 export interface PoolOptions {

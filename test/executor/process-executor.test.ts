@@ -263,6 +263,33 @@ describe('ProcessExecutor: broken workers', () => {
     expect(await (await engine.start(fixtures.echo, mode)).result()).toMatchObject({ echo: mode });
   });
 
+  // Issue 10.9: text on fd 3 used to hang the turn until its timeout (1 h by default).
+  it.each([
+    ['text', /not a frame \(as text: "hello\\n"/],
+    ['text-tag', /no complete frame for \d+ ms/],
+    ['spin', /no complete frame for \d+ ms/],
+  ])('kills a worker that writes %s long before the turn timeout: TURNLOG_WORKER_PROTOCOL', async (mode, message) => {
+    const exec = executor();
+    const engine = await open(exec);
+    const h = await engine.start(fixtures.garbage, mode);
+    await expect(h.result()).rejects.toMatchObject({ code: 'TURNLOG_TURN_FAILED' });
+    const hist = await h.history();
+    expect(types(hist)).not.toContain('TurnTimedOut');
+    const failed = of(hist, 'TurnFailed')[0]!;
+    expect(failed.failure.code).toBe('TURNLOG_WORKER_PROTOCOL');
+    expect(failed.failure.message).toMatch(message);
+    await until(() => exec.workerCount === 0, 'the broken worker to be gone');
+  });
+
+  it('keeps a quiet but healthy worker: heartbeats count as frames', async () => {
+    const engine = await open(executor({ heartbeatTimeoutMs: 2000 }));
+    expect(await (await engine.start(fixtures.slow, 4500)).result()).toMatchObject({ done: true });
+  });
+
+  it('refuses a heartbeat timeout shorter than two heartbeats', () => {
+    expect(() => new ProcessExecutor({ workflowsModule: MODULE, heartbeatTimeoutMs: 500 })).toThrow(/heartbeatTimeoutMs must be 0 \(off\) or ≥ 2000/);
+  });
+
   it('replays a step recorded before a crash instead of running it again', async () => {
     const engine = await open(executor());
     const h = await engine.start(fixtures.stepThenCrash, null);
