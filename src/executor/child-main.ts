@@ -38,6 +38,8 @@ import {
 } from './protocol.js';
 
 const ORPHAN_POLL_MS = 250;
+/** Longest wait for stdout/stderr to flush before exiting anyway. */
+const FLUSH_LIMIT_MS = 5000;
 /** How long a warm-pool worker waits for the engine's first frame before Ready. */
 const PING_WAIT_MS = 1000;
 /** Name of the synthetic workflow of the warm-up turn (never listed in Ready). */
@@ -67,48 +69,76 @@ const workflows = new Map<string, Workflow<any, any, any>>();
 let turn: Turn | undefined;
 let pendingInputs = 0;
 let shutdownAsked = false;
+/** A fatal error happened: no frame is handled any more while the output flushes. */
+let dying = false;
 /** Where frames go: the pipe, or the warm-up's loopback. */
 let send: (m: WorkerMessage) => void = (m) => {
   pipe.write(encodeWorkerMessage(m));
 };
 
-// EOF or a broken pipe: the engine is gone or done with us. Exit at once: nothing this process
-// does from now on could be recorded. (A busy handler never gets here: see watchOrphan.)
-pipe.on('end', () => process.exit(0));
-pipe.on('error', () => process.exit(0));
+// EOF or a broken pipe: the engine is gone or done with us. Exit as soon as stdout/stderr are
+// flushed: nothing this process does from now on could be recorded. (A busy handler never gets
+// here: see watchOrphan.)
+pipe.on('end', () => exitFlushed(0));
+pipe.on('error', () => exitFlushed(0));
+
+/**
+ * Exits once stdout and stderr have handed everything queued to the engine: they are async
+ * pipes, and process.exit() drops what is still queued (an 8 MB burst lost its tail, issue 10.10).
+ * A dead engine makes the writes fail (EPIPE), which ends the wait too; FLUSH_LIMIT_MS caps it.
+ */
+function exitFlushed(code: number): void {
+  let waiting = 1;
+  const done = (): void => {
+    if (--waiting === 0) process.exit(code);
+  };
+  for (const s of [process.stdout, process.stderr]) {
+    if (s.writableLength > 0 && !s.destroyed) {
+      waiting++;
+      s.write('', done);
+    }
+  }
+  if (waiting > 1) setTimeout(() => process.exit(code), FLUSH_LIMIT_MS);
+  done();
+}
 // Attached once the module has loaded (main): until then the socket stays paused, and a Run
 // sent early waits in it rather than meeting an empty workflow table.
 const onData = (chunk: Buffer): void => {
+  if (dying) return;
   let frames: Uint8Array[];
   try {
     frames = reader.push(chunk);
   } catch (err) {
-    fatal(err);
+    return fatal(err);
   }
   onFrames(frames);
 };
 
 function onFrames(frames: Uint8Array[]): void {
   for (const f of frames) {
+    if (dying) return;
     let m: EngineMessage;
     try {
       m = decodeEngineMessage(f);
     } catch (err) {
-      fatal(err);
+      return fatal(err);
     }
     onMessage(m);
   }
 }
 
-function fatal(err: unknown): never {
+/** Stops reading frames and exits (70) once the output is flushed; callers return right after. */
+function fatal(err: unknown): void {
+  dying = true;
+  pipe.pause();
   process.stderr.write(`[turnlog worker ${process.pid}] ${(err as Error).stack ?? String(err)}\n`);
-  process.exit(70);
+  exitFlushed(70);
 }
 
 function onMessage(m: EngineMessage): void {
   switch (m.type) {
     case 'run':
-      if (turn) fatal(new Error(`Run for task ${m.spec.taskId} while turn ${turn.ctx?.turn} still runs`));
+      if (turn) return fatal(new Error(`Run for task ${m.spec.taskId} while turn ${turn.ctx?.turn} still runs`));
       pendingInputs = m.pendingInputs;
       void runTurn(m.spec);
       return;
@@ -130,7 +160,7 @@ function onMessage(m: EngineMessage): void {
       return;
     case 'shutdown':
       shutdownAsked = true;
-      if (!turn) process.exit(0);
+      if (!turn) exitFlushed(0);
       return;
   }
 }
@@ -197,7 +227,7 @@ async function runTurn(spec: TurnSpec): Promise<void> {
   t.ctx?.fence('its turn already ended in this worker');
   turn = undefined;
   send({ type: 'terminal', outcome });
-  if (shutdownAsked) pipe.end(() => process.exit(0));
+  if (shutdownAsked) pipe.end(() => exitFlushed(0));
 }
 
 /**
@@ -288,7 +318,7 @@ setInterval(() => { try { process.kill(d.ppid, 0); } catch (e) { if (e.code === 
 
 async function main(): Promise<void> {
   const spec = process.argv[2];
-  if (!spec) fatal(new Error('usage: child-main.js <workflows module path or file URL> [--prewarm]'));
+  if (!spec) return fatal(new Error('usage: child-main.js <workflows module path or file URL> [--prewarm]'));
   const flags = process.argv.slice(3);
   const prewarm = flags.includes(PREWARM_FLAG);
   // Started through `setpriv --pdeathsig SIGKILL`, the kernel kills this process with the engine:
@@ -301,7 +331,7 @@ async function main(): Promise<void> {
   } catch (err) {
     const e = new TurnlogError('TURNLOG_WORKER_START', `Worker ${process.pid} could not load workflows module ${spec}: ${(err as Error).message}`, { cause: err });
     send({ type: 'ready', protocolVersion: PROTOCOL_VERSION, pid: process.pid, workflows: [], error: errorToFailure(e) });
-    pipe.end(() => process.exit(1));
+    pipe.end(() => exitFlushed(1));
     return;
   }
   if (prewarm) {
@@ -343,14 +373,14 @@ function readPing(): Promise<Uint8Array[]> {
       try {
         frames = reader.push(chunk);
       } catch (err) {
-        fatal(err);
+        return fatal(err);
       }
       if (frames.length === 0) return;
       let m: EngineMessage;
       try {
         m = decodeEngineMessage(frames[0]!);
       } catch (err) {
-        fatal(err);
+        return fatal(err);
       }
       if (m.type !== 'pending-inputs') return finish(frames);
       onMessage(m);

@@ -30,8 +30,12 @@ const STDERR_TAIL = 20;
 const CLOSE_KILL_MS = 2000;
 /** Delay before replacing a warm worker that was just handed out. */
 const REFILL_DELAY_MS = 50;
-/** After the exit event, how long to wait for the protocol pipe to drain (a terminal may be in it). */
-const DRAIN_MS = 200;
+/**
+ * After the exit event, how long to wait for the pipes to reach EOF: fd 3 (a terminal may be in
+ * it), stdout and stderr (a last burst of logs). Only a descendant that left the worker's process
+ * group can hold them open longer.
+ */
+const DRAIN_MS = 1000;
 
 /** Who receives a bound worker's frames and its death. */
 export interface WorkerListener {
@@ -119,12 +123,15 @@ export class WorkerProcess {
     this.#pipe.on('error', () => undefined);
     this.#forward(this.child.stdout!, 'stdout', options.logger);
     this.#forward(this.child.stderr!, 'stderr', options.logger);
-    let pipeClosed = false;
+    // fd 3, stdout, stderr: the worker is done once it exited and all three reached EOF.
+    let openPipes = 3;
+    let drainExpired = false;
     let exitInfo: { exitCode: number | null; signal: NodeJS.Signals | null } | undefined;
     let settle!: (v: { exitCode: number | null; signal: NodeJS.Signals | null }) => void;
     this.exited = new Promise((r) => (settle = r));
     const finish = () => {
       if (!exitInfo) return;
+      if (openPipes > 0 && !drainExpired) return;
       if (!this.alive) return;
       this.alive = false;
       clearTimeout(this.#closeTimer);
@@ -132,22 +139,28 @@ export class WorkerProcess {
       settle(exitInfo);
       this.listener?.onExit(exitInfo.exitCode, exitInfo.signal);
     };
-    this.#pipe.on('close', () => {
-      pipeClosed = true;
-      finish();
-    });
+    for (const stream of [this.#pipe, this.child.stdout!, this.child.stderr!]) {
+      stream.once('close', () => {
+        openPipes--;
+        finish();
+      });
+    }
     this.child.on('error', (err) => {
       // spawn failed (ENOENT, EMFILE): no exit event follows.
       this.stderrTail.push(String(err.message));
       exitInfo = { exitCode: null, signal: null };
+      drainExpired = true;
       finish();
     });
     this.child.on('exit', (exitCode, signal) => {
       // Whatever the handler started dies with the worker, however the worker ended.
       killGroup(this.pid, true);
       exitInfo = { exitCode, signal };
-      if (pipeClosed) finish();
-      else setTimeout(finish, DRAIN_MS).unref();
+      if (openPipes === 0) return finish();
+      setTimeout(() => {
+        drainExpired = true;
+        finish();
+      }, DRAIN_MS).unref();
     });
   }
 
@@ -239,6 +252,8 @@ export class WorkerProcess {
   }
 
   #forward(stream: NodeJS.ReadableStream, name: 'stdout' | 'stderr', logger: Logger | undefined): void {
+    // A closing worker still flushing its output is not stuck: its SIGKILL waits.
+    stream.on('data', () => this.#closeTimer?.refresh());
     const rl = createInterface({ input: stream, crlfDelay: Infinity });
     rl.on('line', (line) => {
       if (name === 'stderr') {

@@ -11,6 +11,7 @@ import { ProcessExecutor, type ProcessExecutorOptions } from '../../src/executor
 import { silentLogger, type Logger } from '../../src/runtime/logger.js';
 import type { HistoryEvent } from '../../src/history/events.js';
 import * as fixtures from '../fixtures/workflows/index.js';
+import { burstLine } from '../fixtures/workflows/burst.js';
 import { groupMembers, killQuietly, running, until } from '../helpers/processes.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
 
@@ -130,5 +131,28 @@ describe.runIf(LINUX).each(['auto', 'thread'])('worker process groups: engine SI
     await new Promise((r) => host!.once('exit', r));
     for (const pid of workerPids) await until(() => groupMembers(pid).length === 0, `group ${pid} to be empty`, 10_000);
     expect(kids.some(running)).toBe(false);
+  });
+});
+
+describe('worker output is drained before the worker counts as gone (issue 10.10)', () => {
+  it('forwards every line of an 8 MiB stdout and a 1 MiB stderr burst written just before the turn ends', async () => {
+    const got = { stdout: [] as string[], stderr: [] as string[] };
+    const logger: Logger = {
+      ...silentLogger,
+      info: (_m, f) => void got.stdout.push(String(f?.['line'])),
+      warn: (_m, f) => void got.stderr.push(String(f?.['line'])),
+    };
+    const exec = executor({ logger });
+    const engine = await open(exec);
+    const lines = { stdout: 8192, stderr: 1024 };
+    const h = await engine.start(fixtures.burst, lines);
+    const { pid } = (await h.result()) as { pid: number };
+    // close() resolves once every worker exited and its pipes reached EOF.
+    await exec.close();
+    expect(running(pid)).toBe(false);
+    expect(got.stdout).toHaveLength(lines.stdout);
+    expect(got.stderr).toHaveLength(lines.stderr);
+    expect(got.stdout.every((l, i) => l === burstLine('out', i))).toBe(true);
+    expect(got.stderr.every((l, i) => l === burstLine('err', i))).toBe(true);
   });
 });
