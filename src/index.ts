@@ -4,6 +4,7 @@
 // authoring
 export { defineWorkflow, DEFAULT_RETRY } from './workflow/define-workflow.js';
 export type { Workflow, WorkflowOptions, TurnHandler } from './workflow/define-workflow.js';
+export type { WorkflowSource } from './workflow/workflow-source.js';
 export type { TurnContext, StepOptions, Suspension, ExitForRecovery, CancelKind } from './workflow/context.js';
 
 // engine and client

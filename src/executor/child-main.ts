@@ -20,6 +20,7 @@ import { errorToFailure, failureToError } from '../history/failure.js';
 import { DefaultPayloadConverter } from '../history/payload.js';
 import { TurnContextImpl, runHandler, type TurnHost, type TurnSpec } from '../workflow/context.js';
 import type { Workflow } from '../workflow/define-workflow.js';
+import { workflowList } from '../workflow/workflow-source.js';
 import { markIsolatedWorker } from './isolation.js';
 import {
   FrameReader,
@@ -284,15 +285,9 @@ async function warmUp(): Promise<void> {
   }
 }
 
-function isWorkflow(v: unknown): v is Workflow<any, any, any> {
-  return typeof v === 'object' && v !== null && typeof (v as Workflow).name === 'string' && typeof (v as Workflow).turn === 'function' && 'policy' in v;
-}
-
-/** Named exports and a default export (one workflow or an array of them). */
+/** Named exports, arrays and a default export: the same reading as the engine's (workflow-source.ts). */
 function collect(mod: Record<string, unknown>): void {
-  for (const v of Object.values(mod)) {
-    for (const item of Array.isArray(v) ? v : [v]) if (isWorkflow(item)) workflows.set(item.name, item);
-  }
+  for (const w of workflowList(mod)) workflows.set(w.name, w);
 }
 
 /**

@@ -4,6 +4,7 @@
  */
 import type { ExecutorKind } from '../history/events.js';
 import type { AttemptOutcome, CancelKind, TurnHost, TurnSpec } from '../workflow/context.js';
+import type { Workflow } from '../workflow/define-workflow.js';
 
 export interface AttemptHandle {
   /** Settles exactly once with how the attempt ended; never rejects. */
@@ -21,6 +22,11 @@ export interface AttemptHandle {
 export interface Executor {
   readonly kind: ExecutorKind;
   start(spec: TurnSpec, host: TurnHost): Promise<AttemptHandle>;
+  /**
+   * Optional set-up check, run by engine activation before the store opens: throws a
+   * TurnlogError when this executor cannot run `workflows` (those of the engine it will run).
+   */
+  check?(workflows: readonly Workflow<any, any, any>[]): Promise<void>;
   /**
    * Stops idle workers and releases resources. Running attempts are the engine's to end first.
    * Restartable: a later `start()` starts again (engines deactivate and re-activate around

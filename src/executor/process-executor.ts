@@ -4,14 +4,16 @@
  * arrive as frames, are validated here, and go through the same TurnHost as inline turns.
  */
 import { availableParallelism } from 'node:os';
-import { existsSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { FencedError, invalidArgument } from '../errors.js';
+import { existsSync, realpathSync } from 'node:fs';
+import { dirname, isAbsolute, join, resolve } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { FencedError, TurnlogError, invalidArgument } from '../errors.js';
 import type { FailureInfo, Payload } from '../history/events.js';
 import { errorToFailure } from '../history/failure.js';
 import type { Logger } from '../runtime/logger.js';
 import type { AttemptOutcome, CancelKind, TurnHost, TurnSpec } from '../workflow/context.js';
+import type { Workflow } from '../workflow/define-workflow.js';
+import { workflowMap } from '../workflow/workflow-source.js';
 import type { AttemptHandle, Executor } from './executor.js';
 import { HEARTBEAT_INTERVAL_MS, WorkerProtocolError, type WorkerMessage } from './protocol.js';
 import { WorkerPool, type WorkerListener, type WorkerProcess } from './worker-pool.js';
@@ -20,6 +22,10 @@ export interface ProcessExecutorOptions {
   /**
    * Path or file URL of the ES module that exports the workflows (named exports, or a default
    * array). Workers import it and resolve handlers by name: export every workflow that runs here.
+   * A relative path is resolved against `process.cwd()` when the executor is constructed;
+   * `new URL('./workflows.js', import.meta.url)` does not depend on the working directory.
+   * Engine activation checks it: the file exists, is not the program's entry script, imports,
+   * and exports every workflow that runs on this executor (`TURNLOG_WORKFLOWS_MODULE`).
    */
   workflowsModule: string | URL;
   /** Node flags for workers (TypeScript loaders such as `--import tsx`). Default `process.execArgv`. */
@@ -50,6 +56,39 @@ const DEFAULT_HEARTBEAT_TIMEOUT_MS = 5000;
 /** Two heartbeat periods: one late heartbeat alone never kills a worker. */
 const MIN_HEARTBEAT_TIMEOUT_MS = 2 * HEARTBEAT_INTERVAL_MS;
 
+interface ResolvedModule {
+  /** As the caller wrote it (for messages). */
+  given: string;
+  href: string;
+  /** The file, for file: URLs and paths. */
+  path: string | undefined;
+  relative: boolean;
+  cwd: string;
+}
+
+/** Absolute file URL of the workflows module: a relative path is resolved against the cwd now, once. */
+function resolveModule(m: string | URL): ResolvedModule {
+  const cwd = process.cwd();
+  const given = String(m);
+  if (m instanceof URL || m.startsWith('file:')) {
+    const url = new URL(m);
+    return { given, href: url.href, path: url.protocol === 'file:' ? fileURLToPath(url) : undefined, relative: false, cwd };
+  }
+  const path = resolve(cwd, m);
+  return { given, href: pathToFileURL(path).href, path, relative: !isAbsolute(m), cwd };
+}
+
+/** True when `path` is the script node started (`node app.js`): a single-file app. */
+function isEntryScript(path: string): boolean {
+  const main = process.argv[1];
+  if (!main) return false;
+  try {
+    return realpathSync(main) === realpathSync(path);
+  } catch {
+    return false;
+  }
+}
+
 function defaultChildEntry(): string {
   const here = fileURLToPath(import.meta.url);
   const beside = join(dirname(here), 'child-main.js');
@@ -71,6 +110,7 @@ export class ProcessExecutor implements Executor {
   readonly #reuse: boolean;
   readonly #logger: Logger | undefined;
   readonly #heartbeatTimeoutMs: number;
+  readonly #module: ResolvedModule;
 
   constructor(options: ProcessExecutorOptions) {
     if (!options || (typeof options.workflowsModule !== 'string' && !(options.workflowsModule instanceof URL))) {
@@ -87,13 +127,14 @@ export class ProcessExecutor implements Executor {
       throw invalidArgument(`heartbeatTimeoutMs must be 0 (off) or ≥ ${MIN_HEARTBEAT_TIMEOUT_MS} (workers heartbeat every ${HEARTBEAT_INTERVAL_MS} ms), got ${heartbeatTimeoutMs}.`);
     }
     this.#heartbeatTimeoutMs = heartbeatTimeoutMs;
-    const mod = options.workflowsModule;
+    const mod = resolveModule(options.workflowsModule);
+    this.#module = mod;
     this.#reuse = options.reuseWorkers ?? false;
     this.#logger = options.logger;
     this.#pool = new WorkerPool({
       spawn: {
         childEntry: options.childEntry ?? defaultChildEntry(),
-        workflowsModule: mod instanceof URL ? mod.href : mod,
+        workflowsModule: mod.href,
         execArgv: options.execArgv ?? process.execArgv,
         env: options.env,
         logger: options.logger,
@@ -125,6 +166,44 @@ export class ProcessExecutor implements Executor {
   /** Pre-spawned workers that have loaded the workflows module. */
   get readyWarmCount(): number {
     return this.#pool.readyWarmCount;
+  }
+
+  /**
+   * Engine activation calls this before opening the store: the module must exist, must not be
+   * the program's entry script, must import, and must export each of `workflows` by name.
+   * Throws TURNLOG_WORKFLOWS_MODULE naming the workflows, the module and the fix.
+   */
+  async check(workflows: readonly Workflow<any, any, any>[]): Promise<void> {
+    const m = this.#module;
+    const names = workflows.map((w) => w.name).join(', ');
+    const fail = (detail: string, fix: string, cause?: unknown) =>
+      new TurnlogError('TURNLOG_WORKFLOWS_MODULE', `Workflows ${names} run on the process executor, whose workflowsModule ${m.given} ${detail}. ${fix}`, cause === undefined ? undefined : { cause });
+    const byUrl = 'Pass new URL(\'./workflows.js\', import.meta.url) or an absolute path.';
+    if (m.path !== undefined) {
+      if (!existsSync(m.path)) {
+        throw fail(m.relative ? `resolves to ${m.path}, which does not exist (a relative path is resolved against the working directory, ${m.cwd})` : `does not exist (${m.path})`, byUrl);
+      }
+      if (isEntryScript(m.path)) {
+        throw fail(
+          'is the program\'s entry script: each worker would import it and run the whole program',
+          'Move the workflows into a module of their own (workflows.js), import them from there, and pass that module.',
+        );
+      }
+    }
+    let ns: Record<string, unknown>;
+    try {
+      ns = (await import(m.href)) as Record<string, unknown>;
+    } catch (err) {
+      throw fail(`cannot be imported: ${(err as Error).message}`, 'Fix the module (run it with node to see the error); for TypeScript, pass the loader in execArgv and run the engine with it too.', err);
+    }
+    const exported = workflowMap(ns);
+    const missing = workflows.filter((w) => !exported.has(w.name)).map((w) => w.name);
+    if (missing.length > 0) {
+      throw fail(
+        `does not export ${missing.join(', ')} (it exports ${[...exported.keys()].join(', ') || 'no workflows'})`,
+        'Export each of them from that module by name (export const agent = defineWorkflow(…)) or in a default array, or run them inline.',
+      );
+    }
   }
 
   async start(spec: TurnSpec, host: TurnHost): Promise<AttemptHandle> {

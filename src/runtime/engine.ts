@@ -40,6 +40,7 @@ import { InlineExecutor } from '../executor/inline-executor.js';
 import { assertOutsideWorker } from '../executor/isolation.js';
 import type { AttemptOutcome, CancelKind, TurnHost, TurnSpec } from '../workflow/context.js';
 import { resolvePolicy, type Workflow } from '../workflow/define-workflow.js';
+import { isWorkflow, workflowList, type WorkflowSource } from '../workflow/workflow-source.js';
 import { turnSpecFor } from '../workflow/turn-spec.js';
 import { sleep, systemClock, type Clock, type Timer } from './clock.js';
 import { FaultInjector } from './fault.js';
@@ -49,7 +50,11 @@ import { consoleLogger, type Logger } from './logger.js';
 export interface EngineOptions {
   /** A directory for the default LevelDB store, or any HistoryStore. Default `.turnlog`. */
   store?: string | HistoryStore;
-  workflows: readonly Workflow<any, any, any>[];
+  /**
+   * The workflows this engine runs: a list, or a module namespace (`import * as workflows`)
+   * whose exports include workflows (other exports are ignored).
+   */
+  workflows: WorkflowSource;
   /** Stable identity of this deployment (survives restarts). Default `<hostname>|turnlog`. */
   owner?: string;
   /** This process's identity. Default `engine-<pid>-<random>`. */
@@ -214,10 +219,20 @@ export class Engine {
   #state: 'inactive' | 'activating' | 'open' | 'quiescing' | 'closed' = 'inactive';
 
   private constructor(options: EngineOptions) {
-    if (!options || !Array.isArray(options.workflows)) {
-      throw invalidArgument('Engine.open needs { workflows: [...] }: the workflows this engine runs.');
+    if (!options || typeof options.workflows !== 'object' || options.workflows === null) {
+      throw invalidArgument('Engine.open needs { workflows }: a list of the workflows this engine runs, or their module (import * as workflows).');
     }
-    for (const wf of options.workflows) {
+    const source = options.workflows;
+    if (Array.isArray(source)) {
+      source.forEach((wf: unknown, i) => {
+        if (!isWorkflow(wf)) throw invalidArgument(`workflows[${i}] is not a workflow (got ${wf === null ? 'null' : typeof wf}). Pass values made by defineWorkflow().`);
+      });
+    }
+    const list = workflowList(source);
+    if (!Array.isArray(source) && list.length === 0) {
+      throw invalidArgument(`The workflows module passed to Engine.open exports no workflows (exports: ${Object.keys(source).join(', ') || 'none'}). Export them by name or as a default array.`);
+    }
+    for (const wf of list) {
       if (this.#workflows.has(wf.name)) throw invalidArgument(`Workflow ${wf.name} is registered twice; names must be unique.`);
       this.#workflows.set(wf.name, wf);
     }
@@ -295,6 +310,8 @@ export class Engine {
     try {
       this.#owner = options.owner ?? this.#ownerOption ?? `${hostname()}|turnlog`;
       this.#instance = options.instance ?? this.#instanceOption ?? `engine-${process.pid}-${nanoid(8)}`;
+      // Executors check their set-up (a process executor's module) before anything is opened.
+      await this.#checkExecutors();
       await phase('open');
       this.#store = await this.#makeStore();
       await this.#store.open();
@@ -1142,6 +1159,14 @@ export class Engine {
     const run = t.chain.then(fn).finally(() => t.busy--);
     t.chain = run.catch(() => undefined);
     return run;
+  }
+
+  async #checkExecutors(): Promise<void> {
+    for (const [kind, ex] of this.#executors) {
+      if (!ex.check) continue;
+      const mine = [...this.#workflows.values()].filter((wf) => resolvePolicy(wf, this.#defaultExecutor).executor === kind);
+      if (mine.length > 0) await ex.check(mine);
+    }
   }
 
   #executorFor(kind: ExecutorKind): Executor {

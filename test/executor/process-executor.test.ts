@@ -1,7 +1,10 @@
 // ProcessExecutor against real worker processes and real SIGKILLs (issue 5, docs/isolation.md).
 // Workers import the compiled fixtures (dist/test/fixtures/workflows): run `npx tsc -p tsconfig.json` first.
 // Timeouts are small (300 ms + 300 ms grace) on the real clock; tests assert on history, never on elapsed time.
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { promisify } from 'node:util';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -12,6 +15,8 @@ import { defineWorkflow } from '../../src/workflow/define-workflow.js';
 import { silentLogger, type Logger } from '../../src/runtime/logger.js';
 import type { HistoryEvent } from '../../src/history/events.js';
 import * as fixtures from '../fixtures/workflows/index.js';
+import * as burstModule from '../fixtures/workflows/burst.js';
+import { createTestEngine } from '../../src/testing/test-engine.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
 
 const DIST = fileURLToPath(new URL('../../dist/test/fixtures/', import.meta.url));
@@ -350,5 +355,80 @@ describe.each(['auto', 'thread'])('ProcessExecutor: engine crash (orphan watch: 
     expect(of(hist, 'TurnTimedOut')).toMatchObject([{ turn: 1, cause: 'recovery_marker' }]);
     expect(of(hist, 'TaskCompleted')).toMatchObject([{ outcome: 'timed_out' }]);
     expect(types(hist)).not.toContain('WorkerKilled');
+  });
+});
+
+describe('ProcessExecutor: set-up checked at Engine.open (issue 10.11)', () => {
+  async function refused(options: Partial<ProcessExecutorOptions>): Promise<{ err: unknown; dir: string }> {
+    const dir = await makeTmpDir('turnlog-setup-');
+    cleanups.push(dir.remove);
+    const store = join(dir.path, 'store');
+    const err = await Engine.open({ store, workflows: ALL, executors: { process: executor(options) }, logger: silentLogger }).then(
+      async (e) => {
+        await e.shutdown({ graceMs: 0 });
+        return undefined;
+      },
+      (e: unknown) => e,
+    );
+    // Nothing written: the store was never opened.
+    expect(existsSync(store)).toBe(false);
+    return { err, dir: store };
+  }
+
+  it('refuses a relative path that does not resolve against the working directory, naming it', async () => {
+    const { err } = await refused({ workflowsModule: 'no/such/workflows.js' });
+    expect(err).toMatchObject({ code: 'TURNLOG_WORKFLOWS_MODULE' });
+    expect((err as Error).message).toContain(join(process.cwd(), 'no/such/workflows.js'));
+    expect((err as Error).message).toMatch(/resolved against the working directory.*import\.meta\.url/s);
+  });
+
+  it('accepts a relative path, resolved against the working directory', async () => {
+    const engine = await open(executor({ workflowsModule: relative(process.cwd(), MODULE) }));
+    expect(await (await engine.start(fixtures.echo, 'rel')).result()).toMatchObject({ echo: 'rel' });
+  });
+
+  it('refuses a module that does not export a workflow the engine runs on it', async () => {
+    const { err } = await refused({ workflowsModule: `${DIST}workflows/boundary.js` });
+    expect(err).toMatchObject({ code: 'TURNLOG_WORKFLOWS_MODULE' });
+    expect((err as Error).message).toMatch(/does not export .*iso-echo.*\(it exports iso-boundary\)/);
+    expect((err as Error).message).toContain('boundary.js');
+  });
+
+  it('refuses a module that cannot be imported', async () => {
+    const { err } = await refused({ workflowsModule: `${DIST}children/hold-store-lock.mjs.missing` });
+    expect(err).toMatchObject({ code: 'TURNLOG_WORKFLOWS_MODULE' });
+  });
+
+  it('refuses a single-file app (the module is the entry script) before importing it', async () => {
+    const dir = await makeTmpDir('turnlog-single-');
+    cleanups.push(dir.remove);
+    const store = join(dir.path, 'store');
+    const { stdout } = await promisify(execFile)(process.execPath, [`${DIST}children/single-file-app.js`, store], { timeout: 30_000 });
+    const [code, message] = stdout.split('\n');
+    expect(code).toBe('TURNLOG_WORKFLOWS_MODULE');
+    expect(message).toMatch(/single-file-hello .*entry script.*Move the workflows into a module of their own/);
+    expect(existsSync(store)).toBe(false);
+  });
+
+  it('accepts a module namespace as the workflow list (Engine.open and createTestEngine)', async () => {
+    const engine = await Engine.open({ store: new MemoryHistoryStore(), workflows: fixtures, executors: { process: executor() }, logger: silentLogger, scanIntervalMs: 0 });
+    cleanups.push(() => engine.shutdown({ graceMs: 100 }));
+    expect(engine.workflows.get('iso-echo')).toBe(fixtures.echo);
+    expect(await (await engine.start(fixtures.echo, 'ns')).result()).toMatchObject({ echo: 'ns' });
+    // Non-workflow exports (burstLine) are ignored.
+    const t = await createTestEngine({ workflows: burstModule, executors: { process: executor() } });
+    cleanups.push(() => t.close());
+    expect([...t.engine.workflows.keys()]).toEqual(['iso-burst']);
+  });
+
+  it('refuses a namespace without workflows, and a list item that is not a workflow', async () => {
+    await expect(Engine.open({ store: new MemoryHistoryStore(), workflows: { helper: () => 1 }, logger: silentLogger })).rejects.toMatchObject({
+      code: 'TURNLOG_INVALID_ARGUMENT',
+      message: expect.stringMatching(/exports no workflows \(exports: helper\)/),
+    });
+    await expect(Engine.open({ store: new MemoryHistoryStore(), workflows: [fixtures.echo, undefined as never], logger: silentLogger })).rejects.toMatchObject({
+      code: 'TURNLOG_INVALID_ARGUMENT',
+      message: expect.stringMatching(/workflows\[1\] is not a workflow/),
+    });
   });
 });
