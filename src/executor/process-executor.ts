@@ -8,15 +8,15 @@ import { existsSync, realpathSync } from 'node:fs';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { FencedError, TurnlogError, invalidArgument } from '../errors.js';
-import type { FailureInfo, Payload } from '../history/events.js';
+import type { FailureInfo, Payload, WorkflowKind } from '../history/events.js';
 import { errorToFailure } from '../history/failure.js';
 import type { Logger } from '../runtime/logger.js';
 import type { AttemptOutcome, CancelKind, TurnHost, TurnSpec } from '../workflow/context.js';
 import type { Workflow } from '../workflow/define-workflow.js';
 import { workflowMap } from '../workflow/workflow-source.js';
-import type { AttemptHandle, Executor } from './executor.js';
+import type { AttemptHandle, Executor, Reservation } from './executor.js';
 import { HEARTBEAT_INTERVAL_MS, WorkerProtocolError, type WorkerMessage } from './protocol.js';
-import { WorkerPool, type WorkerListener, type WorkerProcess } from './worker-pool.js';
+import { WorkerPool, type Acquired, type WorkerListener, type WorkerProcess } from './worker-pool.js';
 
 export interface ProcessExecutorOptions {
   /**
@@ -206,11 +206,19 @@ export class ProcessExecutor implements Executor {
     }
   }
 
-  async start(spec: TurnSpec, host: TurnHost): Promise<AttemptHandle> {
+  /** Takes a worker (parked, warm or newly spawned) or a place in the queue, before the turn start is written. */
+  reserve(taskId: string, kind: WorkflowKind): Reservation {
     this.#pool.reopen(); // no-op unless close() ran: executors outlive engine deactivation
+    const reuse = this.#reuse && kind === 'multi-turn';
+    return new WorkerReservation(this, this.#pool, taskId, reuse, this.#pool.acquire(taskId, reuse));
+  }
+
+  async start(spec: TurnSpec, host: TurnHost, reservation?: Reservation): Promise<AttemptHandle> {
     const reuse = this.#reuse && spec.kind === 'multi-turn';
+    const mine = reservation instanceof WorkerReservation && reservation.owner === this && reservation.taskId === spec.taskId ? reservation.take() : undefined;
+    if (!mine) this.#pool.reopen();
     const attempt = new ProcessAttempt(spec, host, this.#pool, reuse, this.#logger, this.#heartbeatTimeoutMs);
-    const got = this.#pool.acquire(spec.taskId, reuse);
+    const got = mine ?? this.#pool.acquire(spec.taskId, reuse);
     if ('worker' in got) attempt.bind(got.worker);
     else attempt.queue(got.queued, got.cancel);
     return attempt;
@@ -218,6 +226,43 @@ export class ProcessExecutor implements Executor {
 
   async close(): Promise<void> {
     await this.#pool.close();
+  }
+}
+
+/** A worker (or a queue place) taken by {@link ProcessExecutor.reserve}; used once or released. */
+class WorkerReservation implements Reservation {
+  readonly pid: number;
+  #got: Acquired | undefined;
+
+  constructor(
+    readonly owner: ProcessExecutor,
+    readonly pool: WorkerPool,
+    readonly taskId: string,
+    readonly reuse: boolean,
+    got: Acquired,
+  ) {
+    this.#got = got;
+    this.pid = 'worker' in got ? got.worker.pid : 0;
+  }
+
+  /** The acquired worker or queue place, once. */
+  take(): Acquired | undefined {
+    const got = this.#got;
+    this.#got = undefined;
+    return got;
+  }
+
+  release(): void {
+    const got = this.take();
+    if (!got) return;
+    if ('worker' in got) {
+      // Back where it came from: parked again for a multi-turn task with reuse, else closed.
+      this.pool.release(got.worker, this.reuse ? this.taskId : undefined);
+      return;
+    }
+    got.cancel();
+    // Handed out before the cancel: give it back.
+    void got.queued.then((w) => this.pool.release(w, undefined), () => undefined);
   }
 }
 

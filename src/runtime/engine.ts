@@ -35,7 +35,7 @@ import { decodeState, encodeState } from '../history/state-codec.js';
 import { decide, fold } from '../replay/index.js';
 import type { Decision } from '../replay/decision.js';
 import type { HistoryStore, ListOptions, TaskPage } from '../store/history-store.js';
-import type { Executor, AttemptHandle } from '../executor/executor.js';
+import type { Executor, AttemptHandle, Reservation } from '../executor/executor.js';
 import { InlineExecutor } from '../executor/inline-executor.js';
 import { assertOutsideWorker } from '../executor/isolation.js';
 import type { AttemptOutcome, CancelKind, TurnHost, TurnSpec } from '../workflow/context.js';
@@ -698,6 +698,9 @@ export class Engine {
     const open = preview.openTurn;
     // Throws before anything is written when the workflow's executor is not configured.
     const executor = this.#executorFor(policy.executor);
+    // A worker taken now lets TurnStarted name its pid (0: it waits for a free worker).
+    const reservation = executor.reserve?.(t.id, preview.kind);
+    const pid = policy.executor === 'inline' ? process.pid : (reservation?.pid ?? 0);
     if (d.kind === 'rerun') {
       drafts.push({
         type: 'TurnStarted',
@@ -709,7 +712,7 @@ export class Engine {
         owner: this.owner,
         instance: this.instance,
         executor: policy.executor,
-        pid: policy.executor === 'inline' ? process.pid : 0,
+        pid,
         turnStartedAt: open!.turnStartedAt,
         deadline: open!.deadline,
       });
@@ -724,12 +727,17 @@ export class Engine {
         owner: this.owner,
         instance: this.instance,
         executor: policy.executor,
-        pid: policy.executor === 'inline' ? process.pid : 0,
+        pid,
         turnStartedAt: now,
         deadline: now + policy.turnTimeoutMs,
       });
     }
-    await this.#append(t, drafts, lease, now);
+    try {
+      await this.#append(t, drafts, lease, now);
+    } catch (err) {
+      reservation?.release();
+      throw err;
+    }
     const s = t.state!;
     const ot = s.openTurn!;
     const active: ActiveAttempt = { turn: ot.turn, attempt: ot.attempt, finalized: false, timers: [], renewFailures: 0, done: Promise.resolve() };
@@ -737,17 +745,18 @@ export class Engine {
     const spec = turnSpecFor(s, this.#converter.toPayload(undefined), this.#codec?.decode);
     active.timers.push(this.#clock.setTimer(() => void this.#onDeadline(t, active), ot.deadline - now));
     this.#armRenewal(t, active);
-    active.done = this.#runAttempt(t, active, executor, spec);
+    active.done = this.#runAttempt(t, active, executor, spec, reservation);
   }
 
-  async #runAttempt(t: TaskEntry, active: ActiveAttempt, executor: Executor, spec: TurnSpec): Promise<void> {
+  async #runAttempt(t: TaskEntry, active: ActiveAttempt, executor: Executor, spec: TurnSpec, reservation: Reservation | undefined): Promise<void> {
     let outcome: AttemptOutcome;
     try {
-      const handle = await executor.start(spec, this.#host(t, active));
+      const handle = await executor.start(spec, this.#host(t, active), reservation);
       active.handle = handle;
       if (active.pendingCancel) handle.cancel(...active.pendingCancel);
       outcome = await handle.outcome;
     } catch (err) {
+      reservation?.release();
       outcome = { kind: 'failed', failure: { message: (err as Error).message ?? String(err), type: (err as Error).name ?? 'Error', code: (err as { code?: string }).code ?? 'TURNLOG_WORKER_START' } };
     }
     await this.#withLock(t, () => this.#finishAttempt(t, active, outcome)).catch((err) =>

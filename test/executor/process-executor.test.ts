@@ -94,6 +94,29 @@ describe('ProcessExecutor: basics', () => {
     expect(types(await h.history())).toEqual(['TaskCreated', 'InputQueued', 'LeaseClaimed', 'TurnStarted', 'TurnCompleted', 'TaskCompleted']);
   });
 
+  // Issue 18.5: TurnStarted.pid was 0 for every process turn.
+  it('names the worker pid in TurnStarted: warm pool and reused worker', async () => {
+    const exec = executor({ warmPool: 1, reuseWorkers: true });
+    const engine = await open(exec);
+    const cold = await engine.start(fixtures.echo, 'a');
+    const coldPid = ((await cold.result()) as { pid: number }).pid;
+    expect(of(await cold.history(), 'TurnStarted').map((e) => e.pid)).toEqual([coldPid]);
+    const chat = await engine.start(fixtures.pids, 'a', { taskId: 'pid-reuse' });
+    const first = ((await chat.nextTurn()).output as { pid: number }).pid;
+    const next = await chat.send('b');
+    expect(((await chat.turnResult(next)).output as { pid: number }).pid).toBe(first);
+    expect(of(await chat.history(), 'TurnStarted').map((e) => e.pid)).toEqual([first, first]);
+  });
+
+  it('leaves TurnStarted.pid 0 for an attempt that waited for a free worker', async () => {
+    const engine = await open(executor({ maxWorkers: 1 }));
+    const [a, b] = await Promise.all([engine.start(fixtures.slow, 300), engine.start(fixtures.echo, 'queued')]);
+    const aPid = ((await a.result()) as { pid: number }).pid;
+    await b.result();
+    expect(of(await a.history(), 'TurnStarted')[0]!.pid).toBe(aPid);
+    expect(of(await b.history(), 'TurnStarted')[0]!.pid).toBe(0);
+  });
+
   it('gives a handler that calls Engine.open inside a worker an IsolationBoundaryError', async () => {
     const exec = executor({ workflowsModule: `${DIST}workflows/boundary.js` });
     const { boundary } = await import('../fixtures/workflows/boundary.js');
