@@ -43,7 +43,8 @@ export interface ProcessExecutorOptions {
   /**
    * A turn's worker that sends no complete frame for this long (it heartbeats every second) is
    * killed and the attempt fails with `TURNLOG_WORKER_PROTOCOL`: its event loop is blocked or
-   * its fd 3 carries garbage. Judged on the engine's clock. Default 5000 ms; 0 turns it off.
+   * its fd 3 carries garbage. The silence must show on the engine's clock and in real time.
+   * Default 5000 ms; 0 turns it off; at least 2000 ms (two heartbeats).
    */
   heartbeatTimeoutMs?: number;
   /** Receives worker stdout (info) and stderr (warn) lines tagged with the task id. Default: prefixed to this process's stdout/stderr. */
@@ -287,8 +288,9 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
   #pendingSent = -1;
   #lastHeartbeat = 0;
   readonly #heartbeatTimeoutMs: number;
-  /** Engine-clock time of the last complete frame (liveness). */
+  /** Engine-clock and real (performance.now) time of the last complete frame (liveness). */
   #lastFrameAt = 0;
+  #lastFrameReal = 0;
   readonly #stopLiveness = new AbortController();
 
   constructor(spec: TurnSpec, host: TurnHost, pool: WorkerPool, reuse: boolean, logger: Logger | undefined, heartbeatTimeoutMs: number) {
@@ -356,10 +358,15 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
     }
   }
 
-  /** Kills the worker once no complete frame arrived for the heartbeat timeout (engine clock). */
+  /**
+   * Kills the worker once no complete frame arrived for the heartbeat timeout, on the engine's
+   * clock and in real time both: heartbeats are real-time, so advancing a ManualClock alone
+   * never kills a healthy worker.
+   */
   async #watchLiveness(): Promise<void> {
     const limit = this.#heartbeatTimeoutMs;
     this.#lastFrameAt = this.#host.now();
+    this.#lastFrameReal = performance.now();
     let wait = limit;
     for (;;) {
       try {
@@ -370,7 +377,7 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
       // Timers run before I/O: let frames already in the pipe in before judging (engine stalls).
       await new Promise((r) => setImmediate(r));
       if (this.#done) return;
-      const silent = this.#host.now() - this.#lastFrameAt;
+      const silent = Math.min(this.#host.now() - this.#lastFrameAt, Math.round(performance.now() - this.#lastFrameReal));
       if (silent >= limit) {
         return this.#protocolViolation(
           `no complete frame for ${silent} ms during turn ${this.#spec.turn} (heartbeats come every ${HEARTBEAT_INTERVAL_MS} ms): ` +
@@ -397,6 +404,7 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
   onMessage(m: WorkerMessage): void {
     if (this.#done) return;
     this.#lastFrameAt = this.#host.now();
+    this.#lastFrameReal = performance.now();
     switch (m.type) {
       case 'heartbeat':
         this.#lastHeartbeat = performance.now();

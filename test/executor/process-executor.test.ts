@@ -314,6 +314,18 @@ describe('ProcessExecutor: broken workers', () => {
     expect(await (await engine.start(fixtures.slow, 4500)).result()).toMatchObject({ done: true });
   });
 
+  it('does not kill a healthy worker when only a ManualClock jumps past the heartbeat timeout', async () => {
+    const exec = executor({ warmPool: 1 });
+    await until(() => exec.readyWarmCount === 1, 'a ready warm worker');
+    const t = await createTestEngine({ workflows: ALL, executors: { process: exec } });
+    cleanups.push(() => t.close());
+    const h = await t.engine.start(fixtures.slow, 2500);
+    // A real heartbeat has come in by now, so the liveness check is armed on the manual clock.
+    await new Promise((r) => setTimeout(r, 1200));
+    await t.advance(10_000);
+    expect(await h.result()).toMatchObject({ done: true });
+  });
+
   it('refuses a heartbeat timeout shorter than two heartbeats', () => {
     expect(() => new ProcessExecutor({ workflowsModule: MODULE, heartbeatTimeoutMs: 500 })).toThrow(/heartbeatTimeoutMs must be 0 \(off\) or ≥ 2000/);
   });
