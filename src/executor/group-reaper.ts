@@ -70,8 +70,3 @@ export function killGroup(pgid: number, forget = false): void {
   }
   if (forget && reaper && reaper.exitCode === null) (reaper.stdin as Socket | null)?.write(`-${pgid}\n`);
 }
-
-/** Pid of the reaper, if one runs (tests). @internal */
-export function groupReaperPid(): number | undefined {
-  return reaper?.pid;
-}

@@ -216,7 +216,7 @@ export class ProcessExecutor implements Executor {
 
   async start(spec: TurnSpec, host: TurnHost, reservation?: Reservation): Promise<AttemptHandle> {
     const reuse = this.#reuse && spec.kind === 'multi-turn';
-    const mine = reservation instanceof WorkerReservation && reservation.owner === this && reservation.taskId === spec.taskId ? reservation.take() : undefined;
+    const mine = reservation instanceof WorkerReservation ? reservation.take(this, spec.taskId) : undefined;
     if (!mine) this.#pool.reopen();
     const attempt = new ProcessAttempt(spec, host, this.#pool, reuse, this.#logger, this.#heartbeatTimeoutMs);
     const got = mine ?? this.#pool.acquire(spec.taskId, reuse);
@@ -233,37 +233,40 @@ export class ProcessExecutor implements Executor {
 /** A worker (or a queue place) taken by {@link ProcessExecutor.reserve}; used once or released. */
 class WorkerReservation implements Reservation {
   readonly pid: number;
+  readonly #owner: ProcessExecutor;
+  readonly #pool: WorkerPool;
+  readonly #taskId: string;
+  readonly #reuse: boolean;
   #got: Acquired | undefined;
 
-  constructor(
-    readonly owner: ProcessExecutor,
-    readonly pool: WorkerPool,
-    readonly taskId: string,
-    readonly reuse: boolean,
-    got: Acquired,
-  ) {
+  constructor(owner: ProcessExecutor, pool: WorkerPool, taskId: string, reuse: boolean, got: Acquired) {
+    this.#owner = owner;
+    this.#pool = pool;
+    this.#taskId = taskId;
+    this.#reuse = reuse;
     this.#got = got;
     this.pid = 'worker' in got ? got.worker.pid : 0;
   }
 
-  /** The acquired worker or queue place, once. */
-  take(): Acquired | undefined {
+  /** The acquired worker or queue place, once, if this reservation is `owner`'s for `taskId`. */
+  take(owner: ProcessExecutor, taskId: string): Acquired | undefined {
+    if (owner !== this.#owner || taskId !== this.#taskId) return undefined;
     const got = this.#got;
     this.#got = undefined;
     return got;
   }
 
   release(): void {
-    const got = this.take();
+    const got = this.take(this.#owner, this.#taskId);
     if (!got) return;
     if ('worker' in got) {
       // Back where it came from: parked again for a multi-turn task with reuse, else closed.
-      this.pool.release(got.worker, this.reuse ? this.taskId : undefined);
+      this.#pool.release(got.worker, this.#reuse ? this.#taskId : undefined);
       return;
     }
     got.cancel();
     // Handed out before the cancel: give it back.
-    void got.queued.then((w) => this.pool.release(w, undefined), () => undefined);
+    void got.queued.then((w) => this.#pool.release(w, undefined), () => undefined);
   }
 }
 

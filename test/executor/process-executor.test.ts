@@ -117,6 +117,19 @@ describe('ProcessExecutor: basics', () => {
     expect(of(await b.history(), 'TurnStarted')[0]!.pid).toBe(0);
   });
 
+  it('gives a released reservation back: parked for a reused multi-turn task, else closed', async () => {
+    const exec = executor({ reuseWorkers: true });
+    const parked = exec.reserve('res-multi', 'multi-turn');
+    expect(parked.pid).toBeGreaterThan(0);
+    parked.release();
+    parked.release(); // a no-op the second time
+    expect(exec.parkedWorkers.get('res-multi')).toBe(parked.pid);
+    const closed = exec.reserve('res-one', 'one-shot');
+    closed.release();
+    await until(() => !exec.workerPids.includes(closed.pid), 'the released worker to exit');
+    expect(exec.parkedWorkers.has('res-one')).toBe(false);
+  });
+
   it('gives a handler that calls Engine.open inside a worker an IsolationBoundaryError', async () => {
     const exec = executor({ workflowsModule: `${DIST}workflows/boundary.js` });
     const { boundary } = await import('../fixtures/workflows/boundary.js');
