@@ -20,9 +20,11 @@ import { errorToFailure, failureToError } from '../history/failure.js';
 import { DefaultPayloadConverter, type PayloadConverter } from '../history/payload.js';
 import { TurnContextImpl, runHandler, type TurnHost, type TurnSpec } from '../workflow/context.js';
 import type { Workflow } from '../workflow/define-workflow.js';
+import { workflowList } from '../workflow/workflow-source.js';
 import { markIsolatedWorker } from './isolation.js';
 import {
   FrameReader,
+  HEARTBEAT_INTERVAL_MS,
   PARENT_DEATH_SIGNAL_FLAG,
   PREWARM_FLAG,
   PROTOCOL_FD,
@@ -36,8 +38,9 @@ import {
   type WorkerMessage,
 } from './protocol.js';
 
-const HEARTBEAT_MS = 1000;
 const ORPHAN_POLL_MS = 250;
+/** Longest wait for stdout/stderr to flush before exiting anyway. */
+const FLUSH_LIMIT_MS = 5000;
 /** How long a warm-pool worker waits for the engine's first frame before Ready. */
 const PING_WAIT_MS = 1000;
 /** Name of the synthetic workflow of the warm-up turn (never listed in Ready). */
@@ -68,48 +71,76 @@ const workflows = new Map<string, Workflow<any, any, any, any>>();
 let turn: Turn | undefined;
 let pendingInputs = 0;
 let shutdownAsked = false;
+/** A fatal error happened: no frame is handled any more while the output flushes. */
+let dying = false;
 /** Where frames go: the pipe, or the warm-up's loopback. */
 let send: (m: WorkerMessage) => void = (m) => {
   pipe.write(encodeWorkerMessage(m));
 };
 
-// EOF or a broken pipe: the engine is gone or done with us. Exit at once: nothing this process
-// does from now on could be recorded. (A busy handler never gets here: see watchOrphan.)
-pipe.on('end', () => process.exit(0));
-pipe.on('error', () => process.exit(0));
+// EOF or a broken pipe: the engine is gone or done with us. Exit as soon as stdout/stderr are
+// flushed: nothing this process does from now on could be recorded. (A busy handler never gets
+// here: see watchOrphan.)
+pipe.on('end', () => exitFlushed(0));
+pipe.on('error', () => exitFlushed(0));
+
+/**
+ * Exits once stdout and stderr have handed everything queued to the engine: they are async
+ * pipes, and process.exit() drops what is still queued (an 8 MB burst lost its tail, issue 10.10).
+ * A dead engine makes the writes fail (EPIPE), which ends the wait too; FLUSH_LIMIT_MS caps it.
+ */
+function exitFlushed(code: number): void {
+  let waiting = 1;
+  const done = (): void => {
+    if (--waiting === 0) process.exit(code);
+  };
+  for (const s of [process.stdout, process.stderr]) {
+    if (s.writableLength > 0 && !s.destroyed) {
+      waiting++;
+      s.write('', done);
+    }
+  }
+  if (waiting > 1) setTimeout(() => process.exit(code), FLUSH_LIMIT_MS);
+  done();
+}
 // Attached once the module has loaded (main): until then the socket stays paused, and a Run
 // sent early waits in it rather than meeting an empty workflow table.
 const onData = (chunk: Buffer): void => {
+  if (dying) return;
   let frames: Uint8Array[];
   try {
     frames = reader.push(chunk);
   } catch (err) {
-    fatal(err);
+    return fatal(err);
   }
   onFrames(frames);
 };
 
 function onFrames(frames: Uint8Array[]): void {
   for (const f of frames) {
+    if (dying) return;
     let m: EngineMessage;
     try {
       m = decodeEngineMessage(f);
     } catch (err) {
-      fatal(err);
+      return fatal(err);
     }
     onMessage(m);
   }
 }
 
-function fatal(err: unknown): never {
+/** Stops reading frames and exits (70) once the output is flushed; callers return right after. */
+function fatal(err: unknown): void {
+  dying = true;
+  pipe.pause();
   process.stderr.write(`[turnlog worker ${process.pid}] ${(err as Error).stack ?? String(err)}\n`);
-  process.exit(70);
+  exitFlushed(70);
 }
 
 function onMessage(m: EngineMessage): void {
   switch (m.type) {
     case 'run':
-      if (turn) fatal(new Error(`Run for task ${m.spec.taskId} while turn ${turn.ctx?.turn} still runs`));
+      if (turn) return fatal(new Error(`Run for task ${m.spec.taskId} while turn ${turn.ctx?.turn} still runs`));
       pendingInputs = m.pendingInputs;
       void runTurn(m.spec);
       return;
@@ -131,7 +162,7 @@ function onMessage(m: EngineMessage): void {
       return;
     case 'shutdown':
       shutdownAsked = true;
-      if (!turn) process.exit(0);
+      if (!turn) exitFlushed(0);
       return;
   }
 }
@@ -174,7 +205,7 @@ function hostFor(t: Turn): TurnHost {
 }
 
 async function runTurn(spec: TurnSpec): Promise<void> {
-  const heartbeat = setInterval(() => send({ type: 'heartbeat' }), HEARTBEAT_MS);
+  const heartbeat = setInterval(() => send({ type: 'heartbeat' }), HEARTBEAT_INTERVAL_MS);
   heartbeat.unref();
   const t: Turn = { ctx: undefined, pending: new Map(), heartbeat, taskId: spec.taskId, turn: spec.turn, attempt: spec.attempt };
   turn = t;
@@ -198,7 +229,7 @@ async function runTurn(spec: TurnSpec): Promise<void> {
   t.ctx?.fence('its turn already ended in this worker');
   turn = undefined;
   send({ type: 'terminal', outcome });
-  if (shutdownAsked) pipe.end(() => process.exit(0));
+  if (shutdownAsked) pipe.end(() => exitFlushed(0));
 }
 
 /**
@@ -255,29 +286,24 @@ async function warmUp(): Promise<void> {
   }
 }
 
-function isWorkflow(v: unknown): v is Workflow<any, any, any, any> {
-  return typeof v === 'object' && v !== null && typeof (v as Workflow).name === 'string' && typeof (v as Workflow).turn === 'function' && 'policy' in v;
-}
-
-/** Named exports and a default export (one workflow or an array of them), and a `payloadConverter`. */
+/** Named exports, arrays and a default export: the same reading as the engine's (workflow-source.ts); and a `payloadConverter`. */
 function collect(mod: Record<string, unknown>): void {
   const c = mod['payloadConverter'] as PayloadConverter | undefined;
   if (c && typeof c.toPayload === 'function' && typeof c.fromPayload === 'function') converter = c;
-  for (const v of Object.values(mod)) {
-    for (const item of Array.isArray(v) ? v : [v]) if (isWorkflow(item)) workflows.set(item.name, item);
-  }
+  for (const w of workflowList(mod)) workflows.set(w.name, w);
 }
 
 /**
  * A busy handler never sees the pipe's EOF, so a tiny thread polls the parent: once it is
- * gone, the thread SIGKILLs this process. No orphan keeps running handler code.
+ * gone, the thread SIGKILLs this process and its group. No orphan keeps running handler code.
  * (Not started when the engine spawned this worker with a parent-death signal.)
  */
 async function watchOrphan(): Promise<{ online: Promise<void> }> {
   // Loaded only here: a worker with a parent-death signal never needs it.
   const { Worker } = await import('node:worker_threads');
   const code = `const { workerData: d } = require('node:worker_threads');
-setInterval(() => { try { process.kill(d.ppid, 0); } catch (e) { if (e.code === 'ESRCH') process.kill(d.pid, 'SIGKILL'); } }, d.ms);`;
+setInterval(() => { try { process.kill(d.ppid, 0); } catch (e) { if (e.code === 'ESRCH') { try { process.kill(-d.pid, 'SIGKILL'); } catch {} process.kill(d.pid, 'SIGKILL'); } } }, d.ms);`;
+  // The engine spawns workers as group leaders (POSIX): -pid kills the handler's children too.
   const w = new Worker(code, { eval: true, workerData: { ppid: process.ppid, pid: process.pid, ms: ORPHAN_POLL_MS }, stdout: false, stderr: false });
   w.unref();
   // Booting the thread takes tens of ms of CPU: a warm worker waits for it before Ready.
@@ -290,7 +316,7 @@ setInterval(() => { try { process.kill(d.ppid, 0); } catch (e) { if (e.code === 
 
 async function main(): Promise<void> {
   const spec = process.argv[2];
-  if (!spec) fatal(new Error('usage: child-main.js <workflows module path or file URL> [--prewarm]'));
+  if (!spec) return fatal(new Error('usage: child-main.js <workflows module path or file URL> [--prewarm]'));
   const flags = process.argv.slice(3);
   const prewarm = flags.includes(PREWARM_FLAG);
   // Started through `setpriv --pdeathsig SIGKILL`, the kernel kills this process with the engine:
@@ -303,7 +329,7 @@ async function main(): Promise<void> {
   } catch (err) {
     const e = new TurnlogError('TURNLOG_WORKER_START', `Worker ${process.pid} could not load workflows module ${spec}: ${(err as Error).message}`, { cause: err });
     send({ type: 'ready', protocolVersion: PROTOCOL_VERSION, pid: process.pid, workflows: [], error: errorToFailure(e) });
-    pipe.end(() => process.exit(1));
+    pipe.end(() => exitFlushed(1));
     return;
   }
   if (prewarm) {
@@ -345,14 +371,14 @@ function readPing(): Promise<Uint8Array[]> {
       try {
         frames = reader.push(chunk);
       } catch (err) {
-        fatal(err);
+        return fatal(err);
       }
       if (frames.length === 0) return;
       let m: EngineMessage;
       try {
         m = decodeEngineMessage(frames[0]!);
       } catch (err) {
-        fatal(err);
+        return fatal(err);
       }
       if (m.type !== 'pending-inputs') return finish(frames);
       onMessage(m);

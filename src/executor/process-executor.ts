@@ -4,22 +4,28 @@
  * arrive as frames, are validated here, and go through the same TurnHost as inline turns.
  */
 import { availableParallelism } from 'node:os';
-import { existsSync } from 'node:fs';
-import { dirname, join } from 'node:path';
-import { fileURLToPath } from 'node:url';
-import { FencedError, PayloadTooLargeError, invalidArgument } from '../errors.js';
-import type { FailureInfo, Payload } from '../history/events.js';
+import { existsSync, realpathSync } from 'node:fs';
+import { dirname, isAbsolute, join, resolve } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
+import { FencedError, PayloadTooLargeError, TurnlogError, invalidArgument } from '../errors.js';
+import type { FailureInfo, Payload, WorkflowKind } from '../history/events.js';
 import { errorToFailure } from '../history/failure.js';
 import type { Logger } from '../runtime/logger.js';
 import type { AttemptOutcome, CancelKind, TurnHost, TurnSpec } from '../workflow/context.js';
-import type { AttemptHandle, Executor } from './executor.js';
-import { MAX_FRAME_BYTES, WorkerProtocolError, encodeEngineMessage, type WorkerMessage } from './protocol.js';
-import { WorkerPool, type WorkerListener, type WorkerProcess } from './worker-pool.js';
+import type { Workflow } from '../workflow/define-workflow.js';
+import { workflowMap } from '../workflow/workflow-source.js';
+import type { AttemptHandle, Executor, Reservation } from './executor.js';
+import { HEARTBEAT_INTERVAL_MS, MAX_FRAME_BYTES, WorkerProtocolError, encodeEngineMessage, type WorkerMessage } from './protocol.js';
+import { WorkerPool, type Acquired, type WorkerListener, type WorkerProcess } from './worker-pool.js';
 
 export interface ProcessExecutorOptions {
   /**
    * Path or file URL of the ES module that exports the workflows (named exports, or a default
    * array). Workers import it and resolve handlers by name: export every workflow that runs here.
+   * A relative path is resolved against `process.cwd()` when the executor is constructed;
+   * `new URL('./workflows.js', import.meta.url)` does not depend on the working directory.
+   * Engine activation checks it: the file exists, is not the program's entry script, imports,
+   * and exports every workflow that runs on this executor (`TURNLOG_WORKFLOWS_MODULE`).
    */
   workflowsModule: string | URL;
   /** Node flags for workers (TypeScript loaders such as `--import tsx`). Default `process.execArgv`. */
@@ -34,10 +40,54 @@ export interface ProcessExecutorOptions {
   reuseWorkers?: boolean;
   /** An idle reused worker exits after this long. Default 300 s. */
   idleTtlMs?: number;
+  /**
+   * A turn's worker that sends no complete frame for this long (it heartbeats every second) is
+   * killed and the attempt fails with `TURNLOG_WORKER_PROTOCOL`: its event loop is blocked or
+   * its fd 3 carries garbage. The silence must show on the engine's clock and in real time.
+   * Default 5000 ms; 0 turns it off; at least 2000 ms (two heartbeats).
+   */
+  heartbeatTimeoutMs?: number;
   /** Receives worker stdout (info) and stderr (warn) lines tagged with the task id. Default: prefixed to this process's stdout/stderr. */
   logger?: Logger;
   /** @internal The worker entry script. Default: child-main.js beside this file (or in dist/ when running from sources). */
   childEntry?: string;
+}
+
+const DEFAULT_HEARTBEAT_TIMEOUT_MS = 5000;
+/** Two heartbeat periods: one late heartbeat alone never kills a worker. */
+const MIN_HEARTBEAT_TIMEOUT_MS = 2 * HEARTBEAT_INTERVAL_MS;
+
+interface ResolvedModule {
+  /** As the caller wrote it (for messages). */
+  given: string;
+  href: string;
+  /** The file, for file: URLs and paths. */
+  path: string | undefined;
+  relative: boolean;
+  cwd: string;
+}
+
+/** Absolute file URL of the workflows module: a relative path is resolved against the cwd now, once. */
+function resolveModule(m: string | URL): ResolvedModule {
+  const cwd = process.cwd();
+  const given = String(m);
+  if (m instanceof URL || m.startsWith('file:')) {
+    const url = new URL(m);
+    return { given, href: url.href, path: url.protocol === 'file:' ? fileURLToPath(url) : undefined, relative: false, cwd };
+  }
+  const path = resolve(cwd, m);
+  return { given, href: pathToFileURL(path).href, path, relative: !isAbsolute(m), cwd };
+}
+
+/** True when `path` is the script node started (`node app.js`): a single-file app. */
+function isEntryScript(path: string): boolean {
+  const main = process.argv[1];
+  if (!main) return false;
+  try {
+    return realpathSync(main) === realpathSync(path);
+  } catch {
+    return false;
+  }
 }
 
 function defaultChildEntry(): string {
@@ -60,6 +110,8 @@ export class ProcessExecutor implements Executor {
   readonly #pool: WorkerPool;
   readonly #reuse: boolean;
   readonly #logger: Logger | undefined;
+  readonly #heartbeatTimeoutMs: number;
+  readonly #module: ResolvedModule;
 
   constructor(options: ProcessExecutorOptions) {
     if (!options || (typeof options.workflowsModule !== 'string' && !(options.workflowsModule instanceof URL))) {
@@ -71,13 +123,19 @@ export class ProcessExecutor implements Executor {
     if (!Number.isInteger(maxWorkers) || maxWorkers < 1) throw invalidArgument(`maxWorkers must be an integer ≥ 1, got ${maxWorkers}.`);
     if (!Number.isInteger(warmPool) || warmPool < 0) throw invalidArgument(`warmPool must be an integer ≥ 0, got ${warmPool}.`);
     if (!(idleTtlMs >= 0)) throw invalidArgument(`idleTtlMs must be ≥ 0, got ${idleTtlMs}.`);
-    const mod = options.workflowsModule;
+    const heartbeatTimeoutMs = options.heartbeatTimeoutMs ?? DEFAULT_HEARTBEAT_TIMEOUT_MS;
+    if (!(heartbeatTimeoutMs === 0 || heartbeatTimeoutMs >= MIN_HEARTBEAT_TIMEOUT_MS)) {
+      throw invalidArgument(`heartbeatTimeoutMs must be 0 (off) or ≥ ${MIN_HEARTBEAT_TIMEOUT_MS} (workers heartbeat every ${HEARTBEAT_INTERVAL_MS} ms), got ${heartbeatTimeoutMs}.`);
+    }
+    this.#heartbeatTimeoutMs = heartbeatTimeoutMs;
+    const mod = resolveModule(options.workflowsModule);
+    this.#module = mod;
     this.#reuse = options.reuseWorkers ?? false;
     this.#logger = options.logger;
     this.#pool = new WorkerPool({
       spawn: {
         childEntry: options.childEntry ?? defaultChildEntry(),
-        workflowsModule: mod instanceof URL ? mod.href : mod,
+        workflowsModule: mod.href,
         execArgv: options.execArgv ?? process.execArgv,
         env: options.env,
         logger: options.logger,
@@ -111,11 +169,57 @@ export class ProcessExecutor implements Executor {
     return this.#pool.readyWarmCount;
   }
 
-  async start(spec: TurnSpec, host: TurnHost): Promise<AttemptHandle> {
+  /**
+   * Engine activation calls this before opening the store: the module must exist, must not be
+   * the program's entry script, must import, and must export each of `workflows` by name.
+   * Throws TURNLOG_WORKFLOWS_MODULE naming the workflows, the module and the fix.
+   */
+  async check(workflows: readonly Workflow<any, any, any>[]): Promise<void> {
+    const m = this.#module;
+    const names = workflows.map((w) => w.name).join(', ');
+    const fail = (detail: string, fix: string, cause?: unknown) =>
+      new TurnlogError('TURNLOG_WORKFLOWS_MODULE', `Workflows ${names} run on the process executor, whose workflowsModule ${m.given} ${detail}. ${fix}`, cause === undefined ? undefined : { cause });
+    const byUrl = 'Pass new URL(\'./workflows.js\', import.meta.url) or an absolute path.';
+    if (m.path !== undefined) {
+      if (!existsSync(m.path)) {
+        throw fail(m.relative ? `resolves to ${m.path}, which does not exist (a relative path is resolved against the working directory, ${m.cwd})` : `does not exist (${m.path})`, byUrl);
+      }
+      if (isEntryScript(m.path)) {
+        throw fail(
+          'is the program\'s entry script: each worker would import it and run the whole program',
+          'Move the workflows into a module of their own (workflows.js), import them from there, and pass that module.',
+        );
+      }
+    }
+    let ns: Record<string, unknown>;
+    try {
+      ns = (await import(m.href)) as Record<string, unknown>;
+    } catch (err) {
+      throw fail(`cannot be imported: ${(err as Error).message}`, 'Fix the module (run it with node to see the error); for TypeScript, pass the loader in execArgv and run the engine with it too.', err);
+    }
+    const exported = workflowMap(ns);
+    const missing = workflows.filter((w) => !exported.has(w.name)).map((w) => w.name);
+    if (missing.length > 0) {
+      throw fail(
+        `does not export ${missing.join(', ')} (it exports ${[...exported.keys()].join(', ') || 'no workflows'})`,
+        'Export each of them from that module by name (export const agent = defineWorkflow(…)) or in a default array, or run them inline.',
+      );
+    }
+  }
+
+  /** Takes a worker (parked, warm or newly spawned) or a place in the queue, before the turn start is written. */
+  reserve(taskId: string, kind: WorkflowKind): Reservation {
     this.#pool.reopen(); // no-op unless close() ran: executors outlive engine deactivation
+    const reuse = this.#reuse && kind === 'multi-turn';
+    return new WorkerReservation(this, this.#pool, taskId, reuse, this.#pool.acquire(taskId, reuse));
+  }
+
+  async start(spec: TurnSpec, host: TurnHost, reservation?: Reservation): Promise<AttemptHandle> {
     const reuse = this.#reuse && spec.kind === 'multi-turn';
-    const attempt = new ProcessAttempt(spec, host, this.#pool, reuse, this.#logger);
-    const got = this.#pool.acquire(spec.taskId, reuse);
+    const mine = reservation instanceof WorkerReservation ? reservation.take(this, spec.taskId) : undefined;
+    if (!mine) this.#pool.reopen();
+    const attempt = new ProcessAttempt(spec, host, this.#pool, reuse, this.#logger, this.#heartbeatTimeoutMs);
+    const got = mine ?? this.#pool.acquire(spec.taskId, reuse);
     if ('worker' in got) attempt.bind(got.worker);
     else attempt.queue(got.queued, got.cancel);
     return attempt;
@@ -123,6 +227,46 @@ export class ProcessExecutor implements Executor {
 
   async close(): Promise<void> {
     await this.#pool.close();
+  }
+}
+
+/** A worker (or a queue place) taken by {@link ProcessExecutor.reserve}; used once or released. */
+class WorkerReservation implements Reservation {
+  readonly pid: number;
+  readonly #owner: ProcessExecutor;
+  readonly #pool: WorkerPool;
+  readonly #taskId: string;
+  readonly #reuse: boolean;
+  #got: Acquired | undefined;
+
+  constructor(owner: ProcessExecutor, pool: WorkerPool, taskId: string, reuse: boolean, got: Acquired) {
+    this.#owner = owner;
+    this.#pool = pool;
+    this.#taskId = taskId;
+    this.#reuse = reuse;
+    this.#got = got;
+    this.pid = 'worker' in got ? got.worker.pid : 0;
+  }
+
+  /** The acquired worker or queue place, once, if this reservation is `owner`'s for `taskId`. */
+  take(owner: ProcessExecutor, taskId: string): Acquired | undefined {
+    if (owner !== this.#owner || taskId !== this.#taskId) return undefined;
+    const got = this.#got;
+    this.#got = undefined;
+    return got;
+  }
+
+  release(): void {
+    const got = this.take(this.#owner, this.#taskId);
+    if (!got) return;
+    if ('worker' in got) {
+      // Back where it came from: parked again for a multi-turn task with reuse, else closed.
+      this.#pool.release(got.worker, this.#reuse ? this.#taskId : undefined);
+      return;
+    }
+    got.cancel();
+    // Handed out before the cancel: give it back.
+    void got.queued.then((w) => this.#pool.release(w, undefined), () => undefined);
   }
 }
 
@@ -146,13 +290,19 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
   readonly #recorded = new Set<number>();
   #pendingSent = -1;
   #lastHeartbeat = 0;
+  readonly #heartbeatTimeoutMs: number;
+  /** Engine-clock and real (performance.now) time of the last complete frame (liveness). */
+  #lastFrameAt = 0;
+  #lastFrameReal = 0;
+  readonly #stopLiveness = new AbortController();
 
-  constructor(spec: TurnSpec, host: TurnHost, pool: WorkerPool, reuse: boolean, logger: Logger | undefined) {
+  constructor(spec: TurnSpec, host: TurnHost, pool: WorkerPool, reuse: boolean, logger: Logger | undefined, heartbeatTimeoutMs: number) {
     this.#spec = spec;
     this.#host = host;
     this.#pool = pool;
     this.#reuse = reuse;
     this.#logger = logger;
+    this.#heartbeatTimeoutMs = heartbeatTimeoutMs;
     this.outcome = new Promise((r) => (this.#settle = r));
   }
 
@@ -208,6 +358,42 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
     // Sent at once, even before Ready: the pipe buffers it until the worker has loaded the module.
     w.sendFrame(run);
     if (this.#cancelled) w.send({ type: 'cancel', kind: this.#cancelled, reason: 'requested before the worker started' });
+    // Heartbeats start with the turn, after Ready: a slow module load is not silence.
+    if (this.#heartbeatTimeoutMs > 0) {
+      void w.ready.then((ok) => {
+        if (ok && !this.#done) void this.#watchLiveness();
+      });
+    }
+  }
+
+  /**
+   * Kills the worker once no complete frame arrived for the heartbeat timeout, on the engine's
+   * clock and in real time both: heartbeats are real-time, so advancing a ManualClock alone
+   * never kills a healthy worker.
+   */
+  async #watchLiveness(): Promise<void> {
+    const limit = this.#heartbeatTimeoutMs;
+    this.#lastFrameAt = this.#host.now();
+    this.#lastFrameReal = performance.now();
+    let wait = limit;
+    for (;;) {
+      try {
+        await this.#host.sleep(wait, this.#stopLiveness.signal);
+      } catch {
+        return; // the attempt ended
+      }
+      // Timers run before I/O: let frames already in the pipe in before judging (engine stalls).
+      await new Promise((r) => setImmediate(r));
+      if (this.#done) return;
+      const silent = Math.min(this.#host.now() - this.#lastFrameAt, Math.round(performance.now() - this.#lastFrameReal));
+      if (silent >= limit) {
+        return this.#protocolViolation(
+          `no complete frame for ${silent} ms during turn ${this.#spec.turn} (heartbeats come every ${HEARTBEAT_INTERVAL_MS} ms): ` +
+            `its event loop is blocked or its fd 3 carries bytes that are not frames. A handler that blocks its event loop that long needs a larger ProcessExecutor({ heartbeatTimeoutMs }) (0 turns the check off)`,
+        );
+      }
+      wait = limit - silent;
+    }
   }
 
   queue(p: Promise<WorkerProcess>, cancel: () => void): void {
@@ -225,6 +411,8 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
 
   onMessage(m: WorkerMessage): void {
     if (this.#done) return;
+    this.#lastFrameAt = this.#host.now();
+    this.#lastFrameReal = performance.now();
     switch (m.type) {
       case 'heartbeat':
         this.#lastHeartbeat = performance.now();
@@ -342,6 +530,7 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
   #finish(o: AttemptOutcome): void {
     if (this.#done) return;
     this.#done = true;
+    this.#stopLiveness.abort();
     this.#settle(o);
   }
 }

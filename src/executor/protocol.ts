@@ -19,6 +19,8 @@ export const PROTOCOL_VERSION = 1;
 export const MAX_FRAME_BYTES = 64 * 1024 * 1024;
 /** The child's file descriptor for the protocol pipe (0–2 stay stdin/stdout/stderr). */
 export const PROTOCOL_FD = 3;
+/** A worker sends a Heartbeat this often while a turn runs (the engine's liveness check). */
+export const HEARTBEAT_INTERVAL_MS = 1000;
 /** Worker argument after the module path: a warm-pool worker, which warms up fully before Ready. */
 export const PREWARM_FLAG = '--prewarm';
 /** Worker argument: the kernel SIGKILLs this worker when the engine dies (setpriv --pdeathsig), no watchdog thread needed. */
@@ -766,6 +768,14 @@ const WORKER_BODIES: Record<number, Record<number, 'payload' | 'failure' | 'stri
   11: NOTHING,
 };
 
+/**
+ * True when `b` can open a WorkerFrame body: the one-byte tag of one of its members (all are
+ * messages). Lets the engine refuse text written to fd 3 at its first bytes, not at a timeout.
+ */
+export function isWorkerFrameStart(b: number): boolean {
+  return (b & 7) === LEN && WORKER_BODIES[b >>> 3] !== undefined;
+}
+
 /** Engine side: decodes and validates one frame body from a worker. Throws WorkerProtocolError. */
 export function decodeWorkerMessage(bytes: Uint8Array): WorkerMessage {
   // The oneof body: the last member on the wire wins (proto3).
@@ -878,6 +888,17 @@ export class FrameReader {
   /** Bytes received but not yet returned as a frame. */
   get buffered(): number {
     return this.#length;
+  }
+
+  /** The frame being read, once its length is in: that length and up to `max` body bytes so far. */
+  partial(max = 32): { length: number; head: Uint8Array } | undefined {
+    if (this.#need < 0) return undefined;
+    const head: number[] = [];
+    for (const c of this.#chunks) {
+      for (let j = 0; j < c.length && head.length < max; j++) head.push(c[j]!);
+      if (head.length >= max) break;
+    }
+    return { length: this.#need, head: Uint8Array.from(head) };
   }
 
   /** Adds bytes; returns every frame body now complete. Throws WorkerProtocolError on a bad prefix. */

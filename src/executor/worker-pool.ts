@@ -17,10 +17,12 @@ import {
   WorkerProtocolError,
   decodeWorkerMessage,
   encodeEngineMessage,
+  isWorkerFrameStart,
   type EngineMessage,
   type WorkerMessage,
 } from './protocol.js';
 import type { FailureInfo } from '../history/events.js';
+import { PROCESS_GROUPS, ensureGroupReaper, killGroup, registerGroup } from './group-reaper.js';
 
 /** Lines of stderr kept per worker for crash messages. */
 const STDERR_TAIL = 20;
@@ -28,8 +30,12 @@ const STDERR_TAIL = 20;
 const CLOSE_KILL_MS = 2000;
 /** Delay before replacing a warm worker that was just handed out. */
 const REFILL_DELAY_MS = 50;
-/** After the exit event, how long to wait for the protocol pipe to drain (a terminal may be in it). */
-const DRAIN_MS = 200;
+/**
+ * After the exit event, how long to wait for the pipes to reach EOF: fd 3 (a terminal may be in
+ * it), stdout and stderr (a last burst of logs). Only a descendant that left the worker's process
+ * group can hold them open longer.
+ */
+const DRAIN_MS = 1000;
 
 /** Who receives a bound worker's frames and its death. */
 export interface WorkerListener {
@@ -100,12 +106,16 @@ export class WorkerProcess {
     if (prewarm) args.push(PREWARM_FLAG);
     const setpriv = parentDeathSignalLauncher();
     if (setpriv) args.push(PARENT_DEATH_SIGNAL_FLAG);
+    ensureGroupReaper();
     // setpriv sets the signal, then execs node in place: same pid, same pipes.
+    // detached: the worker leads a new process group that its handler's children join.
     this.child = spawn(setpriv ?? process.execPath, setpriv ? ['--pdeathsig', 'SIGKILL', '--', process.execPath, ...args] : args, {
       stdio: ['ignore', 'pipe', 'pipe', 'pipe'],
       env: options.env ?? process.env,
+      detached: PROCESS_GROUPS,
     });
     this.pid = this.child.pid ?? 0;
+    registerGroup(this.pid);
     this.#pipe = this.child.stdio[3] as Socket;
     // A warm-pool worker reads one frame through its socket before Ready (child-main.ts readPing).
     if (prewarm) this.#pipe.write(encodeEngineMessage({ type: 'pending-inputs', count: 0 }));
@@ -113,12 +123,15 @@ export class WorkerProcess {
     this.#pipe.on('error', () => undefined);
     this.#forward(this.child.stdout!, 'stdout', options.logger);
     this.#forward(this.child.stderr!, 'stderr', options.logger);
-    let pipeClosed = false;
+    // fd 3, stdout, stderr: the worker is done once it exited and all three reached EOF.
+    let openPipes = 3;
+    let drainExpired = false;
     let exitInfo: { exitCode: number | null; signal: NodeJS.Signals | null } | undefined;
     let settle!: (v: { exitCode: number | null; signal: NodeJS.Signals | null }) => void;
     this.exited = new Promise((r) => (settle = r));
     const finish = () => {
       if (!exitInfo) return;
+      if (openPipes > 0 && !drainExpired) return;
       if (!this.alive) return;
       this.alive = false;
       clearTimeout(this.#closeTimer);
@@ -126,20 +139,28 @@ export class WorkerProcess {
       settle(exitInfo);
       this.listener?.onExit(exitInfo.exitCode, exitInfo.signal);
     };
-    this.#pipe.on('close', () => {
-      pipeClosed = true;
-      finish();
-    });
+    for (const stream of [this.#pipe, this.child.stdout!, this.child.stderr!]) {
+      stream.once('close', () => {
+        openPipes--;
+        finish();
+      });
+    }
     this.child.on('error', (err) => {
       // spawn failed (ENOENT, EMFILE): no exit event follows.
       this.stderrTail.push(String(err.message));
       exitInfo = { exitCode: null, signal: null };
+      drainExpired = true;
       finish();
     });
     this.child.on('exit', (exitCode, signal) => {
+      // Whatever the handler started dies with the worker, however the worker ended.
+      killGroup(this.pid, true);
       exitInfo = { exitCode, signal };
-      if (pipeClosed) finish();
-      else setTimeout(finish, DRAIN_MS).unref();
+      if (openPipes === 0) return finish();
+      setTimeout(() => {
+        drainExpired = true;
+        finish();
+      }, DRAIN_MS).unref();
     });
   }
 
@@ -156,9 +177,11 @@ export class WorkerProcess {
     if (this.alive && this.#pipe.writable) this.#pipe.write(frame);
   }
 
-  /** SIGKILL. The exit event follows. */
+  /** SIGKILL to the worker's whole process group. The exit event follows. */
   kill(): void {
-    if (this.alive) this.child.kill('SIGKILL');
+    if (!this.alive) return;
+    killGroup(this.pid);
+    this.child.kill('SIGKILL');
   }
 
   /**
@@ -194,6 +217,7 @@ export class WorkerProcess {
     try {
       frames = this.#reader.push(chunk);
       for (const f of frames) {
+        if (f.length > 0 && !isWorkerFrameStart(f[0]!)) throw notAFrame(f.length, f);
         m = decodeWorkerMessage(f);
         if (!this.#gotReady) {
           if (m.type !== 'ready') throw new WorkerProtocolError(`first frame is ${m.type}, expected ready`);
@@ -219,6 +243,9 @@ export class WorkerProcess {
         this.listener.onMessage(m);
         if (!this.alive || this.#broken) return;
       }
+      // A frame's first body byte is its tag: text on fd 3 fails here, not at a timeout.
+      const p = this.#reader.partial();
+      if (p && p.head.length > 0 && !isWorkerFrameStart(p.head[0]!)) throw notAFrame(p.length, p.head);
     } catch (err) {
       const e = err instanceof WorkerProtocolError ? err : new WorkerProtocolError(String((err as Error).message ?? err));
       // Kill first: nothing more from this worker is read. The exit is still observed (pool bookkeeping).
@@ -230,6 +257,8 @@ export class WorkerProcess {
   }
 
   #forward(stream: NodeJS.ReadableStream, name: 'stdout' | 'stderr', logger: Logger | undefined): void {
+    // A closing worker still flushing its output is not stuck: its SIGKILL waits.
+    stream.on('data', () => this.#closeTimer?.refresh());
     const rl = createInterface({ input: stream, crlfDelay: Infinity });
     rl.on('line', (line) => {
       if (name === 'stderr') {
@@ -245,6 +274,13 @@ export class WorkerProcess {
       }
     });
   }
+}
+
+/** Names what arrived, as text: the usual cause is handler code writing to fd 3. */
+function notAFrame(length: number, head: Uint8Array): WorkerProtocolError {
+  const lead = length < 0x80 ? String.fromCharCode(length) : '';
+  const text = JSON.stringify(lead + Buffer.from(head.subarray(0, 32)).toString('latin1'));
+  return new WorkerProtocolError(`fd 3 carried bytes that are not a frame (as text: ${text}…)`);
 }
 
 export interface PoolOptions {

@@ -50,12 +50,13 @@ import type { Decision } from '../replay/decision.js';
 import type { HistoryStore, ListOptions, TaskPage } from '../store/history-store.js';
 import { checkTaskId } from '../store/keys.js';
 import { noteEngineActivation } from './work-log.js';
-import type { Executor, AttemptHandle } from '../executor/executor.js';
+import type { Executor, AttemptHandle, Reservation } from '../executor/executor.js';
 import { InlineExecutor } from '../executor/inline-executor.js';
 import { assertOutsideWorker } from '../executor/isolation.js';
 import type { AttemptOutcome, CancelKind, TurnHost, TurnSpec } from '../workflow/context.js';
 import { resolvePolicy, type Workflow } from '../workflow/define-workflow.js';
 import type { PayloadMode } from '../workflow/json.js';
+import { isWorkflow, workflowList, type WorkflowSource } from '../workflow/workflow-source.js';
 import { turnSpecFor } from '../workflow/turn-spec.js';
 import { sleep, systemClock, type Clock, type Timer } from './clock.js';
 import { FaultInjector } from './fault.js';
@@ -66,7 +67,11 @@ import { outcomeLogLines } from './outcome-log.js';
 export interface EngineOptions {
   /** A directory for the default LevelDB store, or any HistoryStore. Default `.turnlog`. */
   store?: string | HistoryStore;
-  workflows: readonly Workflow<any, any, any, any>[];
+  /**
+   * The workflows this engine runs: a list, or a module namespace (`import * as workflows`)
+   * whose exports include workflows (other exports are ignored).
+   */
+  workflows: WorkflowSource;
   /** Stable identity of this deployment (survives restarts). Default `<hostname>|turnlog`. */
   owner?: string;
   /** This process's identity. Default `engine-<pid>-<random>`. */
@@ -253,15 +258,25 @@ export class Engine {
   #state: 'inactive' | 'activating' | 'open' | 'quiescing' | 'closed' = 'inactive';
 
   private constructor(options: EngineOptions) {
-    if (!options || !Array.isArray(options.workflows)) {
-      throw invalidArgument('Engine.open needs { workflows: [...] }: the workflows this engine runs.');
+    if (!options || typeof options.workflows !== 'object' || options.workflows === null) {
+      throw invalidArgument('Engine.open needs { workflows }: a list of the workflows this engine runs, or their module (import * as workflows).');
     }
-    for (const wf of options.workflows) {
+    const source = options.workflows;
+    if (Array.isArray(source)) {
+      source.forEach((wf: unknown, i) => {
+        if (!isWorkflow(wf)) throw invalidArgument(`workflows[${i}] is not a workflow (got ${wf === null ? 'null' : typeof wf}). Pass values made by defineWorkflow().`);
+      });
+    }
+    const list = workflowList(source);
+    if (!Array.isArray(source) && list.length === 0) {
+      throw invalidArgument(`The workflows module passed to Engine.open exports no workflows (exports: ${Object.keys(source).join(', ') || 'none'}). Export them by name or as a default array.`);
+    }
+    for (const wf of list) {
       if (this.#workflows.has(wf.name)) throw invalidArgument(`Workflow ${wf.name} is registered twice; names must be unique.`);
       this.#workflows.set(wf.name, wf);
     }
     this.#converter = options.payloadConverter ?? new DefaultPayloadConverter();
-    for (const wf of options.workflows) {
+    for (const wf of list) {
       if (wf.payloads === 'custom' && !options.payloadConverter) {
         throw invalidArgument(`Workflow ${wf.name} is defined with payloads: 'custom', but the engine has no payloadConverter. Pass Engine.open({ payloadConverter }), or drop payloads: 'custom' to use JSON.`);
       }
@@ -342,6 +357,8 @@ export class Engine {
     try {
       this.#owner = options.owner ?? this.#ownerOption ?? `${hostname()}|turnlog`;
       this.#instance = options.instance ?? this.#instanceOption ?? `engine-${process.pid}-${nanoid(8)}`;
+      // Executors check their set-up (a process executor's module) before anything is opened.
+      await this.#checkExecutors();
       await phase('open');
       this.#store = await this.#makeStore();
       await this.#store.open();
@@ -777,6 +794,9 @@ export class Engine {
     const open = preview.openTurn;
     // Throws before anything is written when the workflow's executor is not configured.
     const executor = this.#executorFor(policy.executor);
+    // A worker taken now lets TurnStarted name its pid (0: it waits for a free worker).
+    const reservation = executor.reserve?.(t.id, preview.kind);
+    const pid = policy.executor === 'inline' ? process.pid : (reservation?.pid ?? 0);
     if (d.kind === 'rerun') {
       drafts.push({
         type: 'TurnStarted',
@@ -788,7 +808,7 @@ export class Engine {
         owner: this.owner,
         instance: this.instance,
         executor: policy.executor,
-        pid: policy.executor === 'inline' ? process.pid : 0,
+        pid,
         turnStartedAt: open!.turnStartedAt,
         deadline: open!.deadline,
       });
@@ -803,12 +823,17 @@ export class Engine {
         owner: this.owner,
         instance: this.instance,
         executor: policy.executor,
-        pid: policy.executor === 'inline' ? process.pid : 0,
+        pid,
         turnStartedAt: now,
         deadline: now + policy.turnTimeoutMs,
       });
     }
-    await this.#append(t, drafts, lease, now);
+    try {
+      await this.#append(t, drafts, lease, now);
+    } catch (err) {
+      reservation?.release();
+      throw err;
+    }
     const s = t.state!;
     const ot = s.openTurn!;
     const active: ActiveAttempt = { turn: ot.turn, attempt: ot.attempt, finalized: false, timers: [], renewFailures: 0, done: Promise.resolve() };
@@ -816,13 +841,13 @@ export class Engine {
     const spec = turnSpecFor(s, this.#converter.toPayload(undefined), this.#codec?.decode);
     active.timers.push(this.#clock.setTimer(() => void this.#onDeadline(t, active), ot.deadline - now));
     this.#armRenewal(t, active);
-    active.done = this.#runAttempt(t, active, executor, spec);
+    active.done = this.#runAttempt(t, active, executor, spec, reservation);
   }
 
-  async #runAttempt(t: TaskEntry, active: ActiveAttempt, executor: Executor, spec: TurnSpec): Promise<void> {
+  async #runAttempt(t: TaskEntry, active: ActiveAttempt, executor: Executor, spec: TurnSpec, reservation: Reservation | undefined): Promise<void> {
     let outcome: AttemptOutcome;
     try {
-      const handle = await executor.start(spec, this.#host(t, active));
+      const handle = await executor.start(spec, this.#host(t, active), reservation);
       active.handle = handle;
       // Fenced or shut down while the worker was starting: it must not run on unowned.
       if (active.finalized) {
@@ -832,6 +857,7 @@ export class Engine {
       if (active.pendingCancel) handle.cancel(...active.pendingCancel);
       outcome = await handle.outcome;
     } catch (err) {
+      reservation?.release();
       const failure = errorToFailure(err);
       outcome = { kind: 'failed', failure: { ...failure, code: failure.code ?? 'TURNLOG_WORKER_START' } };
     }
@@ -1355,6 +1381,14 @@ export class Engine {
     const run = t.chain.then(fn).finally(() => t.busy--);
     t.chain = run.catch(() => undefined);
     return run;
+  }
+
+  async #checkExecutors(): Promise<void> {
+    for (const [kind, ex] of this.#executors) {
+      if (!ex.check) continue;
+      const mine = [...this.#workflows.values()].filter((wf) => resolvePolicy(wf, this.#defaultExecutor).executor === kind);
+      if (mine.length > 0) await ex.check(mine);
+    }
   }
 
   #executorFor(kind: ExecutorKind): Executor {

@@ -27,8 +27,8 @@ import {
 import type { Workflow } from '../workflow/define-workflow.js';
 import { turnSpecFor } from '../workflow/turn-spec.js';
 
-/** Workflows to replay against: a list, or a module namespace whose exports include workflows. */
-export type WorkflowSource = readonly Workflow<any, any, any, any>[] | Readonly<Record<string, unknown>>;
+import { workflowMap, type WorkflowSource } from '../workflow/workflow-source.js';
+export { isWorkflow, workflowMap, type WorkflowSource } from '../workflow/workflow-source.js';
 
 export interface ReplayHistoryOptions {
   /** The events, or the path of a history file (`turnlog export`, JSON or binary). */
@@ -201,25 +201,6 @@ export async function resolveHistory(
     );
   }
   return task;
-}
-
-/** True for a value made by `defineWorkflow` (duck-typed: works across copies of the package). */
-export function isWorkflow(v: unknown): v is Workflow<any, any, any, any> {
-  if (typeof v !== 'object' || v === null) return false;
-  const w = v as Partial<Workflow>;
-  return typeof w.name === 'string' && typeof w.turn === 'function' && typeof w.kind === 'string' && typeof w.policy === 'object';
-}
-
-/** Workflows by name from a list or a module (named exports, arrays, a default export). */
-export function workflowMap(source: WorkflowSource): Map<string, Workflow<any, any, any, any>> {
-  const out = new Map<string, Workflow<any, any, any, any>>();
-  const add = (v: unknown, depth: number): void => {
-    if (isWorkflow(v)) out.set(v.name, v);
-    else if (Array.isArray(v) && depth < 2) for (const x of v) add(x, depth + 1);
-    else if (depth === 0 && typeof v === 'object' && v !== null) for (const x of Object.values(v)) add(x, depth + 1);
-  };
-  add(source, 0);
-  return out;
 }
 
 // ---------------------------------------------------------------------------------------------

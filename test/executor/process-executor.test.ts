@@ -1,7 +1,10 @@
 // ProcessExecutor against real worker processes and real SIGKILLs (issue 5, docs/isolation.md).
 // Workers import the compiled fixtures (dist/test/fixtures/workflows): run `npx tsc -p tsconfig.json` first.
 // Timeouts are small (300 ms + 300 ms grace) on the real clock; tests assert on history, never on elapsed time.
-import { spawn, type ChildProcess } from 'node:child_process';
+import { execFile, spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
+import { join, relative } from 'node:path';
+import { promisify } from 'node:util';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -12,6 +15,8 @@ import { defineWorkflow } from '../../src/workflow/define-workflow.js';
 import { silentLogger, type Logger } from '../../src/runtime/logger.js';
 import type { HistoryEvent } from '../../src/history/events.js';
 import * as fixtures from '../fixtures/workflows/index.js';
+import * as burstModule from '../fixtures/workflows/burst.js';
+import { createTestEngine } from '../../src/testing/test-engine.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
 
 const DIST = fileURLToPath(new URL('../../dist/test/fixtures/', import.meta.url));
@@ -87,6 +92,42 @@ describe('ProcessExecutor: basics', () => {
     expect(out.echo).toEqual({ hi: 1 });
     expect(out.pid).not.toBe(process.pid);
     expect(types(await h.history())).toEqual(['TaskCreated', 'InputQueued', 'LeaseClaimed', 'TurnStarted', 'TurnCompleted', 'TaskCompleted']);
+  });
+
+  // Issue 18.5: TurnStarted.pid was 0 for every process turn.
+  it('names the worker pid in TurnStarted: warm pool and reused worker', async () => {
+    const exec = executor({ warmPool: 1, reuseWorkers: true });
+    const engine = await open(exec);
+    const cold = await engine.start(fixtures.echo, 'a');
+    const coldPid = ((await cold.result()) as { pid: number }).pid;
+    expect(of(await cold.history(), 'TurnStarted').map((e) => e.pid)).toEqual([coldPid]);
+    const chat = await engine.start(fixtures.pids, 'a', { taskId: 'pid-reuse' });
+    const first = ((await chat.nextTurn()).output as { pid: number }).pid;
+    const next = await chat.send('b');
+    expect(((await chat.turnResult(next)).output as { pid: number }).pid).toBe(first);
+    expect(of(await chat.history(), 'TurnStarted').map((e) => e.pid)).toEqual([first, first]);
+  });
+
+  it('leaves TurnStarted.pid 0 for an attempt that waited for a free worker', async () => {
+    const engine = await open(executor({ maxWorkers: 1 }));
+    const [a, b] = await Promise.all([engine.start(fixtures.slow, 300), engine.start(fixtures.echo, 'queued')]);
+    const aPid = ((await a.result()) as { pid: number }).pid;
+    await b.result();
+    expect(of(await a.history(), 'TurnStarted')[0]!.pid).toBe(aPid);
+    expect(of(await b.history(), 'TurnStarted')[0]!.pid).toBe(0);
+  });
+
+  it('gives a released reservation back: parked for a reused multi-turn task, else closed', async () => {
+    const exec = executor({ reuseWorkers: true });
+    const parked = exec.reserve('res-multi', 'multi-turn');
+    expect(parked.pid).toBeGreaterThan(0);
+    parked.release();
+    parked.release(); // a no-op the second time
+    expect(exec.parkedWorkers.get('res-multi')).toBe(parked.pid);
+    const closed = exec.reserve('res-one', 'one-shot');
+    closed.release();
+    await until(() => !exec.workerPids.includes(closed.pid), 'the released worker to exit');
+    expect(exec.parkedWorkers.has('res-one')).toBe(false);
   });
 
   it('gives a handler that calls Engine.open inside a worker an IsolationBoundaryError', async () => {
@@ -263,6 +304,45 @@ describe('ProcessExecutor: broken workers', () => {
     expect(await (await engine.start(fixtures.echo, mode)).result()).toMatchObject({ echo: mode });
   });
 
+  // Issue 10.9: text on fd 3 used to hang the turn until its timeout (1 h by default).
+  it.each([
+    ['text', /not a frame \(as text: "hello\\n"/],
+    ['text-tag', /no complete frame for \d+ ms/],
+    ['spin', /no complete frame for \d+ ms/],
+  ])('kills a worker that writes %s long before the turn timeout: TURNLOG_WORKER_PROTOCOL', async (mode, message) => {
+    const exec = executor();
+    const engine = await open(exec);
+    const h = await engine.start(fixtures.garbage, mode);
+    await expect(h.result()).rejects.toMatchObject({ code: 'TURNLOG_TURN_FAILED' });
+    const hist = await h.history();
+    expect(types(hist)).not.toContain('TurnTimedOut');
+    const failed = of(hist, 'TurnFailed')[0]!;
+    expect(failed.failure.code).toBe('TURNLOG_WORKER_PROTOCOL');
+    expect(failed.failure.message).toMatch(message);
+    await until(() => exec.workerCount === 0, 'the broken worker to be gone');
+  });
+
+  it('keeps a quiet but healthy worker: heartbeats count as frames', async () => {
+    const engine = await open(executor({ heartbeatTimeoutMs: 2000 }));
+    expect(await (await engine.start(fixtures.slow, 4500)).result()).toMatchObject({ done: true });
+  });
+
+  it('does not kill a healthy worker when only a ManualClock jumps past the heartbeat timeout', async () => {
+    const exec = executor({ warmPool: 1 });
+    await until(() => exec.readyWarmCount === 1, 'a ready warm worker');
+    const t = await createTestEngine({ workflows: ALL, executors: { process: exec } });
+    cleanups.push(() => t.close());
+    const h = await t.engine.start(fixtures.slow, 2500);
+    // A real heartbeat has come in by now, so the liveness check is armed on the manual clock.
+    await new Promise((r) => setTimeout(r, 1200));
+    await t.advance(10_000);
+    expect(await h.result()).toMatchObject({ done: true });
+  });
+
+  it('refuses a heartbeat timeout shorter than two heartbeats', () => {
+    expect(() => new ProcessExecutor({ workflowsModule: MODULE, heartbeatTimeoutMs: 500 })).toThrow(/heartbeatTimeoutMs must be 0 \(off\) or ≥ 2000/);
+  });
+
   it('replays a step recorded before a crash instead of running it again', async () => {
     const engine = await open(executor());
     const h = await engine.start(fixtures.stepThenCrash, null);
@@ -323,5 +403,80 @@ describe.each(['auto', 'thread'])('ProcessExecutor: engine crash (orphan watch: 
     expect(of(hist, 'TurnTimedOut')).toMatchObject([{ turn: 1, cause: 'recovery_marker' }]);
     expect(of(hist, 'TaskCompleted')).toMatchObject([{ outcome: 'timed_out' }]);
     expect(types(hist)).not.toContain('WorkerKilled');
+  });
+});
+
+describe('ProcessExecutor: set-up checked at Engine.open (issue 10.11)', () => {
+  async function refused(options: Partial<ProcessExecutorOptions>): Promise<{ err: unknown; dir: string }> {
+    const dir = await makeTmpDir('turnlog-setup-');
+    cleanups.push(dir.remove);
+    const store = join(dir.path, 'store');
+    const err = await Engine.open({ store, workflows: ALL, executors: { process: executor(options) }, logger: silentLogger }).then(
+      async (e) => {
+        await e.shutdown({ graceMs: 0 });
+        return undefined;
+      },
+      (e: unknown) => e,
+    );
+    // Nothing written: the store was never opened.
+    expect(existsSync(store)).toBe(false);
+    return { err, dir: store };
+  }
+
+  it('refuses a relative path that does not resolve against the working directory, naming it', async () => {
+    const { err } = await refused({ workflowsModule: 'no/such/workflows.js' });
+    expect(err).toMatchObject({ code: 'TURNLOG_WORKFLOWS_MODULE' });
+    expect((err as Error).message).toContain(join(process.cwd(), 'no/such/workflows.js'));
+    expect((err as Error).message).toMatch(/resolved against the working directory.*import\.meta\.url/s);
+  });
+
+  it('accepts a relative path, resolved against the working directory', async () => {
+    const engine = await open(executor({ workflowsModule: relative(process.cwd(), MODULE) }));
+    expect(await (await engine.start(fixtures.echo, 'rel')).result()).toMatchObject({ echo: 'rel' });
+  });
+
+  it('refuses a module that does not export a workflow the engine runs on it', async () => {
+    const { err } = await refused({ workflowsModule: `${DIST}workflows/boundary.js` });
+    expect(err).toMatchObject({ code: 'TURNLOG_WORKFLOWS_MODULE' });
+    expect((err as Error).message).toMatch(/does not export .*iso-echo.*\(it exports iso-boundary\)/);
+    expect((err as Error).message).toContain('boundary.js');
+  });
+
+  it('refuses a module that cannot be imported', async () => {
+    const { err } = await refused({ workflowsModule: `${DIST}children/hold-store-lock.mjs.missing` });
+    expect(err).toMatchObject({ code: 'TURNLOG_WORKFLOWS_MODULE' });
+  });
+
+  it('refuses a single-file app (the module is the entry script) before importing it', async () => {
+    const dir = await makeTmpDir('turnlog-single-');
+    cleanups.push(dir.remove);
+    const store = join(dir.path, 'store');
+    const { stdout } = await promisify(execFile)(process.execPath, [`${DIST}children/single-file-app.js`, store], { timeout: 30_000 });
+    const [code, message] = stdout.split('\n');
+    expect(code).toBe('TURNLOG_WORKFLOWS_MODULE');
+    expect(message).toMatch(/single-file-hello .*entry script.*Move the workflows into a module of their own/);
+    expect(existsSync(store)).toBe(false);
+  });
+
+  it('accepts a module namespace as the workflow list (Engine.open and createTestEngine)', async () => {
+    const engine = await Engine.open({ store: new MemoryHistoryStore(), workflows: fixtures, executors: { process: executor() }, logger: silentLogger, scanIntervalMs: 0 });
+    cleanups.push(() => engine.shutdown({ graceMs: 100 }));
+    expect(engine.workflows.get('iso-echo')).toBe(fixtures.echo);
+    expect(await (await engine.start(fixtures.echo, 'ns')).result()).toMatchObject({ echo: 'ns' });
+    // Non-workflow exports (burstLine) are ignored.
+    const t = await createTestEngine({ workflows: burstModule, executors: { process: executor() } });
+    cleanups.push(() => t.close());
+    expect([...t.engine.workflows.keys()]).toEqual(['iso-burst']);
+  });
+
+  it('refuses a namespace without workflows, and a list item that is not a workflow', async () => {
+    await expect(Engine.open({ store: new MemoryHistoryStore(), workflows: { helper: () => 1 }, logger: silentLogger })).rejects.toMatchObject({
+      code: 'TURNLOG_INVALID_ARGUMENT',
+      message: expect.stringMatching(/exports no workflows \(exports: helper\)/),
+    });
+    await expect(Engine.open({ store: new MemoryHistoryStore(), workflows: [fixtures.echo, undefined as never], logger: silentLogger })).rejects.toMatchObject({
+      code: 'TURNLOG_INVALID_ARGUMENT',
+      message: expect.stringMatching(/workflows\[1\] is not a workflow/),
+    });
   });
 });

@@ -7,6 +7,7 @@ import {
   decodeWorkerMessage,
   encodeEngineMessage,
   encodeWorkerMessage,
+  isWorkerFrameStart,
   type EngineMessage,
   type WorkerMessage,
 } from '../../src/executor/protocol.js';
@@ -122,5 +123,31 @@ describe('worker protocol', () => {
       expect(isTurnlogError(err, 'TURNLOG_WORKER_PROTOCOL')).toBe(true);
       expect((err as Error).message).toMatch(msg);
     }
+  });
+});
+
+describe('telling frames from text early (issue 10.9)', () => {
+  it('every worker frame starts with a byte isWorkerFrameStart accepts; text mostly does not', () => {
+    const all: WorkerMessage[] = [
+      { type: 'ready', protocolVersion: 1, pid: 1, workflows: [] },
+      { type: 'heartbeat' },
+      { type: 'take-inputs', seq: 1 },
+      { type: 'terminal', outcome: { kind: 'timed-out' } },
+      { type: 'terminal', outcome: { kind: 'cancelled', reason: 'r' } },
+    ];
+    for (const m of all) {
+      const [body] = new FrameReader().push(encodeWorkerMessage(m));
+      expect(isWorkerFrameStart(body![0]!)).toBe(true);
+    }
+    // 'hello\n': 'h' is the length, 'e' (field 12, wire type 5) cannot open a body.
+    expect(isWorkerFrameStart('e'.charCodeAt(0))).toBe(false);
+    expect(isWorkerFrameStart(0x5a + 8)).toBe(false); // field 12 with the right wire type: no such member
+  });
+
+  it('shows the frame being read: its length and its first body bytes', () => {
+    const r = new FrameReader();
+    expect(r.push(Buffer.from('hello\n'))).toEqual([]);
+    expect(r.partial()).toEqual({ length: 104, head: Uint8Array.from(Buffer.from('ello\n')) });
+    expect(new FrameReader().partial()).toBeUndefined();
   });
 });

@@ -5,7 +5,7 @@ import { afterEach, describe, expect, it, vi } from 'vitest';
 import { HistoryInvariantError, NonDeterminismError, isTurnlogError } from '../../src/errors.js';
 import type { HistoryEvent } from '../../src/history/events.js';
 import { encodeHistoryFile } from '../../src/history/history-file.js';
-import { defineWorkflow } from '../../src/workflow/define-workflow.js';
+import { defineWorkflow, type Workflow } from '../../src/workflow/define-workflow.js';
 import { ReplayFailuresError, createTestEngine, replayHistories, replayHistory, type TestEngine } from '../../src/testing/index.js';
 import { historyBuilder, payload } from '../helpers/build-history.js';
 import { createSupportAgent, supportAgent } from '../fixtures/workflows/support-agent.js';
@@ -29,7 +29,7 @@ const engines: TestEngine[] = [];
 afterEach(async () => {
   for (const e of engines.splice(0)) await e.close();
 });
-async function testEngine(...wfs: Parameters<typeof createTestEngine>[0]['workflows']): Promise<TestEngine> {
+async function testEngine(...wfs: Workflow<any, any, any>[]): Promise<TestEngine> {
   const t = await createTestEngine({ workflows: wfs });
   engines.push(t);
   return t;
