@@ -32,6 +32,7 @@ import { codecChain, mapEventPayloads, type PayloadFn } from '../history/payload
 import type { TaskState } from '../history/state.js';
 import { encodeHistoryFile, type HistoryFileFormat } from '../history/history-file.js';
 import { decodeState, encodeState } from '../history/state-codec.js';
+import { illFormedText, wellFormedEvent } from '../history/well-formed.js';
 import { decide, fold } from '../replay/index.js';
 import type { Decision } from '../replay/decision.js';
 import type { HistoryStore, ListOptions, TaskPage } from '../store/history-store.js';
@@ -295,6 +296,9 @@ export class Engine {
     try {
       this.#owner = options.owner ?? this.#ownerOption ?? `${hostname()}|turnlog`;
       this.#instance = options.instance ?? this.#instanceOption ?? `engine-${process.pid}-${nanoid(8)}`;
+      // Both are written into every TurnStarted and LeaseClaimed: refuse what has no UTF-8 form.
+      if (!this.#owner.isWellFormed()) throw invalidArgument(`${illFormedText('Engine owner', this.#owner)}.`);
+      if (!this.#instance.isWellFormed()) throw invalidArgument(`${illFormedText('Engine instance', this.#instance)}.`);
       await phase('open');
       this.#store = await this.#makeStore();
       await this.#store.open();
@@ -991,7 +995,8 @@ export class Engine {
       e.eventId = ++id;
       e.generation = generation;
       e.time = time;
-      out[i] = enc ? mapEventPayloads(e, enc) : e;
+      // Well-formed before folding: the state kept in memory is what a reload reads back.
+      out[i] = wellFormedEvent(enc ? mapEventPayloads(e, enc) : e, t.id);
     }
     return out;
   }
@@ -1191,6 +1196,8 @@ function checkId(what: string, id: string): void {
   if (typeof id !== 'string' || id.length === 0 || id.length > 200 || /[\u0000-\u001f]/.test(id)) {
     throw invalidArgument(`${what} must be a non-empty string of at most 200 printable characters, got ${JSON.stringify(id)}.`);
   }
+  // Before anything is written: a lone surrogate has no UTF-8 form, so the stored id would differ.
+  if (!id.isWellFormed()) throw invalidArgument(`${illFormedText(what, id)}.`);
 }
 
 function notFound(taskId: string): TurnlogError {

@@ -5,6 +5,7 @@
  */
 import type { TaskStatus } from '../history/events.js';
 import { invalidArgument } from '../errors.js';
+import { illFormedText } from '../history/well-formed.js';
 
 /** Version of the key layout and record encodings; stored under the meta key. */
 export const STORE_FORMAT_VERSION = 1;
@@ -30,13 +31,17 @@ export const Prefix = {
 const enc = new TextEncoder();
 const dec = new TextDecoder();
 
-/** Task ids are key components: non-empty, at most 512 bytes, no NUL. */
+/**
+ * Task ids are key components: non-empty, at most 512 characters, no NUL, well-formed (a lone
+ * surrogate encodes to U+FFFD, so two such ids would share one key and one history).
+ */
 export function checkTaskId(taskId: string): void {
   if (typeof taskId !== 'string' || taskId.length === 0 || taskId.length > 512 || taskId.includes('\0')) {
     throw invalidArgument(
       `Task id ${JSON.stringify(taskId)} is invalid. Use a non-empty string of at most 512 characters without NUL.`,
     );
   }
+  if (!taskId.isWellFormed()) throw invalidArgument(`${illFormedText('Task id', taskId)}.`);
 }
 
 function concat(parts: readonly (Uint8Array | number)[]): Buffer {

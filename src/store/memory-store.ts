@@ -15,6 +15,7 @@ import type {
   TaskPage,
 } from './history-store.js';
 import { checkTaskId } from './keys.js';
+import { wellFormedEvent } from '../history/well-formed.js';
 import {
   EMPTY_HEAD,
   applyAppend,
@@ -74,7 +75,8 @@ export class MemoryHistoryStore implements HistoryStore {
   async append(taskId: string, events: readonly HistoryEvent[], options: AppendOptions): Promise<AppendResult> {
     const t = this.#task(taskId);
     const head = applyAppend(taskId, t?.head ?? EMPTY_HEAD, events, options);
-    const copies = structuredClone(events) as HistoryEvent[];
+    // Free text is stored well-formed, as the Level store's codec stores it (same contract).
+    const copies = structuredClone(events.map((e) => wellFormedEvent(e, taskId))) as HistoryEvent[];
     if (t) {
       t.events.push(...copies);
       t.head = head;

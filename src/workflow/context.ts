@@ -3,11 +3,12 @@
  * runs inline in the engine, inside an isolated worker, and under replay testing; only the
  * {@link TurnHost} it talks to differs (engine appends, protocol frames, a recorded history).
  */
-import { FencedError, NonDeterminismError, TurnlogError } from '../errors.js';
+import { FencedError, NonDeterminismError, TurnlogError, invalidArgument } from '../errors.js';
 import type { EntryMode, FailureInfo, Payload, RetryPolicy, WorkflowKind } from '../history/events.js';
 import { errorToFailure, failureToError } from '../history/failure.js';
 import type { PayloadConverter } from '../history/payload.js';
 import type { QueuedInput, RecordedCall } from '../history/state.js';
+import { illFormedText } from '../history/well-formed.js';
 
 export interface StepOptions {
   /** Overrides the workflow's step retry policy for this step. */
@@ -236,6 +237,9 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
   }
 
   async step<T>(name: string, fn: (signal: AbortSignal) => Promise<T> | T, options: StepOptions = {}): Promise<T> {
+    // Names are matched on replay: one with no UTF-8 form would be recorded as another name.
+    if (typeof name !== 'string') throw invalidArgument(`Task ${this.taskId}: ctx.step() needs a string name, got ${typeof name}.`);
+    if (!name.isWellFormed()) throw invalidArgument(`Task ${this.taskId}: step ${illFormedText('name', name)}.`);
     const seq = ++this.#seq;
     const recorded = this.#spec.calls[seq - 1];
     if (recorded) {
