@@ -8,12 +8,14 @@ import { hostname } from 'node:os';
 import { nanoid } from 'nanoid';
 import {
   FencedError,
+  HistoryCorruptError,
   LastInputIdPreconditionError,
   SteeringQueueFullError,
   TaskConflictError,
   TurnOutcomeError,
   TurnlogError,
   invalidArgument,
+  isTurnlogError,
 } from '../errors.js';
 import {
   HISTORY_FORMAT_VERSION,
@@ -35,7 +37,7 @@ import { decodeState, encodeState } from '../history/state-codec.js';
 import { illFormedText, wellFormedEvent } from '../history/well-formed.js';
 import { decide, fold } from '../replay/index.js';
 import type { Decision } from '../replay/decision.js';
-import type { HistoryStore, ListOptions, TaskPage } from '../store/history-store.js';
+import type { CorruptMark, HistoryStore, ListOptions, TaskPage } from '../store/history-store.js';
 import type { Executor, AttemptHandle } from '../executor/executor.js';
 import { InlineExecutor } from '../executor/inline-executor.js';
 import { assertOutsideWorker } from '../executor/isolation.js';
@@ -139,6 +141,12 @@ export interface TaskDescription {
   /** The last turn's output, decoded, if it produced one. */
   lastOutput?: unknown;
   decision: Decision;
+  /**
+   * Set when the task's stored records cannot be read: the engine isolated it (decision rule
+   * `corrupt`), runs nothing for it and refuses its APIs with HistoryCorruptError. The other
+   * fields come from the task's summary.
+   */
+  corrupt?: { key: string; code: string; message: string };
 }
 
 interface Deferred<T> {
@@ -210,6 +218,8 @@ export class Engine {
   readonly #fault = FaultInjector.fromEnv();
   readonly #tasks = new Map<string, TaskEntry>();
   readonly #loading = new Map<string, Promise<TaskEntry>>();
+  /** Tasks whose stored records cannot be read, isolated so every other task is served. */
+  readonly #corrupt = new Map<string, CorruptMark>();
   #scanTimer: Timer | undefined;
   #scanning: Promise<void> | undefined;
   #state: 'inactive' | 'activating' | 'open' | 'quiescing' | 'closed' = 'inactive';
@@ -302,6 +312,10 @@ export class Engine {
       await phase('open');
       this.#store = await this.#makeStore();
       await this.#store.open();
+      for (const m of await this.#store.listCorrupt()) {
+        this.#corrupt.set(m.taskId, m);
+        this.#log.error('task isolated: its stored history cannot be read', { taskId: m.taskId, key: m.key, error: m.message });
+      }
       this.#state = 'open';
       // Scanner before recovery: every phase that can fail runs before any turn starts, so a
       // rolled-back activation never ran (nor interrupted) a handler (test: lifecycle "scanner fails twice").
@@ -461,9 +475,16 @@ export class Engine {
     });
   }
 
-  /** What the task looks like now, with the replayer's current decision. */
+  /** What the task looks like now, with the replayer's current decision (or `corrupt`, see {@link TaskDescription.corrupt}). */
   async describe(taskId: string): Promise<TaskDescription> {
-    const t = await this.#load(taskId);
+    let t: TaskEntry;
+    try {
+      t = await this.#load(taskId);
+    } catch (err) {
+      const mark = this.#corrupt.get(taskId);
+      if (mark) return this.#describeCorrupt(mark, err);
+      throw err;
+    }
     const s = t.state;
     if (!s) throw notFound(taskId);
     const d: TaskDescription = {
@@ -496,7 +517,34 @@ export class Engine {
     return d;
   }
 
-  /** Tasks by status and workflow, a page at a time (`next` continues). Summaries are derived from histories. */
+  /** A corrupt task as its summary (derived data, often still readable) and its mark tell it. */
+  async #describeCorrupt(mark: CorruptMark, err: unknown): Promise<TaskDescription> {
+    const s = await this.store.getSummary(mark.taskId).catch(() => undefined);
+    if (!s) throw err;
+    const d: TaskDescription = {
+      taskId: mark.taskId,
+      workflow: s.workflow,
+      kind: s.kind,
+      status: s.status,
+      turn: s.turn,
+      lastEventId: s.lastEventId,
+      queuedInputIds: [],
+      decision: {
+        kind: 'none',
+        rule: 'corrupt',
+        reason: `stored record ${mark.key} cannot be read (${mark.code}); the engine runs nothing for this task and changes none of its records`,
+      },
+      corrupt: { key: mark.key, code: mark.code, message: mark.message },
+    };
+    if (s.outcome) d.outcome = s.outcome;
+    if (s.lastInputId) d.lastInputId = s.lastInputId;
+    return d;
+  }
+
+  /**
+   * Tasks by status and workflow, a page at a time (`next` continues). Summaries are derived
+   * from histories; a task isolated as corrupt carries `corrupt` (the record and the error).
+   */
   async list(options: ListOptions = {}): Promise<TaskPage> {
     this.#assertOpen('list');
     return this.store.listTasks(options);
@@ -594,6 +642,7 @@ export class Engine {
     }
     // The next activation may see another store or session: forget everything cached.
     this.#tasks.clear();
+    this.#corrupt.clear();
     for (const ex of new Set(this.#executors.values())) await ex.close().catch((err) => this.#log.warn('executor close failed', { error: err }));
     if (this.#store && typeof this.#storeSpec === 'string') await this.#store.close();
     this.#store = undefined;
@@ -1058,6 +1107,8 @@ export class Engine {
   async #load(taskId: string): Promise<TaskEntry> {
     const cached = this.#tasks.get(taskId);
     if (cached) return this.#pin(cached);
+    const mark = this.#corrupt.get(taskId);
+    if (mark) throw corruptError(mark);
     return this.#loadEntry(taskId);
   }
 
@@ -1072,7 +1123,11 @@ export class Engine {
     if (!loading) {
       loading = (async () => {
         const t = new TaskEntry(taskId);
-        const snap = await this.store.getSnapshot(taskId);
+        // A snapshot is only a shortcut: an unreadable one means folding the whole history.
+        const snap = await this.store.getSnapshot(taskId).catch((err: unknown) => {
+          this.#log.warn('snapshot unreadable, folding the whole history', { taskId, error: err });
+          return undefined;
+        });
         let from: TaskState | undefined;
         if (snap) {
           try {
@@ -1082,9 +1137,13 @@ export class Engine {
             this.#log.warn('snapshot unreadable, folding the whole history', { taskId, error: err });
           }
         }
-        const events = await this.store.readEvents(taskId, { fromEventId: (from?.lastEventId ?? 0) + 1 });
-        t.state = events.length ? fold(taskId, events, from) : from;
-        t.lease = await this.store.getLease(taskId);
+        try {
+          const events = await this.store.readEvents(taskId, { fromEventId: (from?.lastEventId ?? 0) + 1 });
+          t.state = events.length ? fold(taskId, events, from) : from;
+          t.lease = await this.store.getLease(taskId);
+        } catch (err) {
+          throw await this.#isolate(taskId, err);
+        }
         this.#evictIdle();
         this.#tasks.set(taskId, t);
         return this.#pin(t); // synchronously with the set: no other load can run in between
@@ -1104,25 +1163,59 @@ export class Engine {
     }
   }
 
+  /**
+   * A task whose stored records cannot be read is isolated: logged once (key and task), marked
+   * in the store (its own records untouched) and refused from then on. Returns what to throw.
+   */
+  async #isolate(taskId: string, err: unknown): Promise<unknown> {
+    if (!isUnreadable(err)) return err;
+    const key = err instanceof HistoryCorruptError ? err.key : `events/${taskId}/${(err as { eventId?: number }).eventId ?? '?'}`;
+    const mark: CorruptMark = { taskId, key, code: err.code, message: err.message, time: this.#clock.now() };
+    if (!this.#corrupt.has(taskId)) {
+      this.#corrupt.set(taskId, mark);
+      this.#log.error('task isolated: its stored history cannot be read', { taskId, key, error: err });
+      await this.store.markCorrupt(mark).catch((e: unknown) => this.#log.warn('could not record the corrupt mark', { taskId, error: e }));
+    }
+    return err instanceof HistoryCorruptError ? err : corruptError(mark, err);
+  }
+
   async #recoverPass(): Promise<void> {
     const now = this.#clock.now();
     const ids = new Set(await this.store.listRecoverable(now, this.instance));
     for (const status of ['suspended', 'pending'] as const) {
       let cursor: string | undefined;
-      do {
-        const page = await this.store.listTasks(cursor ? { status, cursor } : { status });
-        for (const s of page.tasks) if (s.queued > 0 || status === 'pending') ids.add(s.taskId);
-        cursor = page.next;
-      } while (cursor);
+      try {
+        do {
+          const page = await this.store.listTasks(cursor ? { status, cursor } : { status });
+          for (const s of page.tasks) if (s.queued > 0 || status === 'pending') ids.add(s.taskId);
+          cursor = page.next;
+        } while (cursor);
+      } catch (err) {
+        // An unreadable summary: recover the tasks listed so far and every in-progress one.
+        if (!isUnreadable(err)) throw err;
+        this.#log.error('recovery could not list every task', { status, error: err });
+      }
     }
     for (const id of ids) {
       if (this.#state !== 'open') return;
-      const t = await this.#load(id);
+      if (this.#corrupt.has(id)) continue;
+      let t: TaskEntry;
+      try {
+        t = await this.#load(id);
+      } catch (err) {
+        // A corrupt task was logged and marked by #isolate; every other task is still served.
+        if (!this.#corrupt.has(id)) this.#log.error('recovery failed', { taskId: id, error: err });
+        continue;
+      }
       if (t.active) continue;
       await this.#withLock(t, () => this.#drive(t)).catch((err) => this.#log.error('recovery failed', { taskId: id, error: err }));
     }
     if (this.#retentionMs !== undefined && this.#state === 'open') {
-      const purged = await this.store.purgeCompleted(this.#retentionMs, this.#clock.now());
+      const purged = await this.store.purgeCompleted(this.#retentionMs, this.#clock.now()).catch((err: unknown) => {
+        if (!isUnreadable(err)) throw err;
+        this.#log.error('retention skipped: a summary cannot be read', { error: err });
+        return [] as string[];
+      });
       for (const id of purged) {
         const t = this.#tasks.get(id);
         if (t && t.waiters.size === 0) this.#tasks.delete(id);
@@ -1198,6 +1291,24 @@ function checkId(what: string, id: string): void {
   }
   // Before anything is written: a lone surrogate has no UTF-8 form, so the stored id would differ.
   if (!id.isWellFormed()) throw invalidArgument(`${illFormedText(what, id)}.`);
+}
+
+/** Stored data this build cannot read: bytes, an unknown format, or a history breaking an invariant. */
+function isUnreadable(err: unknown): err is TurnlogError {
+  return (
+    isTurnlogError(err, 'TURNLOG_HISTORY_CORRUPT') ||
+    isTurnlogError(err, 'TURNLOG_HISTORY_FORMAT') ||
+    isTurnlogError(err, 'TURNLOG_HISTORY_INVARIANT')
+  );
+}
+
+/** What every API of an isolated task throws. */
+function corruptError(mark: CorruptMark, cause?: unknown): HistoryCorruptError {
+  return new HistoryCorruptError(
+    mark.key,
+    `task ${mark.taskId} is isolated, ${mark.code} found at ${new Date(mark.time).toISOString()}; \`turnlog show ${mark.taskId}\` shows what is readable`,
+    cause === undefined ? {} : { cause },
+  );
 }
 
 function notFound(taskId: string): TurnlogError {

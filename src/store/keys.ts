@@ -26,6 +26,8 @@ export const Prefix = {
   workflowIndex: 0x77,
   /** `m <name>` → JSON (store format version) */
   meta: 0x6d,
+  /** `x <task>` → JSON CorruptMark (a task the engine isolated as unreadable) */
+  corrupt: 0x78,
 } as const;
 
 const enc = new TextEncoder();
@@ -90,6 +92,9 @@ export function leaseKey(taskId: string): Buffer {
 export function snapshotKey(taskId: string): Buffer {
   return concat([Prefix.snapshot, enc.encode(taskId)]);
 }
+export function corruptKey(taskId: string): Buffer {
+  return concat([Prefix.corrupt, enc.encode(taskId)]);
+}
 export function metaKey(name: string): Buffer {
   return concat([Prefix.meta, enc.encode(name)]);
 }
@@ -144,6 +149,8 @@ export function describeKey(key: Uint8Array): string {
       return `snapshot/${body}`;
     case Prefix.meta:
       return `meta/${body}`;
+    case Prefix.corrupt:
+      return `corrupt/${body}`;
     default:
       return `index/${body.replaceAll('\0', '/')}`;
   }

@@ -16,6 +16,7 @@ import type { LeaseRequest } from '../history/lease.js';
 import { summarize } from '../history/summary.js';
 import { GroupCommitter, type BatchOp } from './group-commit.js';
 import type {
+  CorruptMark,
   AppendOptions,
   AppendResult,
   HistoryStore,
@@ -28,6 +29,7 @@ import {
   Prefix,
   STORE_FORMAT_VERSION,
   checkTaskId,
+  corruptKey,
   describeKey,
   eventIdOfKey,
   eventKey,
@@ -53,6 +55,7 @@ import {
   applyRenew,
   isPurgeable,
   isRecoverable,
+  withMark,
   type TaskHead,
 } from './task-head.js';
 
@@ -375,6 +378,7 @@ export class LevelHistoryStore implements HistoryStore {
       ops.push({ type: 'del', key: keys.summary });
       ops.push({ type: 'del', key: keys.lease });
       ops.push({ type: 'del', key: snapshotKey(taskId) });
+      ops.push({ type: 'del', key: corruptKey(taskId) });
       if (prev.summary) {
         ops.push({ type: 'del', key: keys.statusIndex(prev.summary.status, prev.summary.workflow) });
         ops.push({ type: 'del', key: keys.workflowIndex(prev.summary.workflow) });
@@ -392,10 +396,12 @@ export class LevelHistoryStore implements HistoryStore {
     const ids = await this.#db.keys({ gte: prefix, lt: prefixEnd(prefix) }).all();
     const taskIds = ids.map(taskIdOfKey);
     const summaries = await this.#summaries(taskIds);
+    // A task the engine isolated as corrupt is kept for inspection, whatever its age.
+    const marked = await this.#marks();
     const purge: string[] = [];
     for (let i = 0; i < taskIds.length; i++) {
       const s = summaries[i];
-      if (s && isPurgeable(s, olderThanMs, now)) purge.push(taskIds[i]!);
+      if (s && isPurgeable(s, olderThanMs, now) && !marked.has(taskIds[i]!)) purge.push(taskIds[i]!);
     }
     await Promise.all(purge.map((id) => this.deleteTask(id)));
     return sortIds(purge);
@@ -497,9 +503,36 @@ export class LevelHistoryStore implements HistoryStore {
     const keys = await this.#db.keys({ ...range, limit: limit + 1 }).all();
     const pageKeys = keys.slice(0, limit);
     const summaries = await this.#summaries(pageKeys.map(taskIdOfKey));
-    const page: TaskPage = { tasks: summaries.filter((s): s is TaskSummary => s !== undefined) };
+    const marks = pageKeys.length === 0 ? undefined : await this.#marks();
+    const page: TaskPage = {
+      tasks: summaries.filter((s): s is TaskSummary => s !== undefined).map((s) => withMark(s, marks?.get(s.taskId))),
+    };
     if (keys.length > limit) page.next = encodeCursor(pageKeys[pageKeys.length - 1]!);
     return page;
+  }
+
+  async markCorrupt(mark: CorruptMark): Promise<void> {
+    this.#checkOpen();
+    checkTaskId(mark.taskId);
+    // Not through the task's head: loading it may be what fails. Only this key is written.
+    const value = { taskId: mark.taskId, key: mark.key, code: mark.code, message: mark.message, time: mark.time };
+    await this.#db.put(corruptKey(mark.taskId), Buffer.from(JSON.stringify(value)), { sync: this.#sync });
+  }
+
+  async listCorrupt(): Promise<CorruptMark[]> {
+    this.#checkOpen();
+    return [...(await this.#marks()).values()];
+  }
+
+  /** Corrupt marks by task id: a scan of the `x` prefix, which is empty in a healthy store. */
+  async #marks(): Promise<Map<string, CorruptMark>> {
+    const prefix = prefixOnly(Prefix.corrupt);
+    const out = new Map<string, CorruptMark>();
+    for (const [k, v] of await this.#db.iterator({ gte: prefix, lt: prefixEnd(prefix) }).all()) {
+      const m = parseJson(v, k) as CorruptMark;
+      out.set(taskIdOfKey(k), { ...m, taskId: taskIdOfKey(k) });
+    }
+    return out;
   }
 
   async listRecoverable(now: number, instance: string): Promise<string[]> {
@@ -507,12 +540,19 @@ export class LevelHistoryStore implements HistoryStore {
     const prefix = statusIndexPrefix('in_progress');
     const keys = await this.#db.keys({ gte: prefix, lt: prefixEnd(prefix) }).all();
     const ids = keys.map(taskIdOfKey);
-    const summaries = await this.#summaries(ids);
+    const raws = await this.#db.getMany(ids.map(summaryKey));
     const out: string[] = [];
     for (let i = 0; i < ids.length; i++) {
       const id = ids[i]!;
-      const s = summaries[i];
-      if (s && isRecoverable(s, await this.getLease(id), now, instance)) out.push(id);
+      const raw = raws[i];
+      if (raw === undefined) continue;
+      try {
+        if (isRecoverable(this.#summary(id, summaryKey(id), raw), await this.getLease(id), now, instance)) out.push(id);
+      } catch {
+        // An unreadable summary or lease: return the task, so the engine loads it, finds what
+        // is corrupt and isolates that one task instead of the whole scan failing.
+        out.push(id);
+      }
     }
     return sortIds(out);
   }

@@ -9,7 +9,12 @@ import { nextLease, isLeaseLive, type LeaseRequest } from '../history/lease.js';
 import { summarize } from '../history/summary.js';
 import { checkEventIds } from '../history/well-formed.js';
 import { checkTaskId } from './keys.js';
-import type { AppendOptions } from './history-store.js';
+import type { AppendOptions, CorruptMark } from './history-store.js';
+
+/** A summary as `listTasks` shows it: with the task's corrupt mark, if it has one. */
+export function withMark(s: TaskSummary, mark: CorruptMark | undefined): TaskSummary {
+  return mark ? { ...s, corrupt: { key: mark.key, code: mark.code, message: mark.message } } : s;
+}
 
 /** What a store must know about a task to validate a write without reading. */
 export interface TaskHead {
