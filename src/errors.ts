@@ -75,6 +75,19 @@ export function isTurnlogError(err: unknown, code?: ErrorCode): err is TurnlogEr
   );
 }
 
+/**
+ * True when stored data cannot be read by this build: undecodable bytes
+ * (TURNLOG_HISTORY_CORRUPT), a newer format (TURNLOG_HISTORY_FORMAT) or a history that breaks an
+ * invariant (TURNLOG_HISTORY_INVARIANT). The engine isolates a task that gives one of these.
+ */
+export function isHistoryUnreadable(err: unknown): err is TurnlogError {
+  return (
+    isTurnlogError(err, 'TURNLOG_HISTORY_CORRUPT') ||
+    isTurnlogError(err, 'TURNLOG_HISTORY_FORMAT') ||
+    isTurnlogError(err, 'TURNLOG_HISTORY_INVARIANT')
+  );
+}
+
 /** Stored bytes that cannot be decoded. Nothing is changed; the key names what to inspect. */
 export class HistoryCorruptError extends TurnlogError {
   override readonly name = 'HistoryCorruptError';

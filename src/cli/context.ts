@@ -5,8 +5,9 @@
 import { stat } from 'node:fs/promises';
 import { join, resolve } from 'node:path';
 import { InvalidArgumentError, type Command } from 'commander';
-import { TurnlogError, isTurnlogError } from '../errors.js';
-import type { HistoryStore } from '../store/history-store.js';
+import { TurnlogError, isHistoryUnreadable, isTurnlogError } from '../errors.js';
+import type { HistoryEvent } from '../history/events.js';
+import type { HistoryStore, ReadOptions } from '../store/history-store.js';
 import { LevelHistoryStore } from '../store/index.js';
 
 /** Documented exit codes (docs/cli.md#exit-codes). */
@@ -31,15 +32,33 @@ export const DEFAULT_STORE = '.turnlog';
 /** An error the CLI reports with a stable `code` and a documented exit code. */
 export class CliError extends Error {
   override readonly name = 'CliError';
+  /**
+   * The command already printed its one `--json` document, with this error inside it
+   * (`events`, `show`): `run()` prints nothing more and only exits with `exitCode`.
+   */
+  readonly printed: boolean;
   constructor(
     readonly code: string,
     message: string,
     readonly exitCode: ExitCode,
-    options: { cause?: unknown } = {},
+    options: { cause?: unknown; printed?: boolean } = {},
   ) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.printed = options.printed ?? false;
   }
 }
+
+/** The `error` object of a `--json` document. */
+export function errorJSON(e: CliError): { code: string; message: string; exitCode: ExitCode } {
+  return { code: e.code, message: e.message, exitCode: e.exitCode };
+}
+
+/** `err` as a CliError marked as already printed (its document holds the error). */
+export function printedError(err: unknown): CliError {
+  const e = toCliError(err);
+  return new CliError(e.code, e.message, e.exitCode, { cause: err, printed: true });
+}
+
 
 /** A usage error (exit 2): bad option values, conflicting options. */
 export function usageError(message: string): CliError {
@@ -119,6 +138,31 @@ export async function openCliStore(dir: string, options: { create: boolean }): P
     throw err;
   }
   return store;
+}
+
+/**
+ * A task's events in order, like `store.iterateEvents`, except that a page with an unreadable
+ * event is read again one event at a time: every event before the unreadable one is yielded,
+ * then its error is thrown (`show` and `events` print what is readable of a corrupt task).
+ */
+export async function* readableEvents(store: HistoryStore, taskId: string, options: ReadOptions = {}): AsyncIterable<HistoryEvent> {
+  let next = options.fromEventId ?? 1;
+  let left = options.limit ?? Infinity;
+  try {
+    for await (const e of store.iterateEvents(taskId, options)) {
+      yield e;
+      next = e.eventId + 1;
+      left--;
+    }
+  } catch (err) {
+    if (!isHistoryUnreadable(err)) throw err;
+    for (; left > 0; next++, left--) {
+      const [e] = await store.readEvents(taskId, { fromEventId: next, toEventId: next });
+      if (!e) break;
+      yield e;
+    }
+    throw err;
+  }
 }
 
 /** The task's summary, or exit 3 naming the task and the store. */

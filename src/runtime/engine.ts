@@ -15,7 +15,7 @@ import {
   TurnOutcomeError,
   TurnlogError,
   invalidArgument,
-  isTurnlogError,
+  isHistoryUnreadable as isUnreadable,
 } from '../errors.js';
 import {
   HISTORY_FORMAT_VERSION,
@@ -1291,15 +1291,6 @@ function checkId(what: string, id: string): void {
   }
   // Before anything is written: a lone surrogate has no UTF-8 form, so the stored id would differ.
   if (!id.isWellFormed()) throw invalidArgument(`${illFormedText(what, id)}.`);
-}
-
-/** Stored data this build cannot read: bytes, an unknown format, or a history breaking an invariant. */
-function isUnreadable(err: unknown): err is TurnlogError {
-  return (
-    isTurnlogError(err, 'TURNLOG_HISTORY_CORRUPT') ||
-    isTurnlogError(err, 'TURNLOG_HISTORY_FORMAT') ||
-    isTurnlogError(err, 'TURNLOG_HISTORY_INVARIANT')
-  );
 }
 
 /** What every API of an isolated task throws. */
