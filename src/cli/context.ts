@@ -2,13 +2,13 @@
  * What every command shares: global options, exit codes, errors that carry an exit code,
  * opening the store (with the locked-store decision of docs/cli.md) and writing output.
  */
-import { stat } from 'node:fs/promises';
-import { join, resolve } from 'node:path';
+import { resolve } from 'node:path';
 import { InvalidArgumentError, type Command } from 'commander';
 import { TurnlogError, isHistoryUnreadable, isTurnlogError } from '../errors.js';
 import type { HistoryEvent } from '../history/events.js';
 import type { HistoryStore, ReadOptions } from '../store/history-store.js';
 import { LevelHistoryStore } from '../store/index.js';
+import { inspectStoreDir } from '../store/store-dir.js';
 
 /** Documented exit codes (docs/cli.md#exit-codes). */
 export const EXIT = {
@@ -70,7 +70,7 @@ export function toCliError(err: unknown): CliError {
   if (err instanceof CliError) return err;
   if (isTurnlogError(err)) {
     const exit =
-      err.code === 'TURNLOG_TASK_NOT_FOUND'
+      err.code === 'TURNLOG_TASK_NOT_FOUND' || err.code === 'TURNLOG_STORE_NOT_FOUND'
         ? EXIT.notFound
         : err.code === 'TURNLOG_STORE_LOCKED'
           ? EXIT.locked
@@ -103,27 +103,19 @@ export function positiveInt(value: string): number {
  */
 export async function openCliStore(dir: string, options: { create: boolean }): Promise<HistoryStore> {
   const abs = resolve(dir);
-  if (!options.create) {
-    const st = await stat(abs).catch(() => undefined);
-    if (!st?.isDirectory()) {
-      throw new CliError(
-        'TURNLOG_STORE_NOT_FOUND',
-        `Store ${abs} does not exist. Pass the engine's store directory with --store <dir> or set TURNLOG_STORE (default ${DEFAULT_STORE}).`,
-        EXIT.notFound,
-      );
-    }
-    // An existing directory that holds no LevelDB (no CURRENT file) is not a store either:
-    // opening it would write a new, empty LevelDB into it (`--store .`, `--store src`).
-    const current = await stat(join(abs, 'CURRENT')).catch(() => undefined);
-    if (!current?.isFile()) {
-      throw new CliError(
-        'TURNLOG_STORE_NOT_FOUND',
-        `Directory ${abs} is not a turnlog store (it holds no LevelDB). Pass the engine's store directory with --store <dir> or set TURNLOG_STORE (default ${DEFAULT_STORE}).`,
-        EXIT.notFound,
-      );
-    }
+  // The store refuses these too (store-dir.ts, shared); here they get the CLI's wording.
+  const state = await inspectStoreDir(abs);
+  const hint = `Pass the engine's store directory with --store <dir> or set TURNLOG_STORE (default ${DEFAULT_STORE}).`;
+  if (state === 'not-directory' || (!options.create && state === 'missing')) {
+    const what = state === 'missing' ? 'does not exist' : 'is not a directory';
+    throw new CliError('TURNLOG_STORE_NOT_FOUND', `Store ${abs} ${what}. ${hint}`, EXIT.notFound);
   }
-  const store = new LevelHistoryStore(abs, { sync: true });
+  // A directory that holds no LevelDB is not a store either: opening it would write a new,
+  // empty LevelDB into it (`--store .`, `--store src`). Only `import` may start an empty one.
+  if (state === 'foreign' || (!options.create && state === 'empty')) {
+    throw new CliError('TURNLOG_STORE_NOT_FOUND', `Directory ${abs} is not a turnlog store (it holds no LevelDB). ${hint}`, EXIT.notFound);
+  }
+  const store = new LevelHistoryStore(abs, { sync: true, create: options.create });
   try {
     await store.open();
   } catch (err) {

@@ -9,7 +9,9 @@ import {
   StoreLockedError,
   TurnlogError,
   invalidArgument,
+  isTurnlogError,
 } from '../errors.js';
+import { inspectStoreDir } from './store-dir.js';
 import { decodeEvent, encodeEvent } from '../history/codec.js';
 import { HISTORY_FORMAT_VERSION, type HistoryEvent, type Lease, type TaskSummary } from '../history/events.js';
 import type { LeaseRequest } from '../history/lease.js';
@@ -63,6 +65,11 @@ import {
 export interface LevelHistoryStoreOptions {
   /** fsync every write before it resolves (default true). `append` can override per call. */
   sync?: boolean;
+  /**
+   * Create the store when the directory is missing or empty (default true). False: only open an
+   * existing store (TURNLOG_STORE_NOT_FOUND otherwise), as the CLI's reading commands do.
+   */
+  create?: boolean;
 }
 
 /** A task's cached head: `durable` is on disk, `pending` includes queued writes. */
@@ -94,8 +101,11 @@ type State = 'new' | 'opening' | 'open' | 'closing' | 'closed';
 export class LevelHistoryStore implements HistoryStore {
   readonly location: string;
   readonly exclusive = true;
-  readonly #db: Level<Buffer, Buffer>;
+  // Built in open(), after the directory check: a Level opens itself (and creates its files)
+  // one microtask after construction unless open() is called first.
+  #db!: Level<Buffer, Buffer>;
   readonly #sync: boolean;
+  readonly #create: boolean;
   readonly #heads = new Map<string, HeadEntry>();
   readonly #committer: GroupCommitter;
   #state: State = 'new';
@@ -107,7 +117,7 @@ export class LevelHistoryStore implements HistoryStore {
     }
     this.location = location;
     this.#sync = options.sync ?? true;
-    this.#db = new Level<Buffer, Buffer>(location, { keyEncoding: 'buffer', valueEncoding: 'buffer' });
+    this.#create = options.create ?? true;
     this.#committer = new GroupCommitter(
       (ops, sync) => {
         // The chained batch skips the array form's per-op option handling: measurably cheaper.
@@ -145,13 +155,16 @@ export class LevelHistoryStore implements HistoryStore {
 
   async #doOpen(): Promise<void> {
     try {
-      await this.#db.open();
+      await this.#checkDirectory();
+      this.#db = new Level<Buffer, Buffer>(this.location, { keyEncoding: 'buffer', valueEncoding: 'buffer' });
+      await this.#db.open({ createIfMissing: this.#create });
     } catch (err) {
       this.#state = 'closed';
+      if (isTurnlogError(err)) throw err;
       if (isLockedError(err)) throw new StoreLockedError(this.location, { cause: err });
       throw new TurnlogError(
-        'TURNLOG_STORE_CLOSED',
-        `Store ${this.location} could not be opened (${(err as Error).message}). Check the path and its permissions.`,
+        'TURNLOG_STORE_OPEN',
+        `Store ${this.location} could not be opened: ${osCause(err)}. Check that the path names a directory this process may create and write.`,
         { cause: err },
       );
     }
@@ -165,10 +178,33 @@ export class LevelHistoryStore implements HistoryStore {
     this.#state = 'open';
   }
 
+  /** Refuses, before LevelDB writes a byte, a directory that is not a turnlog store (store-dir.ts). */
+  async #checkDirectory(): Promise<void> {
+    const state = await inspectStoreDir(this.location);
+    if (state === 'store' || (this.#create && (state === 'missing' || state === 'empty'))) return;
+    const what =
+      state === 'not-directory'
+        ? 'is not a directory'
+        : state === 'foreign'
+          ? 'is a non-empty directory that holds no turnlog store'
+          : 'holds no turnlog store';
+    throw new TurnlogError(
+      'TURNLOG_STORE_NOT_FOUND',
+      `Store ${this.location} ${what}; nothing was written to it. Point the store at its own directory (default .turnlog), or at an existing store.`,
+    );
+  }
+
   async #checkFormat(): Promise<void> {
     const key = metaKey(FORMAT_META);
     const raw = await this.#db.get(key);
     if (raw === undefined) {
+      // A LevelDB with data but no turnlog meta record belongs to something else: leave it alone.
+      if ((await this.#db.keys({ limit: 1 }).all()).length > 0) {
+        throw new TurnlogError(
+          'TURNLOG_STORE_NOT_FOUND',
+          `Store ${this.location} is a LevelDB written by something other than turnlog (it has no turnlog format record); nothing was written to it. Point the store at its own directory.`,
+        );
+      }
       const meta = { store: STORE_FORMAT_VERSION, history: HISTORY_FORMAT_VERSION };
       await this.#db.put(key, Buffer.from(JSON.stringify(meta)), { sync: true });
       return;
@@ -592,6 +628,13 @@ function parseJson(raw: Buffer, key: Buffer): unknown {
 
 function sortIds(ids: string[]): string[] {
   return ids.sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
+}
+
+/** The innermost cause's message (`ENOTDIR: not a directory, mkdir '…'`): LevelDB's own is generic. */
+function osCause(err: unknown): string {
+  let e = err as { message?: unknown; cause?: unknown } | undefined;
+  for (let i = 0; i < 5 && e && typeof e.cause === 'object' && e.cause !== null; i++) e = e.cause as typeof e;
+  return typeof e?.message === 'string' ? e.message : String(err);
 }
 
 /** classic-level reports a held lock as LEVEL_LOCKED, directly or as the open error's cause. */

@@ -4,6 +4,7 @@
  * one JSON document, also when it fails half-way through its output.
  */
 import { existsSync } from 'node:fs';
+import { mkdir, readdir, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { Level } from 'level';
 import { afterAll, beforeAll, describe, expect, it } from 'vitest';
@@ -118,6 +119,18 @@ describe('--json: exactly one document from every command, also on errors', () =
       if (code) expect(r.doc.error.code).toBe(code);
     });
   }
+
+  it('import into a non-empty directory that is not a store: one error document, nothing written', async () => {
+    const file = join(tmp.path, 'good.json');
+    expect((await cli(['--store', store, 'export', 'good', '-o', file])).code).toBe(0);
+    const project = join(tmp.path, 'project');
+    await mkdir(project);
+    await writeFile(join(project, 'package.json'), '{}');
+    const r = await oneDocument(['--store', project, 'import', file]);
+    expect(r.code).toBe(3);
+    expect(r.doc.error.code).toBe('TURNLOG_STORE_NOT_FOUND');
+    expect(await readdir(project)).toEqual(['package.json']);
+  });
 
   it('stats and list still print their one document on a store with a corrupt task', async () => {
     expect((await oneDocument(['--store', store, 'stats'])).doc.tasks).toBe(2);
