@@ -72,6 +72,79 @@ function idError(e: HistoryEvent, field: string, value: string, taskId: string |
  * case, no copy). Throws TURNLOG_INVALID_ARGUMENT, before anything is written, for an ill-formed id.
  */
 export function wellFormedEvent<E extends HistoryEvent>(e: E, taskId?: string): E {
+  // Every append encodes (and the engine folds) each event: check first, without allocating.
+  return allWellFormed(e) ? e : fixEvent(e, taskId);
+}
+
+/**
+ * True when every string of `e` is well-formed: the per-type fields read directly (a walk of
+ * {@link STRING_FIELDS} cost as much as encoding the event). test/history/well-formed.test.ts
+ * checks, on every event type, that this misses no field of the table.
+ */
+function allWellFormed(e: HistoryEvent): boolean {
+  switch (e.type) {
+    case 'TaskCreated':
+      return ok(e.workflow) && policyOk(e.policy);
+    case 'InputQueued':
+      return ok(e.inputId) && payloadOk(e.input);
+    case 'InputWithdrawn':
+      return ok(e.inputId) && ok(e.reason);
+    case 'TurnStarted':
+      return listOk(e.inputIds) && ok(e.owner) && ok(e.instance);
+    case 'StepCompleted':
+      return ok(e.name) && payloadOk(e.result) && failureOk(e.failure);
+    case 'InputsTaken':
+      return listOk(e.inputIds);
+    case 'Checkpointed':
+      return payloadOk(e.data);
+    case 'CancelRequested':
+    case 'TurnCancelled':
+    case 'TurnExitedForRecovery':
+      return ok(e.reason);
+    case 'WorkerKilled':
+      return ok(e.signal) && ok(e.reason);
+    case 'WorkerCrashed':
+      return ok(e.signal) && ok(e.message);
+    case 'TurnCompleted':
+      return payloadOk(e.output) && payloadOk(e.state);
+    case 'TurnFailed':
+      return failureOk(e.failure);
+    case 'TurnSuspended':
+      return ok(e.reason) && payloadOk(e.output) && payloadOk(e.state);
+    case 'LeaseClaimed':
+      return ok(e.owner) && ok(e.instance) && ok(e.reason);
+    default:
+      // TimeoutCancelRequested, TurnTimedOut, TaskCompleted: no strings.
+      return true;
+  }
+}
+
+function ok(s: unknown): boolean {
+  return typeof s !== 'string' || s.isWellFormed();
+}
+function listOk(a: unknown): boolean {
+  if (!Array.isArray(a)) return true;
+  for (let i = 0; i < a.length; i++) if (!ok(a[i])) return false;
+  return true;
+}
+function payloadOk(p: Payload | undefined | null): boolean {
+  const md = p?.metadata;
+  if (md == null) return true;
+  for (const k in md) if (!k.isWellFormed()) return false;
+  return true;
+}
+function failureOk(f: FailureInfo | undefined | null): boolean {
+  for (let c = f; c != null; c = c.cause) {
+    if (!ok(c.message) || !ok(c.type) || !ok(c.stack) || !ok(c.code) || !payloadOk(c.details)) return false;
+  }
+  return true;
+}
+function policyOk(p: TurnPolicy | undefined | null): boolean {
+  return p == null || listOk(p.stepRetry?.nonRetryableTypes);
+}
+
+/** The slow path: refuse an ill-formed id, copy what holds ill-formed free text. */
+function fixEvent<E extends HistoryEvent>(e: E, taskId: string | undefined): E {
   checkEventIds(e, taskId);
   const f = STRING_FIELDS[e.type] as { text: readonly string[] } | undefined;
   if (f === undefined) return e;
