@@ -49,7 +49,11 @@ export async function run(argv: readonly string[]): Promise<ExitCode> {
       // commander already printed the message (stderr); help and --version end with exit code 0.
       if (err.exitCode === 0) return EXIT.ok;
       // --json promises one document on stdout, usage errors included.
-      if (json) process.stdout.write(JSON.stringify({ error: { code: 'USAGE', message: err.message, exitCode: EXIT.usage } }, null, 2) + '\n');
+      if (json) {
+        // No command: commander prints the help and reports "(outputHelp)".
+        const message = err.code === 'commander.help' ? `a command is required: ${program.commands.map((c) => c.name()).join(', ')}. Run turnlog --help.` : err.message;
+        process.stdout.write(JSON.stringify({ error: { code: 'USAGE', message, exitCode: EXIT.usage } }, null, 2) + '\n');
+      }
       return EXIT.usage;
     }
     const e = toCliError(err);

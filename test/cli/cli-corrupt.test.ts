@@ -107,6 +107,7 @@ describe('--json: exactly one document from every command, also on errors', () =
     ['a bad option value', ['list', '--limit', '0'], 2, 'USAGE'],
     ['an unknown option', ['list', '--nope'], 2, 'USAGE'],
     ['an unknown command', ['frobnicate'], 2, 'USAGE'],
+    ['no command', [], 2, 'USAGE'],
     ['a missing argument', ['events'], 2, 'USAGE'],
     ['import of a missing file', ['import', '/nonexistent/file.json'], 3, ''],
     ['replay without --workflows', ['replay', 'bad'], 2, 'USAGE'],
