@@ -9,6 +9,7 @@ import {
   StoreLockedError,
   TurnlogError,
   invalidArgument,
+  isHistoryUnreadable,
   isTurnlogError,
 } from '../errors.js';
 import { inspectStoreDir } from './store-dir.js';
@@ -405,6 +406,29 @@ export class LevelHistoryStore implements HistoryStore {
   }
 
   deleteTask(taskId: string): Promise<void> {
+    // A task whose last event cannot be decoded has no head; delete it by key range instead,
+    // so a corrupt task can still be removed or replaced (`turnlog import --force`).
+    return this.#deleteWithHead(taskId).catch((err: unknown) => {
+      if (!isHistoryUnreadable(err)) throw err;
+      return this.#deleteByKeys(taskId);
+    });
+  }
+
+  async #deleteByKeys(taskId: string): Promise<void> {
+    const ops: BatchOp[] = [];
+    for (const key of await this.#db.keys(eventRange(taskId)).all()) ops.push({ type: 'del', key });
+    for (const key of [summaryKey(taskId), leaseKey(taskId), snapshotKey(taskId), corruptKey(taskId)]) ops.push({ type: 'del', key });
+    // The summary may be unreadable too: find the task's index entries by scanning both indexes.
+    for (const prefix of [prefixOnly(Prefix.statusIndex), prefixOnly(Prefix.workflowIndex)]) {
+      for (const key of await this.#db.keys({ gte: prefix, lt: prefixEnd(prefix) }).all()) {
+        if (taskIdOfKey(key) === taskId) ops.push({ type: 'del', key });
+      }
+    }
+    this.#heads.delete(taskId);
+    await this.#committer.submit(taskId, ops, this.#sync, () => this.#heads.delete(taskId));
+  }
+
+  #deleteWithHead(taskId: string): Promise<void> {
     return this.#withHead(taskId, (h) => {
       const prev = h.pending;
       const ops: BatchOp[] = [];
