@@ -12,7 +12,7 @@ import { ManualClock } from '../../src/runtime/clock.js';
 import { Engine } from '../../src/runtime/engine.js';
 import type { Logger } from '../../src/runtime/logger.js';
 import type { HistoryStore } from '../../src/store/history-store.js';
-import { eventKey } from '../../src/store/keys.js';
+import { eventKey, summaryKey } from '../../src/store/keys.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
 import { historyBuilder } from '../helpers/build-history.js';
@@ -145,6 +145,23 @@ describe('recovery at open isolates a corrupt task', () => {
       expect(isTurnlogError(await again.task('bad').send('x').catch((e: unknown) => e), 'TURNLOG_HISTORY_CORRUPT')).toBe(true);
     });
   }
+});
+
+describe('recovery at open with an unreadable summary', () => {
+  it('the engine opens and recovers the in-progress task; the listing error is logged', async () => {
+    const dir = await storeWithTwoTasks();
+    await overwrite(dir, summaryKey('good'), Buffer.from('{not json'));
+    const log = recordingLogger();
+    const engine = await Engine.open({ store: dir, workflows: [chat], logger: log, scanIntervalMs: 0 });
+    engines.push(engine);
+    expect(log.errors.map((e) => e.message)).toContain('recovery could not list every task');
+    // `bad` was left in progress by the first engine and is re-run (it no longer hangs).
+    const bad = engine.task<string, string>('bad');
+    for (let i = 0; i < 400 && (await engine.describe('bad')).status !== 'suspended'; i++) await new Promise((r) => setTimeout(r, 5));
+    expect((await engine.describe('bad')).status).toBe('suspended');
+    await bad.send('next');
+    expect(await bad.nextTurn()).toMatchObject({ status: 'suspended', output: 'echo next' });
+  });
 });
 
 describe('the periodic scan isolates a corrupt task', () => {
