@@ -59,7 +59,6 @@ export function printedError(err: unknown): CliError {
   return new CliError(e.code, e.message, e.exitCode, { cause: err, printed: true });
 }
 
-
 /** A usage error (exit 2): bad option values, conflicting options. */
 export function usageError(message: string): CliError {
   return new CliError('USAGE', message, EXIT.usage);

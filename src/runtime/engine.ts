@@ -1204,8 +1204,8 @@ export class Engine {
         t = await this.#load(id);
       } catch (err) {
         // A corrupt task was logged and marked by #isolate; every other task is still served.
-        if (!this.#corrupt.has(id)) this.#log.error('recovery failed', { taskId: id, error: err });
-        continue;
+        if (this.#corrupt.has(id)) continue;
+        throw err;
       }
       if (t.active) continue;
       await this.#withLock(t, () => this.#drive(t)).catch((err) => this.#log.error('recovery failed', { taskId: id, error: err }));

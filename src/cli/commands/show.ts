@@ -162,6 +162,11 @@ export interface CorruptView {
   message: string;
 }
 
+function corruptView(taskId: string, err: unknown): CorruptView {
+  const e = err as Error & { code: string; key?: string; eventId?: number };
+  return { key: err instanceof HistoryCorruptError ? err.key : `events/${taskId}/${e.eventId ?? '?'}`, code: e.code, message: e.message };
+}
+
 function header(s: TaskSummary, corrupt: CorruptView | undefined, partial: boolean): string {
   return [
     `task      ${s.taskId}`,
@@ -207,14 +212,9 @@ export function registerShow(program: Command): void {
           failure ??= err;
         }
         const mark = (await store.listCorrupt()).find((m) => m.taskId === taskId);
-        const corrupt: CorruptView | undefined = failure
-          ? { key: failure instanceof HistoryCorruptError ? failure.key : `events/${taskId}`, code: (failure as HistoryCorruptError).code, message: (failure as Error).message }
-          : mark && { key: mark.key, code: mark.code, message: mark.message };
+        const corrupt: CorruptView | undefined = failure ? corruptView(taskId, failure) : mark && { key: mark.key, code: mark.code, message: mark.message };
         const max = flags.full ? 0 : flags.width;
         const { turns, timeline } = buildTimeline(events, max);
-        const done = (): void => {
-          if (failure !== undefined) throw printedError(failure);
-        };
         if (g.json) {
           await printJSON({
             task: summary,
@@ -223,7 +223,9 @@ export function registerShow(program: Command): void {
             queued: queue.map((q) => ({ inputId: q.inputId, eventId: q.eventId, time: q.time, steering: q.steering, input: payloadToJSON(q.input) })),
             timeline,
           });
-          return done();
+          // The document holds the error (`corrupt`); exit 1 without a second document.
+          if (failure !== undefined) throw printedError(failure);
+          return;
         }
         const start = summary.createdAt;
         const parts = [header(summary, corrupt, failure !== undefined)];
