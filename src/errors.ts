@@ -15,6 +15,7 @@ export type ErrorCode =
   // store
   | 'TURNLOG_STORE_LOCKED'
   | 'TURNLOG_STORE_CLOSED'
+  | 'TURNLOG_STORE_OPEN'
   | 'TURNLOG_STORE_NOT_FOUND'
   | 'TURNLOG_CONCURRENCY'
   | 'TURNLOG_STALE_GENERATION'
@@ -74,6 +75,19 @@ export function isTurnlogError(err: unknown, code?: ErrorCode): err is TurnlogEr
     err !== null &&
     (err as Record<symbol, unknown>)[TURNLOG_ERROR] === true &&
     (code === undefined || (err as TurnlogError).code === code)
+  );
+}
+
+/**
+ * True when stored data cannot be read by this build: undecodable bytes
+ * (TURNLOG_HISTORY_CORRUPT), a newer format (TURNLOG_HISTORY_FORMAT) or a history that breaks an
+ * invariant (TURNLOG_HISTORY_INVARIANT). The engine isolates a task that gives one of these.
+ */
+export function isHistoryUnreadable(err: unknown): err is TurnlogError {
+  return (
+    isTurnlogError(err, 'TURNLOG_HISTORY_CORRUPT') ||
+    isTurnlogError(err, 'TURNLOG_HISTORY_FORMAT') ||
+    isTurnlogError(err, 'TURNLOG_HISTORY_INVARIANT')
   );
 }
 

@@ -2,12 +2,13 @@
  * What every command shares: global options, exit codes, errors that carry an exit code,
  * opening the store (with the locked-store decision of docs/cli.md) and writing output.
  */
-import { stat } from 'node:fs/promises';
-import { join, resolve } from 'node:path';
+import { resolve } from 'node:path';
 import { InvalidArgumentError, type Command } from 'commander';
-import { TurnlogError, isTurnlogError } from '../errors.js';
-import type { HistoryStore } from '../store/history-store.js';
+import { TurnlogError, isHistoryUnreadable, isTurnlogError } from '../errors.js';
+import type { HistoryEvent } from '../history/events.js';
+import type { HistoryStore, ReadOptions } from '../store/history-store.js';
 import { LevelHistoryStore } from '../store/index.js';
+import { inspectStoreDir } from '../store/store-dir.js';
 
 /** Documented exit codes (docs/cli.md#exit-codes). */
 export const EXIT = {
@@ -31,14 +32,31 @@ export const DEFAULT_STORE = '.turnlog';
 /** An error the CLI reports with a stable `code` and a documented exit code. */
 export class CliError extends Error {
   override readonly name = 'CliError';
+  /**
+   * The command already printed its one `--json` document, with this error inside it
+   * (`events`, `show`): `run()` prints nothing more and only exits with `exitCode`.
+   */
+  readonly printed: boolean;
   constructor(
     readonly code: string,
     message: string,
     readonly exitCode: ExitCode,
-    options: { cause?: unknown } = {},
+    options: { cause?: unknown; printed?: boolean } = {},
   ) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.printed = options.printed ?? false;
   }
+}
+
+/** The `error` object of a `--json` document. */
+export function errorJSON(e: CliError): { code: string; message: string; exitCode: ExitCode } {
+  return { code: e.code, message: e.message, exitCode: e.exitCode };
+}
+
+/** `err` as a CliError marked as already printed (its document holds the error). */
+export function printedError(err: unknown): CliError {
+  const e = toCliError(err);
+  return new CliError(e.code, e.message, e.exitCode, { cause: err, printed: true });
 }
 
 /** A usage error (exit 2): bad option values, conflicting options. */
@@ -51,7 +69,7 @@ export function toCliError(err: unknown): CliError {
   if (err instanceof CliError) return err;
   if (isTurnlogError(err)) {
     const exit =
-      err.code === 'TURNLOG_TASK_NOT_FOUND'
+      err.code === 'TURNLOG_TASK_NOT_FOUND' || err.code === 'TURNLOG_STORE_NOT_FOUND'
         ? EXIT.notFound
         : err.code === 'TURNLOG_STORE_LOCKED'
           ? EXIT.locked
@@ -84,27 +102,19 @@ export function positiveInt(value: string): number {
  */
 export async function openCliStore(dir: string, options: { create: boolean }): Promise<HistoryStore> {
   const abs = resolve(dir);
-  if (!options.create) {
-    const st = await stat(abs).catch(() => undefined);
-    if (!st?.isDirectory()) {
-      throw new CliError(
-        'TURNLOG_STORE_NOT_FOUND',
-        `Store ${abs} does not exist. Pass the engine's store directory with --store <dir> or set TURNLOG_STORE (default ${DEFAULT_STORE}).`,
-        EXIT.notFound,
-      );
-    }
-    // An existing directory that holds no LevelDB (no CURRENT file) is not a store either:
-    // opening it would write a new, empty LevelDB into it (`--store .`, `--store src`).
-    const current = await stat(join(abs, 'CURRENT')).catch(() => undefined);
-    if (!current?.isFile()) {
-      throw new CliError(
-        'TURNLOG_STORE_NOT_FOUND',
-        `Directory ${abs} is not a turnlog store (it holds no LevelDB). Pass the engine's store directory with --store <dir> or set TURNLOG_STORE (default ${DEFAULT_STORE}).`,
-        EXIT.notFound,
-      );
-    }
+  // The store refuses these too (store-dir.ts, shared); here they get the CLI's wording.
+  const state = await inspectStoreDir(abs);
+  const hint = `Pass the engine's store directory with --store <dir> or set TURNLOG_STORE (default ${DEFAULT_STORE}).`;
+  if (state === 'not-directory' || (!options.create && state === 'missing')) {
+    const what = state === 'missing' ? 'does not exist' : 'is not a directory';
+    throw new CliError('TURNLOG_STORE_NOT_FOUND', `Store ${abs} ${what}. ${hint}`, EXIT.notFound);
   }
-  const store = new LevelHistoryStore(abs, { sync: true });
+  // A directory that holds no LevelDB is not a store either: opening it would write a new,
+  // empty LevelDB into it (`--store .`, `--store src`). Only `import` may start an empty one.
+  if (state === 'foreign' || (!options.create && state === 'empty')) {
+    throw new CliError('TURNLOG_STORE_NOT_FOUND', `Directory ${abs} is not a turnlog store (it holds no LevelDB). ${hint}`, EXIT.notFound);
+  }
+  const store = new LevelHistoryStore(abs, { sync: true, create: options.create });
   try {
     await store.open();
   } catch (err) {
@@ -119,6 +129,31 @@ export async function openCliStore(dir: string, options: { create: boolean }): P
     throw err;
   }
   return store;
+}
+
+/**
+ * A task's events in order, like `store.iterateEvents`, except that a page with an unreadable
+ * event is read again one event at a time: every event before the unreadable one is yielded,
+ * then its error is thrown (`show` and `events` print what is readable of a corrupt task).
+ */
+export async function* readableEvents(store: HistoryStore, taskId: string, options: ReadOptions = {}): AsyncIterable<HistoryEvent> {
+  let next = options.fromEventId ?? 1;
+  let left = options.limit ?? Infinity;
+  try {
+    for await (const e of store.iterateEvents(taskId, options)) {
+      yield e;
+      next = e.eventId + 1;
+      left--;
+    }
+  } catch (err) {
+    if (!isHistoryUnreadable(err)) throw err;
+    for (; left > 0; next++, left--) {
+      const [e] = await store.readEvents(taskId, { fromEventId: next, toEventId: next });
+      if (!e) break;
+      yield e;
+    }
+    throw err;
+  }
 }
 
 /** The task's summary, or exit 3 naming the task and the store. */

@@ -15,7 +15,7 @@ import { registerReplay } from './commands/replay.js';
 import { registerShow } from './commands/show.js';
 import { registerStats } from './commands/stats.js';
 import { registerWhy } from './commands/why.js';
-import { DEFAULT_STORE, EXIT, toCliError, type ExitCode } from './context.js';
+import { DEFAULT_STORE, EXIT, errorJSON, toCliError, type ExitCode } from './context.js';
 
 /** Builds the program (exported for tests and embedding; `run` parses and exits). */
 export function createProgram(): Command {
@@ -48,12 +48,20 @@ export async function run(argv: readonly string[]): Promise<ExitCode> {
     return EXIT.ok;
   } catch (err) {
     if (err instanceof CommanderError) {
-      // commander already printed the message; help and --version end with exit code 0.
-      return err.exitCode === 0 ? EXIT.ok : EXIT.usage;
+      // commander already printed the message (stderr); help and --version end with exit code 0.
+      if (err.exitCode === 0) return EXIT.ok;
+      // --json promises one document on stdout, usage errors included.
+      if (json) {
+        // No command: commander prints the help and reports "(outputHelp)".
+        const message = err.code === 'commander.help' ? `a command is required: ${program.commands.map((c) => c.name()).join(', ')}. Run turnlog --help.` : err.message;
+        process.stdout.write(JSON.stringify({ error: { code: 'USAGE', message, exitCode: EXIT.usage } }, null, 2) + '\n');
+      }
+      return EXIT.usage;
     }
     const e = toCliError(err);
+    if (e.printed) return e.exitCode;
     if (json) {
-      process.stdout.write(JSON.stringify({ error: { code: e.code, message: e.message, exitCode: e.exitCode } }, null, 2) + '\n');
+      process.stdout.write(JSON.stringify({ error: errorJSON(e) }, null, 2) + '\n');
     } else {
       process.stderr.write(`turnlog: ${e.message}\n`);
       if (e.code === 'INTERNAL' && e.cause instanceof Error && e.cause.stack) process.stderr.write(e.cause.stack + '\n');

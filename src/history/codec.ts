@@ -20,6 +20,7 @@ import {
   type TurnPolicy,
   type WorkflowKind,
 } from './events.js';
+import { wellFormedEvent, wellFormedFailure, wellFormedPayload, wellFormedPolicy } from './well-formed.js';
 
 const HistoryEventType = lookupType('turnlog.v1.HistoryEvent');
 const TurnPolicyType = lookupType('turnlog.v1.TurnPolicy');
@@ -137,13 +138,13 @@ export function failureFromProto(m: FailureMsg): FailureInfo {
 
 /** Encodes a Failure alone (worker protocol, exports). */
 export function encodeFailure(f: FailureInfo): Uint8Array {
-  return FailureType.encode(failureToProto(f) as never).finish();
+  return FailureType.encode(failureToProto(wellFormedFailure(f)) as never).finish();
 }
 export function decodeFailure(bytes: Uint8Array): FailureInfo {
   return failureFromProto(FailureType.decode(bytes) as unknown as FailureMsg);
 }
 export function encodePayload(p: Payload): Uint8Array {
-  return PayloadType.encode(payloadToProto(p) as never).finish();
+  return PayloadType.encode(payloadToProto(wellFormedPayload(p)) as never).finish();
 }
 export function decodePayload(bytes: Uint8Array): Payload {
   return payloadFromProto(PayloadType.decode(bytes) as unknown as PayloadMsg)!;
@@ -205,7 +206,7 @@ function policyFromProto(m: PolicyMsg | null | undefined, at: Origin): TurnPolic
 
 /** Encodes a policy alone (snapshots, worker protocol). */
 export function encodePolicy(p: TurnPolicy): Uint8Array {
-  return TurnPolicyType.encode(policyToProto(p) as never).finish();
+  return TurnPolicyType.encode(policyToProto(wellFormedPolicy(p)) as never).finish();
 }
 export function decodePolicy(bytes: Uint8Array): TurnPolicy {
   return policyFromProto(TurnPolicyType.decode(bytes) as unknown as PolicyMsg, { taskId: '?', eventId: 0 });
@@ -503,9 +504,13 @@ function writeEventFast(w: protobuf.Writer, e: HistoryEvent): boolean {
   return true;
 }
 
-/** Encodes one event to protobuf bytes. */
-export function encodeEvent(e: HistoryEvent): Uint8Array {
-  if (encoding) return encodeEventGeneric(e);
+/**
+ * Encodes one event to protobuf bytes. Free text is made well-formed first and an ill-formed id
+ * is refused (TURNLOG_INVALID_ARGUMENT): nothing is ever encoded that cannot be decoded.
+ */
+export function encodeEvent(event: HistoryEvent): Uint8Array {
+  if (encoding) return encodeEventGeneric(event);
+  const e = wellFormedEvent(event);
   encoding = true;
   try {
     const w = sharedWriter();
@@ -521,7 +526,7 @@ export function encodeEvent(e: HistoryEvent): Uint8Array {
  * must match byte for byte (tests, benchmarks). Not exported from the package.
  */
 export function encodeEventGeneric(e: HistoryEvent): Uint8Array {
-  return HistoryEventType.encode(eventToProto(e) as never).finish();
+  return HistoryEventType.encode(eventToProto(wellFormedEvent(e)) as never).finish();
 }
 
 // The decoded message: protobufjs sets the oneof's virtual `attributes` field to the member name.
@@ -843,8 +848,9 @@ export function decodeEvent(bytes: Uint8Array, taskId: string, key = `${taskId}/
 }
 
 /** Length-delimited encoding (history files, the worker protocol's framing). */
-export function encodeEventDelimited(e: HistoryEvent): Uint8Array {
-  if (encoding) return encodeEventDelimitedGeneric(e);
+export function encodeEventDelimited(event: HistoryEvent): Uint8Array {
+  if (encoding) return encodeEventDelimitedGeneric(event);
+  const e = wellFormedEvent(event);
   encoding = true;
   try {
     const w = sharedWriter();
@@ -861,12 +867,12 @@ export function encodeEventDelimited(e: HistoryEvent): Uint8Array {
 
 /** {@link encodeEventDelimited} through the generated encoder alone (tests). */
 export function encodeEventDelimitedGeneric(e: HistoryEvent): Uint8Array {
-  return HistoryEventType.encodeDelimited(eventToProto(e) as never).finish();
+  return HistoryEventType.encodeDelimited(eventToProto(wellFormedEvent(e)) as never).finish();
 }
 
 /** The proto3 JSON mapping of an event (history files in JSON, `turnlog events --json`). */
 export function eventToJSON(e: HistoryEvent): Record<string, unknown> {
-  const msg = HistoryEventType.fromObject(eventToProto(e));
+  const msg = HistoryEventType.fromObject(eventToProto(wellFormedEvent(e)));
   return HistoryEventType.toObject(msg, { enums: String, bytes: String, defaults: false, oneofs: false }) as Record<
     string,
     unknown

@@ -294,4 +294,9 @@ export interface TaskSummary {
   lastInputId?: string;
   createdAt: number;
   updatedAt: number;
+  /**
+   * Set by `listTasks` when the engine found the task's stored records unreadable and isolated
+   * it (the record that failed and why). Not part of the history's projection.
+   */
+  corrupt?: { key: string; code: string; message: string };
 }

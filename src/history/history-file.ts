@@ -12,6 +12,7 @@
 import { HistoryCorruptError, HistoryFormatError, TurnlogError, isTurnlogError } from '../errors.js';
 import { lookupType } from '../internal/proto/root.js';
 import { decodeEvent, encodeEventDelimited, eventFromJSON, eventToJSON } from './codec.js';
+import { checkEventIds, illFormedText } from './well-formed.js';
 import { HISTORY_FORMAT_VERSION, type HistoryEvent } from './events.js';
 
 const HeaderType = lookupType('turnlog.v1.HistoryFileHeader');
@@ -366,7 +367,10 @@ function parseBinary(bytes: Uint8Array, name: string): HistoryFile {
 
 function decodeInFile(name: string, taskId: string, index: number, decode: () => HistoryEvent): HistoryEvent {
   try {
-    return decode();
+    const e = decode();
+    // JSON can spell a lone surrogate (`"\ud83d"`): an id that has no UTF-8 form is refused here.
+    checkEventIds(e, taskId);
+    return e;
   } catch (err) {
     if (err instanceof HistoryFormatError) {
       throw fileError(
@@ -385,6 +389,7 @@ function decodeInFile(name: string, taskId: string, index: number, decode: () =>
 
 // Import appends with dense expected ids, so a gap or reordering is caught here, not mid-import.
 function checkTask(name: string, t: HistoryFileTask): HistoryFileTask {
+  if (!t.taskId.isWellFormed()) throw fileError(name, illFormedText('task id', t.taskId), 'Export the task again.');
   for (let i = 0; i < t.events.length; i++) {
     const id = t.events[i]!.eventId;
     if (id !== i + 1) {

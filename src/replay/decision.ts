@@ -15,12 +15,14 @@ export type DecisionRule =
   | 'recover'
   | 'queued-input'
   | 'suspended'
-  | 'pending';
+  | 'pending'
+  | 'corrupt';
 
 export type Decision =
   | {
       kind: 'none';
-      rule: 'completed' | 'owned' | 'suspended' | 'pending';
+      /** `corrupt` is the engine's, never the replayer's: the task's stored records cannot be read. */
+      rule: 'completed' | 'owned' | 'suspended' | 'pending' | 'corrupt';
       reason: string;
     }
   | {

@@ -8,6 +8,7 @@ import { hostname } from 'node:os';
 import { nanoid } from 'nanoid';
 import {
   FencedError,
+  HistoryCorruptError,
   LastInputIdPreconditionError,
   type StaleGenerationError,
   PayloadEncodingError,
@@ -18,6 +19,7 @@ import {
   TurnlogError,
   invalidArgument,
   isTurnlogError,
+  isHistoryUnreadable as isUnreadable,
 } from '../errors.js';
 import {
   HISTORY_FORMAT_VERSION,
@@ -45,9 +47,10 @@ import { codecChain, mapEventPayloads, type PayloadFn } from '../history/payload
 import type { TaskState } from '../history/state.js';
 import { encodeHistoryFile, type HistoryFileFormat } from '../history/history-file.js';
 import { decodeState, encodeState } from '../history/state-codec.js';
+import { illFormedText, wellFormedEvent } from '../history/well-formed.js';
 import { decide, fold } from '../replay/index.js';
 import type { Decision } from '../replay/decision.js';
-import type { HistoryStore, ListOptions, TaskPage } from '../store/history-store.js';
+import type { CorruptMark, HistoryStore, ListOptions, TaskPage } from '../store/history-store.js';
 import { checkTaskId } from '../store/keys.js';
 import { noteEngineActivation } from './work-log.js';
 import type { Executor, AttemptHandle, Reservation } from '../executor/executor.js';
@@ -175,6 +178,12 @@ export interface TaskDescription {
   /** The last turn's output, decoded, if it produced one. */
   lastOutput?: unknown;
   decision: Decision;
+  /**
+   * Set when the task's stored records cannot be read: the engine isolated it (decision rule
+   * `corrupt`), runs nothing for it and refuses its APIs with HistoryCorruptError. The other
+   * fields come from the task's summary.
+   */
+  corrupt?: { key: string; code: string; message: string };
 }
 
 interface Deferred<T> {
@@ -253,6 +262,8 @@ export class Engine {
   readonly #fault = FaultInjector.fromEnv();
   readonly #tasks = new Map<string, TaskEntry>();
   readonly #loading = new Map<string, Promise<TaskEntry>>();
+  /** Tasks whose stored records cannot be read, isolated so every other task is served. */
+  readonly #corrupt = new Map<string, CorruptMark>();
   #scanTimer: Timer | undefined;
   #scanning: Promise<void> | undefined;
   #state: 'inactive' | 'activating' | 'open' | 'quiescing' | 'closed' = 'inactive';
@@ -357,11 +368,18 @@ export class Engine {
     try {
       this.#owner = options.owner ?? this.#ownerOption ?? `${hostname()}|turnlog`;
       this.#instance = options.instance ?? this.#instanceOption ?? `engine-${process.pid}-${nanoid(8)}`;
+      // Both are written into every TurnStarted and LeaseClaimed: refuse what has no UTF-8 form.
+      if (!this.#owner.isWellFormed()) throw invalidArgument(`${illFormedText('Engine owner', this.#owner)}.`);
+      if (!this.#instance.isWellFormed()) throw invalidArgument(`${illFormedText('Engine instance', this.#instance)}.`);
       // Executors check their set-up (a process executor's module) before anything is opened.
       await this.#checkExecutors();
       await phase('open');
       this.#store = await this.#makeStore();
       await this.#store.open();
+      for (const m of await this.#store.listCorrupt()) {
+        this.#corrupt.set(m.taskId, m);
+        this.#log.error('task isolated: its stored history cannot be read', { taskId: m.taskId, key: m.key, error: m.message });
+      }
       this.#state = 'open';
       // Scanner before recovery: every phase that can fail runs before any turn starts, so a
       // rolled-back activation never ran (nor interrupted) a handler (test: lifecycle "scanner fails twice").
@@ -545,9 +563,16 @@ export class Engine {
     });
   }
 
-  /** What the task looks like now, with the replayer's current decision. */
+  /** What the task looks like now, with the replayer's current decision (or `corrupt`, see {@link TaskDescription.corrupt}). */
   async describe(taskId: string): Promise<TaskDescription> {
-    const t = await this.#load(taskId);
+    let t: TaskEntry;
+    try {
+      t = await this.#load(taskId);
+    } catch (err) {
+      const mark = this.#corrupt.get(taskId);
+      if (mark) return this.#describeCorrupt(mark, err);
+      throw err;
+    }
     const s = t.state;
     if (!s) throw notFound(taskId);
     const d: TaskDescription = {
@@ -580,7 +605,34 @@ export class Engine {
     return d;
   }
 
-  /** Tasks by status and workflow, a page at a time (`next` continues). Summaries are derived from histories. */
+  /** A corrupt task as its summary (derived data, often still readable) and its mark tell it. */
+  async #describeCorrupt(mark: CorruptMark, err: unknown): Promise<TaskDescription> {
+    const s = await this.store.getSummary(mark.taskId).catch(() => undefined);
+    if (!s) throw err;
+    const d: TaskDescription = {
+      taskId: mark.taskId,
+      workflow: s.workflow,
+      kind: s.kind,
+      status: s.status,
+      turn: s.turn,
+      lastEventId: s.lastEventId,
+      queuedInputIds: [],
+      decision: {
+        kind: 'none',
+        rule: 'corrupt',
+        reason: `stored record ${mark.key} cannot be read (${mark.code}); the engine runs nothing for this task and changes none of its records`,
+      },
+      corrupt: { key: mark.key, code: mark.code, message: mark.message },
+    };
+    if (s.outcome) d.outcome = s.outcome;
+    if (s.lastInputId) d.lastInputId = s.lastInputId;
+    return d;
+  }
+
+  /**
+   * Tasks by status and workflow, a page at a time (`next` continues). Summaries are derived
+   * from histories; a task isolated as corrupt carries `corrupt` (the record and the error).
+   */
   async list(options: ListOptions = {}): Promise<TaskPage> {
     this.#assertOpen('list');
     return this.store.listTasks(options);
@@ -703,6 +755,7 @@ export class Engine {
     }
     // The next activation may see another store or session: forget everything cached.
     this.#tasks.clear();
+    this.#corrupt.clear();
     for (const ex of new Set(this.#executors.values())) await ex.close().catch((err) => this.#log.warn('executor close failed', { error: err }));
     if (this.#store && typeof this.#storeSpec === 'string') await this.#store.close();
     this.#store = undefined;
@@ -1167,7 +1220,8 @@ export class Engine {
       e.eventId = ++id;
       e.generation = generation;
       e.time = time;
-      out[i] = enc ? mapEventPayloads(e, enc) : e;
+      // Well-formed before folding: the state kept in memory is what a reload reads back.
+      out[i] = wellFormedEvent(enc ? mapEventPayloads(e, enc) : e, t.id);
     }
     return out;
   }
@@ -1292,6 +1346,8 @@ export class Engine {
   async #load(taskId: string): Promise<TaskEntry> {
     const cached = this.#tasks.get(taskId);
     if (cached) return this.#pin(cached);
+    const mark = this.#corrupt.get(taskId);
+    if (mark) throw corruptError(mark);
     return this.#loadEntry(taskId);
   }
 
@@ -1306,7 +1362,11 @@ export class Engine {
     if (!loading) {
       loading = (async () => {
         const t = new TaskEntry(taskId);
-        const snap = await this.store.getSnapshot(taskId);
+        // A snapshot is only a shortcut: an unreadable one means folding the whole history.
+        const snap = await this.store.getSnapshot(taskId).catch((err: unknown) => {
+          this.#log.warn('snapshot unreadable, folding the whole history', { taskId, error: err });
+          return undefined;
+        });
         let from: TaskState | undefined;
         if (snap) {
           try {
@@ -1316,9 +1376,13 @@ export class Engine {
             this.#log.warn('snapshot unreadable, folding the whole history', { taskId, error: err });
           }
         }
-        const events = await this.store.readEvents(taskId, { fromEventId: (from?.lastEventId ?? 0) + 1 });
-        t.state = events.length ? fold(taskId, events, from) : from;
-        t.lease = await this.store.getLease(taskId);
+        try {
+          const events = await this.store.readEvents(taskId, { fromEventId: (from?.lastEventId ?? 0) + 1 });
+          t.state = events.length ? fold(taskId, events, from) : from;
+          t.lease = await this.store.getLease(taskId);
+        } catch (err) {
+          throw await this.#isolate(taskId, err);
+        }
         this.#evictIdle();
         this.#tasks.set(taskId, t);
         return this.#pin(t); // synchronously with the set: no other load can run in between
@@ -1338,25 +1402,59 @@ export class Engine {
     }
   }
 
+  /**
+   * A task whose stored records cannot be read is isolated: logged once (key and task), marked
+   * in the store (its own records untouched) and refused from then on. Returns what to throw.
+   */
+  async #isolate(taskId: string, err: unknown): Promise<unknown> {
+    if (!isUnreadable(err)) return err;
+    const key = err instanceof HistoryCorruptError ? err.key : `events/${taskId}/${(err as { eventId?: number }).eventId ?? '?'}`;
+    const mark: CorruptMark = { taskId, key, code: err.code, message: err.message, time: this.#clock.now() };
+    if (!this.#corrupt.has(taskId)) {
+      this.#corrupt.set(taskId, mark);
+      this.#log.error('task isolated: its stored history cannot be read', { taskId, key, error: err });
+      await this.store.markCorrupt(mark).catch((e: unknown) => this.#log.warn('could not record the corrupt mark', { taskId, error: e }));
+    }
+    return err instanceof HistoryCorruptError ? err : corruptError(mark, err);
+  }
+
   async #recoverPass(): Promise<void> {
     const now = this.#clock.now();
     const ids = new Set(await this.store.listRecoverable(now, this.instance));
     for (const status of ['suspended', 'pending'] as const) {
       let cursor: string | undefined;
-      do {
-        const page = await this.store.listTasks(cursor ? { status, cursor } : { status });
-        for (const s of page.tasks) if (s.queued > 0 || status === 'pending') ids.add(s.taskId);
-        cursor = page.next;
-      } while (cursor);
+      try {
+        do {
+          const page = await this.store.listTasks(cursor ? { status, cursor } : { status });
+          for (const s of page.tasks) if (s.queued > 0 || status === 'pending') ids.add(s.taskId);
+          cursor = page.next;
+        } while (cursor);
+      } catch (err) {
+        // An unreadable summary: recover the tasks listed so far and every in-progress one.
+        if (!isUnreadable(err)) throw err;
+        this.#log.error('recovery could not list every task', { status, error: err });
+      }
     }
     for (const id of ids) {
       if (this.#state !== 'open') return;
-      const t = await this.#load(id);
+      if (this.#corrupt.has(id)) continue;
+      let t: TaskEntry;
+      try {
+        t = await this.#load(id);
+      } catch (err) {
+        // A corrupt task was logged and marked by #isolate; every other task is still served.
+        if (this.#corrupt.has(id)) continue;
+        throw err;
+      }
       if (t.active) continue;
       await this.#withLock(t, () => this.#drive(t)).catch((err) => this.#logFailure('recovery failed', { taskId: id }, err));
     }
     if (this.#retentionMs !== undefined && this.#state === 'open') {
-      const purged = await this.store.purgeCompleted(this.#retentionMs, this.#clock.now());
+      const purged = await this.store.purgeCompleted(this.#retentionMs, this.#clock.now()).catch((err: unknown) => {
+        if (!isUnreadable(err)) throw err;
+        this.#log.error('retention skipped: a summary cannot be read', { error: err });
+        return [] as string[];
+      });
       for (const id of purged) {
         const t = this.#tasks.get(id);
         if (t && t.waiters.size === 0 && t.turnWaiters.length === 0) this.#tasks.delete(id);
@@ -1457,6 +1555,17 @@ function checkId(what: string, id: string): void {
   if (typeof id !== 'string' || id.length === 0 || id.length > 200 || /[\u0000-\u001f]/.test(id)) {
     throw invalidArgument(`${what} must be a non-empty string of at most 200 printable characters, got ${JSON.stringify(id)}.`);
   }
+  // Before anything is written: a lone surrogate has no UTF-8 form, so the stored id would differ.
+  if (!id.isWellFormed()) throw invalidArgument(`${illFormedText(what, id)}.`);
+}
+
+/** What every API of an isolated task throws. */
+function corruptError(mark: CorruptMark, cause?: unknown): HistoryCorruptError {
+  return new HistoryCorruptError(
+    mark.key,
+    `task ${mark.taskId} is isolated, ${mark.code} found at ${new Date(mark.time).toISOString()}; \`turnlog show ${mark.taskId}\` shows what is readable`,
+    cause === undefined ? {} : { cause },
+  );
 }
 
 function notFound(taskId: string): TurnlogError {

@@ -55,6 +55,21 @@ export interface StoredSnapshot {
   data: Uint8Array;
 }
 
+/**
+ * A task whose stored records cannot be read (docs/errors.md#turnlog_history_corrupt). The
+ * engine writes one when it isolates such a task; the task's own records are never touched.
+ */
+export interface CorruptMark {
+  taskId: string;
+  /** The record that failed, as text: `events/<task>/<id>`, `summary/<task>`, … */
+  key: string;
+  /** The error's code, e.g. TURNLOG_HISTORY_CORRUPT. */
+  code: string;
+  message: string;
+  /** When the engine found it (engine clock). */
+  time: number;
+}
+
 export interface HistoryStore {
   /** Directory or URL, for messages. */
   readonly location: string;
@@ -89,8 +104,13 @@ export interface HistoryStore {
   putSnapshot(taskId: string, snapshot: StoredSnapshot): Promise<void>;
   getSnapshot(taskId: string): Promise<StoredSnapshot | undefined>;
 
-  /** Deletes a task's history, summary, lease and snapshot. */
+  /** Deletes a task's history, summary, lease, snapshot and corrupt mark. */
   deleteTask(taskId: string): Promise<void>;
-  /** Retention: deletes completed tasks whose last update is older than `olderThanMs` before `now`. Returns ids. */
+  /** Retention: deletes completed tasks whose last update is older than `olderThanMs` before `now`. Returns ids. Never a task marked corrupt. */
   purgeCompleted(olderThanMs: number, now: number): Promise<string[]>;
+
+  /** Records that a task cannot be read; touches none of its records. `listTasks` shows it on the task's summary. */
+  markCorrupt(mark: CorruptMark): Promise<void>;
+  /** Every task marked corrupt, by task id. */
+  listCorrupt(): Promise<CorruptMark[]>;
 }

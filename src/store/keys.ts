@@ -5,6 +5,7 @@
  */
 import type { TaskStatus } from '../history/events.js';
 import { invalidArgument } from '../errors.js';
+import { illFormedText } from '../history/well-formed.js';
 
 /** Version of the key layout and record encodings; stored under the meta key. */
 export const STORE_FORMAT_VERSION = 1;
@@ -25,6 +26,8 @@ export const Prefix = {
   workflowIndex: 0x77,
   /** `m <name>` → JSON (store format version) */
   meta: 0x6d,
+  /** `x <task>` → JSON CorruptMark (a task the engine isolated as unreadable) */
+  corrupt: 0x78,
 } as const;
 
 const enc = new TextEncoder();
@@ -33,13 +36,17 @@ const dec = new TextDecoder();
 /** The one task-id rule (engine and stores): 1–200 characters, no control characters U+0000–U+001F. */
 export const MAX_TASK_ID_LENGTH = 200;
 
-/** Task ids are key components (NUL separates them); the engine's start/send check the same rule. */
+/**
+ * Task ids are key components (NUL separates them); the engine's start/send check the same rule.
+ * Well-formed too: a lone surrogate encodes to U+FFFD, so two such ids would share one key and history.
+ */
 export function checkTaskId(taskId: string): void {
   if (typeof taskId !== 'string' || taskId.length === 0 || taskId.length > MAX_TASK_ID_LENGTH || /[\u0000-\u001f]/.test(taskId)) {
     throw invalidArgument(
       `Task id ${JSON.stringify(taskId)} is invalid. Use a non-empty string of at most ${MAX_TASK_ID_LENGTH} characters without control characters.`,
     );
   }
+  if (!taskId.isWellFormed()) throw invalidArgument(`${illFormedText('Task id', taskId)}.`);
 }
 
 function concat(parts: readonly (Uint8Array | number)[]): Buffer {
@@ -87,6 +94,9 @@ export function leaseKey(taskId: string): Buffer {
 }
 export function snapshotKey(taskId: string): Buffer {
   return concat([Prefix.snapshot, enc.encode(taskId)]);
+}
+export function corruptKey(taskId: string): Buffer {
+  return concat([Prefix.corrupt, enc.encode(taskId)]);
 }
 export function metaKey(name: string): Buffer {
   return concat([Prefix.meta, enc.encode(name)]);
@@ -142,6 +152,8 @@ export function describeKey(key: Uint8Array): string {
       return `snapshot/${body}`;
     case Prefix.meta:
       return `meta/${body}`;
+    case Prefix.corrupt:
+      return `corrupt/${body}`;
     default:
       return `index/${body.replaceAll('\0', '/')}`;
   }

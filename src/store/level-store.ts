@@ -9,13 +9,17 @@ import {
   StoreLockedError,
   TurnlogError,
   invalidArgument,
+  isHistoryUnreadable,
+  isTurnlogError,
 } from '../errors.js';
+import { inspectStoreDir } from './store-dir.js';
 import { decodeEvent, encodeEvent } from '../history/codec.js';
 import { HISTORY_FORMAT_VERSION, type HistoryEvent, type Lease, type TaskSummary } from '../history/events.js';
 import type { LeaseRequest } from '../history/lease.js';
 import { summarize } from '../history/summary.js';
 import { GroupCommitter, type BatchOp } from './group-commit.js';
 import type {
+  CorruptMark,
   AppendOptions,
   AppendResult,
   HistoryStore,
@@ -28,6 +32,7 @@ import {
   Prefix,
   STORE_FORMAT_VERSION,
   checkTaskId,
+  corruptKey,
   describeKey,
   eventIdOfKey,
   eventKey,
@@ -53,6 +58,7 @@ import {
   applyRenew,
   isPurgeable,
   isRecoverable,
+  withMark,
   type TaskHead,
 } from './task-head.js';
 
@@ -60,6 +66,11 @@ import {
 export interface LevelHistoryStoreOptions {
   /** fsync every write before it resolves (default true). `append` can override per call. */
   sync?: boolean;
+  /**
+   * Create the store when the directory is missing or empty (default true). False: only open an
+   * existing store (TURNLOG_STORE_NOT_FOUND otherwise), as the CLI's reading commands do.
+   */
+  create?: boolean;
 }
 
 /** A task's cached head: `durable` is on disk, `pending` includes queued writes. */
@@ -91,8 +102,11 @@ type State = 'new' | 'opening' | 'open' | 'closing' | 'closed';
 export class LevelHistoryStore implements HistoryStore {
   readonly location: string;
   readonly exclusive = true;
-  readonly #db: Level<Buffer, Buffer>;
+  // Built in open(), after the directory check: a Level opens itself (and creates its files)
+  // one microtask after construction unless open() is called first.
+  #db!: Level<Buffer, Buffer>;
   readonly #sync: boolean;
+  readonly #create: boolean;
   readonly #heads = new Map<string, HeadEntry>();
   readonly #committer: GroupCommitter;
   #state: State = 'new';
@@ -104,7 +118,7 @@ export class LevelHistoryStore implements HistoryStore {
     }
     this.location = location;
     this.#sync = options.sync ?? true;
-    this.#db = new Level<Buffer, Buffer>(location, { keyEncoding: 'buffer', valueEncoding: 'buffer' });
+    this.#create = options.create ?? true;
     this.#committer = new GroupCommitter(
       (ops, sync) => {
         // The chained batch skips the array form's per-op option handling: measurably cheaper.
@@ -142,13 +156,16 @@ export class LevelHistoryStore implements HistoryStore {
 
   async #doOpen(): Promise<void> {
     try {
-      await this.#db.open();
+      await this.#checkDirectory();
+      this.#db = new Level<Buffer, Buffer>(this.location, { keyEncoding: 'buffer', valueEncoding: 'buffer' });
+      await this.#db.open({ createIfMissing: this.#create });
     } catch (err) {
       this.#state = 'closed';
+      if (isTurnlogError(err)) throw err;
       if (isLockedError(err)) throw new StoreLockedError(this.location, { cause: err });
       throw new TurnlogError(
-        'TURNLOG_STORE_CLOSED',
-        `Store ${this.location} could not be opened (${(err as Error).message}). Check the path and its permissions.`,
+        'TURNLOG_STORE_OPEN',
+        `Store ${this.location} could not be opened: ${osCause(err)}. Check that the path names a directory this process may create and write.`,
         { cause: err },
       );
     }
@@ -162,10 +179,33 @@ export class LevelHistoryStore implements HistoryStore {
     this.#state = 'open';
   }
 
+  /** Refuses, before LevelDB writes a byte, a directory that is not a turnlog store (store-dir.ts). */
+  async #checkDirectory(): Promise<void> {
+    const state = await inspectStoreDir(this.location);
+    if (state === 'store' || (this.#create && (state === 'missing' || state === 'empty'))) return;
+    const what =
+      state === 'not-directory'
+        ? 'is not a directory'
+        : state === 'foreign'
+          ? 'is a non-empty directory that holds no turnlog store'
+          : 'holds no turnlog store';
+    throw new TurnlogError(
+      'TURNLOG_STORE_NOT_FOUND',
+      `Store ${this.location} ${what}; nothing was written to it. Point the store at its own directory (default .turnlog), or at an existing store.`,
+    );
+  }
+
   async #checkFormat(): Promise<void> {
     const key = metaKey(FORMAT_META);
     const raw = await this.#db.get(key);
     if (raw === undefined) {
+      // A LevelDB with data but no turnlog meta record belongs to something else: leave it alone.
+      if ((await this.#db.keys({ limit: 1 }).all()).length > 0) {
+        throw new TurnlogError(
+          'TURNLOG_STORE_NOT_FOUND',
+          `Store ${this.location} is a LevelDB written by something other than turnlog (it has no turnlog format record); nothing was written to it. Point the store at its own directory.`,
+        );
+      }
       const meta = { store: STORE_FORMAT_VERSION, history: HISTORY_FORMAT_VERSION };
       await this.#db.put(key, Buffer.from(JSON.stringify(meta)), { sync: true });
       return;
@@ -366,6 +406,29 @@ export class LevelHistoryStore implements HistoryStore {
   }
 
   deleteTask(taskId: string): Promise<void> {
+    // A task whose last event cannot be decoded has no head; delete it by key range instead,
+    // so a corrupt task can still be removed or replaced (`turnlog import --force`).
+    return this.#deleteWithHead(taskId).catch((err: unknown) => {
+      if (!isHistoryUnreadable(err)) throw err;
+      return this.#deleteByKeys(taskId);
+    });
+  }
+
+  async #deleteByKeys(taskId: string): Promise<void> {
+    const ops: BatchOp[] = [];
+    for (const key of await this.#db.keys(eventRange(taskId)).all()) ops.push({ type: 'del', key });
+    for (const key of [summaryKey(taskId), leaseKey(taskId), snapshotKey(taskId), corruptKey(taskId)]) ops.push({ type: 'del', key });
+    // The summary may be unreadable too: find the task's index entries by scanning both indexes.
+    for (const prefix of [prefixOnly(Prefix.statusIndex), prefixOnly(Prefix.workflowIndex)]) {
+      for (const key of await this.#db.keys({ gte: prefix, lt: prefixEnd(prefix) }).all()) {
+        if (taskIdOfKey(key) === taskId) ops.push({ type: 'del', key });
+      }
+    }
+    this.#heads.delete(taskId);
+    await this.#committer.submit(taskId, ops, this.#sync, () => this.#heads.delete(taskId));
+  }
+
+  #deleteWithHead(taskId: string): Promise<void> {
     return this.#withHead(taskId, (h) => {
       const prev = h.pending;
       const ops: BatchOp[] = [];
@@ -375,6 +438,7 @@ export class LevelHistoryStore implements HistoryStore {
       ops.push({ type: 'del', key: keys.summary });
       ops.push({ type: 'del', key: keys.lease });
       ops.push({ type: 'del', key: snapshotKey(taskId) });
+      ops.push({ type: 'del', key: corruptKey(taskId) });
       if (prev.summary) {
         ops.push({ type: 'del', key: keys.statusIndex(prev.summary.status, prev.summary.workflow) });
         ops.push({ type: 'del', key: keys.workflowIndex(prev.summary.workflow) });
@@ -392,10 +456,12 @@ export class LevelHistoryStore implements HistoryStore {
     const ids = await this.#db.keys({ gte: prefix, lt: prefixEnd(prefix) }).all();
     const taskIds = ids.map(taskIdOfKey);
     const summaries = await this.#summaries(taskIds);
+    // A task the engine isolated as corrupt is kept for inspection, whatever its age.
+    const marked = await this.#marks();
     const purge: string[] = [];
     for (let i = 0; i < taskIds.length; i++) {
       const s = summaries[i];
-      if (s && isPurgeable(s, olderThanMs, now)) purge.push(taskIds[i]!);
+      if (s && isPurgeable(s, olderThanMs, now) && !marked.has(taskIds[i]!)) purge.push(taskIds[i]!);
     }
     await Promise.all(purge.map((id) => this.deleteTask(id)));
     return sortIds(purge);
@@ -497,9 +563,36 @@ export class LevelHistoryStore implements HistoryStore {
     const keys = await this.#db.keys({ ...range, limit: limit + 1 }).all();
     const pageKeys = keys.slice(0, limit);
     const summaries = await this.#summaries(pageKeys.map(taskIdOfKey));
-    const page: TaskPage = { tasks: summaries.filter((s): s is TaskSummary => s !== undefined) };
+    const marks = pageKeys.length === 0 ? undefined : await this.#marks();
+    const page: TaskPage = {
+      tasks: summaries.filter((s): s is TaskSummary => s !== undefined).map((s) => withMark(s, marks?.get(s.taskId))),
+    };
     if (keys.length > limit) page.next = encodeCursor(pageKeys[pageKeys.length - 1]!);
     return page;
+  }
+
+  async markCorrupt(mark: CorruptMark): Promise<void> {
+    this.#checkOpen();
+    checkTaskId(mark.taskId);
+    // Not through the task's head: loading it may be what fails. Only this key is written.
+    const value = { taskId: mark.taskId, key: mark.key, code: mark.code, message: mark.message, time: mark.time };
+    await this.#db.put(corruptKey(mark.taskId), Buffer.from(JSON.stringify(value)), { sync: this.#sync });
+  }
+
+  async listCorrupt(): Promise<CorruptMark[]> {
+    this.#checkOpen();
+    return [...(await this.#marks()).values()];
+  }
+
+  /** Corrupt marks by task id: a scan of the `x` prefix, which is empty in a healthy store. */
+  async #marks(): Promise<Map<string, CorruptMark>> {
+    const prefix = prefixOnly(Prefix.corrupt);
+    const out = new Map<string, CorruptMark>();
+    for (const [k, v] of await this.#db.iterator({ gte: prefix, lt: prefixEnd(prefix) }).all()) {
+      const m = parseJson(v, k) as CorruptMark;
+      out.set(taskIdOfKey(k), { ...m, taskId: taskIdOfKey(k) });
+    }
+    return out;
   }
 
   async listRecoverable(now: number, instance: string): Promise<string[]> {
@@ -507,12 +600,19 @@ export class LevelHistoryStore implements HistoryStore {
     const prefix = statusIndexPrefix('in_progress');
     const keys = await this.#db.keys({ gte: prefix, lt: prefixEnd(prefix) }).all();
     const ids = keys.map(taskIdOfKey);
-    const summaries = await this.#summaries(ids);
+    const raws = await this.#db.getMany(ids.map(summaryKey));
     const out: string[] = [];
     for (let i = 0; i < ids.length; i++) {
       const id = ids[i]!;
-      const s = summaries[i];
-      if (s && isRecoverable(s, await this.getLease(id), now, instance)) out.push(id);
+      const raw = raws[i];
+      if (raw === undefined) continue;
+      try {
+        if (isRecoverable(this.#summary(id, summaryKey(id), raw), await this.getLease(id), now, instance)) out.push(id);
+      } catch {
+        // An unreadable summary or lease: return the task, so the engine loads it, finds what
+        // is corrupt and isolates that one task instead of the whole scan failing.
+        out.push(id);
+      }
     }
     return sortIds(out);
   }
@@ -552,6 +652,13 @@ function parseJson(raw: Buffer, key: Buffer): unknown {
 
 function sortIds(ids: string[]): string[] {
   return ids.sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
+}
+
+/** The innermost cause's message (`ENOTDIR: not a directory, mkdir '…'`): LevelDB's own is generic. */
+function osCause(err: unknown): string {
+  let e = err as { message?: unknown; cause?: unknown } | undefined;
+  for (let i = 0; i < 5 && e && typeof e.cause === 'object' && e.cause !== null; i++) e = e.cause as typeof e;
+  return typeof e?.message === 'string' ? e.message : String(err);
 }
 
 /** classic-level reports a held lock as LEVEL_LOCKED, directly or as the open error's cause. */

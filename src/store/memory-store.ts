@@ -6,6 +6,7 @@ import { TurnlogError, invalidArgument } from '../errors.js';
 import type { HistoryEvent, Lease, TaskSummary } from '../history/events.js';
 import type { LeaseRequest } from '../history/lease.js';
 import type {
+  CorruptMark,
   AppendOptions,
   AppendResult,
   HistoryStore,
@@ -15,6 +16,7 @@ import type {
   TaskPage,
 } from './history-store.js';
 import { checkTaskId } from './keys.js';
+import { wellFormedEvent } from '../history/well-formed.js';
 import {
   EMPTY_HEAD,
   applyAppend,
@@ -23,6 +25,7 @@ import {
   applyRenew,
   isPurgeable,
   isRecoverable,
+  withMark,
   type TaskHead,
 } from './task-head.js';
 import { decodeCursor, encodeCursor, pageLimit, readBounds } from './paging.js';
@@ -45,6 +48,7 @@ export class MemoryHistoryStore implements HistoryStore {
   readonly location: string;
   readonly exclusive = true;
   #tasks = new Map<string, MemoryTask>();
+  #corrupt = new Map<string, CorruptMark>();
   #open = false;
 
   constructor(options: { location?: string } = {}) {
@@ -74,7 +78,8 @@ export class MemoryHistoryStore implements HistoryStore {
   async append(taskId: string, events: readonly HistoryEvent[], options: AppendOptions): Promise<AppendResult> {
     const t = this.#task(taskId);
     const head = applyAppend(taskId, t?.head ?? EMPTY_HEAD, events, options);
-    const copies = structuredClone(events) as HistoryEvent[];
+    // Free text is stored well-formed, as the Level store's codec stores it (same contract).
+    const copies = structuredClone(events.map((e) => wellFormedEvent(e, taskId))) as HistoryEvent[];
     if (t) {
       t.events.push(...copies);
       t.head = head;
@@ -130,7 +135,7 @@ export class MemoryHistoryStore implements HistoryStore {
     rows.sort((a, b) => compareBytes(a[0], b[0]));
     const start = after === undefined ? 0 : rows.findIndex(([k]) => compareBytes(k, after) > 0);
     const slice = start < 0 ? [] : rows.slice(start, start + limit);
-    const page: TaskPage = { tasks: structuredClone(slice.map(([, s]) => s)) };
+    const page: TaskPage = { tasks: structuredClone(slice.map(([, s]) => withMark(s, this.#corrupt.get(s.taskId)))) };
     if (start >= 0 && start + limit < rows.length) page.next = encodeCursor(slice[slice.length - 1]![0]);
     return page;
   }
@@ -193,13 +198,25 @@ export class MemoryHistoryStore implements HistoryStore {
   async deleteTask(taskId: string): Promise<void> {
     this.#task(taskId);
     this.#tasks.delete(taskId);
+    this.#corrupt.delete(taskId);
+  }
+
+  async markCorrupt(mark: CorruptMark): Promise<void> {
+    this.#check();
+    checkTaskId(mark.taskId);
+    this.#corrupt.set(mark.taskId, { ...mark });
+  }
+
+  async listCorrupt(): Promise<CorruptMark[]> {
+    this.#check();
+    return [...this.#corrupt.values()].map((m) => ({ ...m })).sort((a, b) => compareBytes(a.taskId, b.taskId));
   }
 
   async purgeCompleted(olderThanMs: number, now: number): Promise<string[]> {
     this.#check();
     const ids: string[] = [];
     for (const [id, t] of this.#tasks) {
-      if (t.head.summary && isPurgeable(t.head.summary, olderThanMs, now)) ids.push(id);
+      if (t.head.summary && isPurgeable(t.head.summary, olderThanMs, now) && !this.#corrupt.has(id)) ids.push(id);
     }
     for (const id of ids) this.#tasks.delete(id);
     return ids.sort(compareBytes);

@@ -7,8 +7,14 @@ import { ConcurrencyError, LeaseHeldError, StaleGenerationError, invalidArgument
 import type { HistoryEvent, Lease, TaskSummary } from '../history/events.js';
 import { nextLease, isLeaseLive, type LeaseRequest } from '../history/lease.js';
 import { summarize } from '../history/summary.js';
+import { checkEventIds } from '../history/well-formed.js';
 import { checkTaskId } from './keys.js';
-import type { AppendOptions } from './history-store.js';
+import type { AppendOptions, CorruptMark } from './history-store.js';
+
+/** A summary as `listTasks` shows it: with the task's corrupt mark, if it has one. */
+export function withMark(s: TaskSummary, mark: CorruptMark | undefined): TaskSummary {
+  return mark ? { ...s, corrupt: { key: mark.key, code: mark.code, message: mark.message } } : s;
+}
 
 /** What a store must know about a task to validate a write without reading. */
 export interface TaskHead {
@@ -71,6 +77,8 @@ export function applyAppend(
         `Task ${taskId}: event ${e.eventId} carries generation ${e.generation} but the append is under generation ${generation}. Stamp every event with the append's generation.`,
       );
     }
+    // An ill-formed id would be stored as another id (keys, replay matching): refuse it here.
+    checkEventIds(e, taskId);
     if (e.type === 'TaskCreated' && e.workflow.includes('\0')) {
       throw invalidArgument(`Task ${taskId}: workflow name must not contain NUL.`);
     }

@@ -5,12 +5,13 @@
  */
 import type { AsyncLocalStorage } from 'node:async_hooks';
 import { createHash } from 'node:crypto';
-import { FencedError, NonDeterminismError, PayloadEncodingError, PayloadTooLargeError, TurnlogError, type PayloadField } from '../errors.js';
+import { FencedError, NonDeterminismError, PayloadEncodingError, PayloadTooLargeError, TurnlogError, invalidArgument, type PayloadField } from '../errors.js';
 import type { EntryMode, FailureInfo, Payload, RetryPolicy, WorkflowKind } from '../history/events.js';
 import { errorToFailure, failureToError } from '../history/failure.js';
 import { MAX_PAYLOAD_BYTES, payloadSize, type PayloadConverter } from '../history/payload.js';
 import type { QueuedInput, RecordedCall } from '../history/state.js';
 import type { JsonValue, PayloadMode, Payloadable } from './json.js';
+import { illFormedText } from '../history/well-formed.js';
 
 export interface StepOptions {
   /** Overrides the workflow's step retry policy for this step. */
@@ -274,6 +275,9 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
   }
 
   async step<T>(name: string, fn: StepFn<T>, options: StepOptions = {}): Promise<T> {
+    // Names are matched on replay: one with no UTF-8 form would be recorded as another name.
+    if (typeof name !== 'string') throw invalidArgument(`Task ${this.taskId}: ctx.step() needs a string name, got ${typeof name}.`);
+    if (!name.isWellFormed()) throw invalidArgument(`Task ${this.taskId}: step ${illFormedText('name', name)}.`);
     const seq = ++this.#seq;
     const recorded = this.#spec.calls[seq - 1];
     if (recorded) {

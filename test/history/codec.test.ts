@@ -1,129 +1,14 @@
 import fc from 'fast-check';
-import { failureArbitrary } from '../helpers/arbitraries.js';
+import { eventArbitraries } from '../helpers/event-arbitraries.js';
 import { describe, expect, it } from 'vitest';
 import { isTurnlogError } from '../../src/errors.js';
 import { decodeEvent, encodeEvent, eventFromJSON, eventToJSON } from '../../src/history/codec.js';
-import {
-  ALL_EVENT_TYPES,
-  type EventType,
-  type HistoryEvent,
-  type Payload,
-  type TurnPolicy,
-} from '../../src/history/events.js';
+import { ALL_EVENT_TYPES, type HistoryEvent, type Payload } from '../../src/history/events.js';
 import { DefaultPayloadConverter, type PayloadCodec } from '../../src/history/payload.js';
 
 // Arbitraries produce the canonical form of each event: the one the codec decodes back
 // (proto3 drops defaults, so e.g. an absent optional and its empty default read the same).
-const str = fc.string({ unit: 'grapheme', maxLength: 16 });
-const nonEmpty = fc.string({ unit: 'grapheme', minLength: 1, maxLength: 16 });
-const u32 = fc.nat({ max: 0xffffffff });
-const small = fc.nat({ max: 1_000_000 });
-const ms = fc.integer({ min: 0, max: 2 ** 48 });
-const dbl = fc.double({ noNaN: true, noDefaultInfinity: true, min: -1e12, max: 1e12 }).filter((x) => !Object.is(x, -0));
-const ids = fc.array(nonEmpty, { maxLength: 5 });
-
-const metadataKey = fc.string({ minLength: 1, maxLength: 12 }).filter((k) => k !== '__proto__');
-const payload: fc.Arbitrary<Payload> = fc.record({
-  metadata: fc.dictionary(metadataKey, fc.uint8Array({ maxLength: 16 }), { maxKeys: 3 }),
-  data: fc.uint8Array({ maxLength: 64 }),
-});
-
-const failure = failureArbitrary({ message: str, type: nonEmpty, stack: nonEmpty, nonRetryable: fc.constant(true), code: nonEmpty, details: payload });
-
-const policy: fc.Arbitrary<TurnPolicy> = fc.record({
-  turnTimeoutMs: dbl,
-  graceMs: dbl,
-  maxRecoveries: u32,
-  maxWorkerCrashes: u32,
-  steeringMaxQueued: u32,
-  executor: fc.constantFrom('inline', 'process'),
-  stepRetry: fc.record({
-    maxAttempts: u32,
-    initialIntervalMs: dbl,
-    backoffCoefficient: dbl,
-    maxIntervalMs: dbl,
-    nonRetryableTypes: ids,
-  }),
-});
-
-const base = { eventId: fc.integer({ min: 1, max: 0xffffffff }), time: ms, generation: u32 };
-const optionalPayloads = { output: payload, state: payload };
-
-const arbitraries: { [T in EventType]: fc.Arbitrary<Extract<HistoryEvent, { type: T }>> } = {
-  TaskCreated: fc.record({
-    type: fc.constant('TaskCreated'),
-    ...base,
-    workflow: str,
-    kind: fc.constantFrom('one-shot', 'multi-turn'),
-    policy,
-    formatVersion: u32,
-  }),
-  InputQueued: fc.record({ type: fc.constant('InputQueued'), ...base, inputId: str, input: payload, steering: fc.boolean() }),
-  InputWithdrawn: fc.record({ type: fc.constant('InputWithdrawn'), ...base, inputId: str, reason: str }),
-  TurnStarted: fc.record({
-    type: fc.constant('TurnStarted'),
-    ...base,
-    turn: small,
-    attempt: small,
-    inputIds: ids,
-    entryMode: fc.constantFrom('fresh', 'resumed', 'recovered'),
-    steered: fc.boolean(),
-    owner: str,
-    instance: str,
-    executor: fc.constantFrom('inline', 'process'),
-    pid: u32,
-    turnStartedAt: ms,
-    deadline: ms,
-  }),
-  StepCompleted: fc
-    .tuple(
-      fc.record({ type: fc.constant('StepCompleted'), ...base, turn: small, attempt: small, seq: small, name: str, durationMs: dbl }),
-      fc.oneof(payload.map((result) => ({ result })), failure.map((f) => ({ failure: f }))),
-    )
-    .map(([e, outcome]) => ({ ...e, ...outcome })),
-  InputsTaken: fc.record({ type: fc.constant('InputsTaken'), ...base, turn: small, seq: small, inputIds: ids }),
-  Checkpointed: fc.record({ type: fc.constant('Checkpointed'), ...base, turn: small, seq: small, data: payload }),
-  TimeoutCancelRequested: fc.record({ type: fc.constant('TimeoutCancelRequested'), ...base, turn: small, at: ms, graceUntil: ms }),
-  CancelRequested: fc.record({ type: fc.constant('CancelRequested'), ...base, scope: fc.constantFrom('task', 'turn'), turn: small, reason: str }),
-  WorkerKilled: fc.record({ type: fc.constant('WorkerKilled'), ...base, turn: small, pid: u32, signal: str, reason: str }),
-  WorkerCrashed: fc.record({
-    type: fc.constant('WorkerCrashed'),
-    ...base,
-    turn: small,
-    attempt: small,
-    pid: u32,
-    exitCode: fc.option(fc.integer({ min: 0, max: 255 }), { nil: null }),
-    signal: fc.option(nonEmpty, { nil: null }),
-    message: str,
-  }),
-  TurnCompleted: fc.record({ type: fc.constant('TurnCompleted'), ...base, turn: small, ...optionalPayloads }, {
-    requiredKeys: ['type', 'eventId', 'time', 'generation', 'turn'],
-  }),
-  TurnFailed: fc.record({ type: fc.constant('TurnFailed'), ...base, turn: small, failure }),
-  TurnSuspended: fc.record({ type: fc.constant('TurnSuspended'), ...base, turn: small, reason: str, ...optionalPayloads }, {
-    requiredKeys: ['type', 'eventId', 'time', 'generation', 'turn', 'reason'],
-  }),
-  TurnCancelled: fc.record({ type: fc.constant('TurnCancelled'), ...base, turn: small, reason: str }),
-  TurnTimedOut: fc.record({
-    type: fc.constant('TurnTimedOut'),
-    ...base,
-    turn: small,
-    cause: fc.constantFrom('cooperative', 'hard_cap', 'recovery_marker', 'recovery_backstop'),
-  }),
-  TurnExitedForRecovery: fc.record({ type: fc.constant('TurnExitedForRecovery'), ...base, turn: small, attempt: small, reason: str }),
-  LeaseClaimed: fc.record({
-    type: fc.constant('LeaseClaimed'),
-    ...base,
-    owner: str,
-    instance: str,
-    previousGeneration: u32,
-    reason: str,
-    expiresAt: ms,
-  }),
-  TaskCompleted: fc.record({ type: fc.constant('TaskCompleted'), ...base, outcome: fc.constantFrom('succeeded', 'failed', 'cancelled', 'timed_out') }),
-};
-
-const anyEvent: fc.Arbitrary<HistoryEvent> = fc.oneof(...ALL_EVENT_TYPES.map((t) => arbitraries[t] as fc.Arbitrary<HistoryEvent>));
+const { arbitraries, anyEvent } = eventArbitraries();
 
 /** Bytes fields decode as Uint8Array views; compare them by content. */
 function plain(v: unknown): unknown {

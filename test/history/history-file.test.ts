@@ -157,6 +157,25 @@ describe('history files', () => {
     );
   });
 
+  it('refuses a JSON file whose ids spell a lone surrogate, and reads free text back well-formed', async () => {
+    const events = stored('t', oneShotHistory());
+    const json = JSON.parse(dec.decode(await encodeHistoryFile({ taskId: 't', events }, 'json')));
+    const queued = json.events.findIndex((e: Record<string, unknown>) => 'inputQueued' in e);
+    const badId = structuredClone(json);
+    badId.events[queued].inputQueued.inputId = 'in-\ud83d';
+    expect(fileErr(() => parseHistoryFile(enc.encode(JSON.stringify(badId)), 'id.json')).message).toMatch(
+      /id\.json: task t, event \d+ cannot be decoded .*inputId "in-\\ud83d" is not a well-formed string/,
+    );
+    const badTask = { ...structuredClone(json), taskId: 'chat-\udc00' };
+    expect(fileErr(() => parseHistoryFile(enc.encode(JSON.stringify(badTask)), 'task.json')).message).toMatch(/task id "chat-\\udc00" is not a well-formed/);
+    // A free-text field that spells one imports, and is stored (and exported again) well-formed.
+    const text = structuredClone(json);
+    text.events.push({ eventId: events.length + 1, timeMs: 1, generation: 1, cancelRequested: { scope: 'CANCEL_SCOPE_TASK', reason: 'Sure \ud83d' } });
+    const parsed = parseHistoryFile(enc.encode(JSON.stringify(text)), 'text.json');
+    const last = parsed.tasks[0]!.events.at(-1)!;
+    expect(decodeEvent(encodeEvent(last), 't')).toMatchObject({ type: 'CancelRequested', reason: 'Sure \uFFFD' });
+  });
+
   it('fails an export whose source yields fewer events than declared', async () => {
     await expect(
       writeHistoryFile({ write: () => {} }, { taskId: 't', eventCount: 5, events: stored('t', oneShotHistory()).slice(0, 2) }, { format: 'binary' }),

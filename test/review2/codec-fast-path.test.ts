@@ -7,6 +7,7 @@ import fc from 'fast-check';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { decodeEvent, encodeEvent, encodeEventDelimited, encodeEventDelimitedGeneric, encodeEventGeneric } from '../../src/history/codec.js';
 import type { HistoryEvent, Payload } from '../../src/history/events.js';
+import { isTurnlogError } from '../../src/errors.js';
 import { LevelHistoryStore } from '../../src/store/level-store.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
 import { created, queued, started } from '../store/events.js';
@@ -145,8 +146,17 @@ describe('codec fast paths: checked and sound', () => {
     ) as unknown as fc.Arbitrary<HistoryEvent>;
     fc.assert(
       fc.property(ev, (e) => {
-        expect(hex(encodeEvent(e))).toBe(hex(encodeEventGeneric(e)));
-        expect(hex(encodeEventDelimited(e))).toBe(hex(encodeEventDelimitedGeneric(e)));
+        // An id with a lone surrogate is refused by both (docs/history.md#strings-…).
+        const bytes = (f: (e: HistoryEvent) => Uint8Array): string => {
+          try {
+            return hex(f(e));
+          } catch (err) {
+            if (isTurnlogError(err, 'TURNLOG_INVALID_ARGUMENT')) return 'refused';
+            throw err;
+          }
+        };
+        expect(bytes(encodeEvent)).toBe(bytes(encodeEventGeneric));
+        expect(bytes(encodeEventDelimited)).toBe(bytes(encodeEventDelimitedGeneric));
       }),
       { seed: 20261129, numRuns: 400 },
     );

@@ -431,6 +431,34 @@ export function storeContract(name: string, factory: () => Promise<StoreFixture>
       });
     });
 
+    describe('corrupt marks', () => {
+      const mark = (taskId: string) => ({ taskId, key: `events/${taskId}/2`, code: 'TURNLOG_HISTORY_CORRUPT', message: 'garbled', time: 5 });
+
+      it('records a mark without touching the task, shows it in listTasks, keeps it from retention', async () => {
+        await createTask('a');
+        await createTask('b');
+        await store.append('b', [started(3, 1), turnCompleted(4, 1), taskCompleted(5, { time: 10 })], { expectedLastEventId: 2, generation: 1 });
+        const before = await store.readEvents('b');
+        expect(await store.listCorrupt()).toEqual([]);
+        await store.markCorrupt(mark('b'));
+        expect(await store.listCorrupt()).toEqual([mark('b')]);
+        expect(await store.readEvents('b')).toEqual(before);
+        const tasks = (await store.listTasks()).tasks;
+        expect(tasks.find((t) => t.taskId === 'b')?.corrupt).toEqual({ key: 'events/b/2', code: 'TURNLOG_HISTORY_CORRUPT', message: 'garbled' });
+        expect(tasks.find((t) => t.taskId === 'a')?.corrupt).toBeUndefined();
+        expect((await store.listTasks({ status: 'completed' })).tasks[0]?.corrupt?.key).toBe('events/b/2');
+        expect(await store.purgeCompleted(0, 1e12)).toEqual([]);
+        expect(await store.getSummary('b')).toBeDefined();
+        // Deleting the task (for example to import a repaired copy) clears its mark.
+        await store.deleteTask('b');
+        expect(await store.listCorrupt()).toEqual([]);
+      });
+
+      it('refuses a mark for an invalid task id', async () => {
+        await rejectsWith(store.markCorrupt(mark('x\ud800')), 'TURNLOG_INVALID_ARGUMENT');
+      });
+    });
+
     describe('group commit', () => {
       it('100 concurrent appenders: each task keeps its order and nothing is lost', async () => {
         const tasks = Array.from({ length: 100 }, (_, i) => `task-${String(i).padStart(3, '0')}`);

@@ -138,6 +138,33 @@ describe('LevelHistoryStore on disk', () => {
     await store.close();
   });
 
+  it('deleteTask removes a task whose last event or summary cannot be decoded (so import --force can replace it)', async () => {
+    let store = new LevelHistoryStore(dir.path);
+    await store.open();
+    await store.append('bad', [created(1, { workflow: 'wf' }), ...steps(2, 3)], { expectedLastEventId: 0, generation: 1 });
+    await store.append('worse', [created(1, { workflow: 'wf' })], { expectedLastEventId: 0, generation: 1 });
+    await store.append('good', [created(1, { workflow: 'wf' })], { expectedLastEventId: 0, generation: 1 });
+    await store.markCorrupt({ taskId: 'bad', key: 'events/bad/4', code: 'TURNLOG_HISTORY_CORRUPT', message: 'x', time: 0 });
+    await store.close();
+    await writeRaw(eventKey('bad', 4), new Uint8Array([0xff]));
+    await writeRaw(summaryKey('worse'), new TextEncoder().encode('{not json'));
+    store = new LevelHistoryStore(dir.path);
+    await store.open();
+    await expect(store.append('bad', [step(5, 1)], { expectedLastEventId: 4, generation: 1 })).rejects.toMatchObject({ code: 'TURNLOG_HISTORY_CORRUPT' });
+    await store.deleteTask('bad');
+    await store.deleteTask('worse');
+    expect(await store.readEvents('bad')).toEqual([]);
+    expect(await store.readEvents('worse')).toEqual([]);
+    expect(await store.listCorrupt()).toEqual([]);
+    expect((await store.listTasks()).tasks.map((t) => t.taskId)).toEqual(['good']);
+    expect((await store.listTasks({ status: 'pending' })).tasks.map((t) => t.taskId)).toEqual(['good']);
+    expect((await store.listTasks({ workflow: 'wf' })).tasks.map((t) => t.taskId)).toEqual(['good']);
+    // The id is free again.
+    await store.append('bad', [created(1)], { expectedLastEventId: 0, generation: 1 });
+    expect((await store.readEvents('bad')).length).toBe(1);
+    await store.close();
+  });
+
   it('an event stored under the wrong key is corrupt, not silently renumbered', async () => {
     let store = new LevelHistoryStore(dir.path);
     await store.open();

@@ -4,7 +4,7 @@
  */
 import type { Command } from 'commander';
 import type { ReadOptions } from '../../store/history-store.js';
-import { positiveInt, printText, requireTask, withStore, writeOut } from '../context.js';
+import { errorJSON, positiveInt, printText, printedError, readableEvents, requireTask, withStore, writeOut } from '../context.js';
 import { describeEvent, eventToDisplayJSON, isoTime } from '../format.js';
 
 interface EventsFlags {
@@ -35,13 +35,20 @@ export function registerEvents(program: Command): void {
         if (g.json) {
           await writeOut(`{\n  "taskId": ${JSON.stringify(taskId)},\n  "lastEventId": ${summary.lastEventId},\n  "events": [`);
           let n = 0;
-          for await (const e of store.iterateEvents(taskId, read)) {
-            await writeOut((n++ === 0 ? '\n    ' : ',\n    ') + JSON.stringify(eventToDisplayJSON(e)));
+          try {
+            for await (const e of readableEvents(store, taskId, read)) {
+              await writeOut((n++ === 0 ? '\n    ' : ',\n    ') + JSON.stringify(eventToDisplayJSON(e)));
+            }
+          } catch (err) {
+            // The array is open: close it and put the error in the same document (one per run).
+            const e = printedError(err);
+            await writeOut(`${n === 0 ? '' : '\n  '}],\n  "error": ${JSON.stringify(errorJSON(e), null, 2).replaceAll('\n', '\n  ')}\n}\n`);
+            throw e;
           }
           return writeOut(n === 0 ? ']\n}\n' : '\n  ]\n}\n');
         }
         const width = String(summary.lastEventId).length;
-        for await (const e of store.iterateEvents(taskId, read)) {
+        for await (const e of readableEvents(store, taskId, read)) {
           await writeOut(
             `${String(e.eventId).padStart(width)}  ${isoTime(e.time)}  g${e.generation}  ${e.type.padEnd(22)} ${describeEvent(e, max)}\n`,
           );

@@ -92,6 +92,9 @@ export function registerExport(program: Command): void {
         const opts = progress.onProgress ? { format, onProgress: progress.onProgress } : { format };
         const input = taskId === undefined ? sources : sources[0]!;
         if (flags.output === undefined) {
+          // Stdout cannot be taken back: read every event once first, so an unreadable one fails
+          // the export before a byte is written (no truncated file, one --json document).
+          for (const s of summaries) for await (const _ of store.iterateEvents(s.taskId));
           await writeHistoryFile(streamSink(process.stdout), input, opts);
           progress.done();
           return;

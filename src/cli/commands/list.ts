@@ -17,9 +17,10 @@ interface ListFlags {
   cursor?: string;
 }
 
-/** The status column: `completed (failed)` for completed tasks. */
+/** The status column: `completed (failed)` for completed tasks, `[corrupt]` for an isolated one. */
 export function statusText(s: TaskSummary): string {
-  return s.outcome === undefined ? s.status : `${s.status} (${s.outcome})`;
+  const text = s.outcome === undefined ? s.status : `${s.status} (${s.outcome})`;
+  return s.corrupt ? `${text} [corrupt]` : text;
 }
 
 /** Registers `list` on the program. */
@@ -51,6 +52,10 @@ export function registerList(program: Command): void {
           isoTime(s.updatedAt),
         ]);
         let out = table(['TASK', 'WORKFLOW', 'KIND', 'STATUS', 'TURN', 'QUEUED', 'EVENTS', 'UPDATED'], rows);
+        const corrupt = page.tasks.filter((s) => s.corrupt);
+        if (corrupt.length > 0) {
+          out += `\n\n${corrupt.length} task(s) cannot be read and are isolated by the engine: ${corrupt.map((s) => `${s.taskId} (${s.corrupt!.key})`).join(', ')}. See turnlog show <task>.`;
+        }
         if (page.next !== undefined) out += `\n\nmore tasks: turnlog list --cursor ${page.next}${filterFlags(flags)}`;
         return printText(out);
       });

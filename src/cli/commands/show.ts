@@ -5,8 +5,9 @@
 import type { Command } from 'commander';
 import type { HistoryEvent, TaskSummary } from '../../history/events.js';
 import { isTurnTerminal } from '../../history/events.js';
+import { HistoryCorruptError, isHistoryUnreadable } from '../../errors.js';
 import { fold } from '../../replay/index.js';
-import { positiveInt, printJSON, printText, requireTask, withStore } from '../context.js';
+import { positiveInt, printJSON, printText, printedError, readableEvents, requireTask, withStore } from '../context.js';
 import { describeEvent, duration, failureText, isoTime, offset, payloadPreview, payloadToJSON, table, terminalWord, type PayloadJSON } from '../format.js';
 import { statusText } from './list.js';
 
@@ -154,11 +155,24 @@ function outcomeText(t: TurnView): string {
   return `${word}${detail}${extra ? ` [${extra}]` : ''}`;
 }
 
-function header(s: TaskSummary): string {
+/** Why a task cannot be read: the record and the error (`show --json` field `corrupt`). */
+export interface CorruptView {
+  key: string;
+  code: string;
+  message: string;
+}
+
+function corruptView(taskId: string, err: unknown): CorruptView {
+  const e = err as Error & { code: string; key?: string; eventId?: number };
+  return { key: err instanceof HistoryCorruptError ? err.key : `events/${taskId}/${e.eventId ?? '?'}`, code: e.code, message: e.message };
+}
+
+function header(s: TaskSummary, corrupt: CorruptView | undefined, partial: boolean): string {
   return [
     `task      ${s.taskId}`,
     `workflow  ${s.workflow} (${s.kind})`,
     `status    ${statusText(s)}`,
+    ...(corrupt ? [`CORRUPT   ${corrupt.key} cannot be read (${corrupt.code}); ${partial ? 'shown: the events before it' : 'the engine isolated this task'}`] : []),
     `turns     ${s.turn}, ${s.queued} input(s) queued, ${s.lastEventId} events`,
     `created   ${isoTime(s.createdAt)}`,
     `updated   ${isoTime(s.updatedAt)} (${duration(s.updatedAt - s.createdAt)} after creation)`,
@@ -181,20 +195,40 @@ export function registerShow(program: Command): void {
     .action(async (taskId: string, flags: ShowFlags, cmd: Command) => {
       await withStore(cmd, {}, async (store, g) => {
         const summary = await requireTask(store, taskId);
-        const events = await store.readEvents(taskId);
+        // A corrupt task: show every event before the unreadable one, then exit 1 (docs/cli.md).
+        const events: HistoryEvent[] = [];
+        let failure: unknown;
+        try {
+          for await (const e of readableEvents(store, taskId)) events.push(e);
+        } catch (err) {
+          if (!isHistoryUnreadable(err)) throw err;
+          failure = err;
+        }
+        let queue: ReturnType<typeof fold>['queue'] = [];
+        try {
+          queue = fold(taskId, events).queue;
+        } catch (err) {
+          if (!isHistoryUnreadable(err)) throw err;
+          failure ??= err;
+        }
+        const mark = (await store.listCorrupt()).find((m) => m.taskId === taskId);
+        const corrupt: CorruptView | undefined = failure ? corruptView(taskId, failure) : mark && { key: mark.key, code: mark.code, message: mark.message };
         const max = flags.full ? 0 : flags.width;
         const { turns, timeline } = buildTimeline(events, max);
-        const queue = fold(taskId, events).queue;
         if (g.json) {
-          return printJSON({
+          await printJSON({
             task: summary,
+            corrupt: corrupt ?? null,
             turns,
             queued: queue.map((q) => ({ inputId: q.inputId, eventId: q.eventId, time: q.time, steering: q.steering, input: payloadToJSON(q.input) })),
             timeline,
           });
+          // The document holds the error (`corrupt`); exit 1 without a second document.
+          if (failure !== undefined) throw printedError(failure);
+          return;
         }
         const start = summary.createdAt;
-        const parts = [header(summary)];
+        const parts = [header(summary, corrupt, failure !== undefined)];
         if (turns.length > 0) {
           const rows = turns.map((t) => [
             String(t.turn),
@@ -219,7 +253,9 @@ export function registerShow(program: Command): void {
           return `${String(t.eventId).padStart(idw)}  ${offset(t.time, start).padEnd(9)} ${indent}${t.text}`;
         });
         parts.push(`timeline (times from creation at ${isoTime(start)})\n${lines.join('\n')}`);
-        return printText(parts.join('\n\n'));
+        await printText(parts.join('\n\n'));
+        // Text mode: the error goes to stderr as usual, after the readable part.
+        if (failure !== undefined) throw failure;
       });
     });
 }
