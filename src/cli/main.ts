@@ -77,7 +77,17 @@ if (isMain()) {
     throw err;
   });
   // exitCode, not exit(): stdout may still be draining into a pipe.
+  let finished = false;
   void run(process.argv.slice(2)).then((code) => {
+    finished = true;
     process.exitCode = code;
+  });
+  // The event loop drained with the command still waiting: never report that as success.
+  process.once('beforeExit', () => {
+    if (finished) return;
+    const message = 'the command did not finish: it waited for something that can never happen. This is a bug in turnlog; please report it.';
+    if (process.argv.includes('--json')) process.stdout.write(JSON.stringify({ error: { code: 'INTERNAL', message, exitCode: EXIT.error } }, null, 2) + '\n');
+    else process.stderr.write(`turnlog: ${message}\n`);
+    process.exitCode = EXIT.error;
   });
 }

@@ -7,8 +7,8 @@
 import { readFile, readdir, stat } from 'node:fs/promises';
 import { join } from 'node:path';
 import { isDeepStrictEqual } from 'node:util';
-import { FencedError, NonDeterminismError, TurnlogError, invalidArgument } from '../errors.js';
-import type { HistoryEvent, Payload, TurnTerminalEvent } from '../history/events.js';
+import { FencedError, NonDeterminismError, ReplayStalledError, TurnlogError, invalidArgument } from '../errors.js';
+import type { HistoryEvent, Payload, TurnExitedForRecovery, TurnTerminalEvent } from '../history/events.js';
 import { isTurnTerminal } from '../history/events.js';
 import { parseHistoryFile } from '../history/history-file.js';
 import { DefaultPayloadConverter, type PayloadCodec, type PayloadConverter } from '../history/payload.js';
@@ -26,6 +26,7 @@ import {
 } from '../workflow/context.js';
 import type { Workflow } from '../workflow/define-workflow.js';
 import { turnSpecFor } from '../workflow/turn-spec.js';
+import { SettleWatch, withSettleTracking } from './settle-watch.js';
 
 /** Workflows to replay against: a list, or a module namespace whose exports include workflows. */
 export type WorkflowSource = readonly Workflow<any, any, any>[] | Readonly<Record<string, unknown>>;
@@ -40,7 +41,16 @@ export interface ReplayHistoryOptions {
   payloadCodecs?: readonly PayloadCodec[];
   /** Called after each turn replays cleanly (the CLI prints per-turn lines with it). */
   onTurn?: (result: TurnReplayResult) => void;
+  /**
+   * Per turn: a handler that has not settled after this many ms fails the replay with
+   * `TURNLOG_REPLAY_TIMEOUT` (default {@link DEFAULT_REPLAY_TIMEOUT_MS}; 0 for none). In-process,
+   * a handler that blocks the thread cannot be stopped: see `isolate`.
+   */
+  timeoutMs?: number;
 }
+
+/** The default per-turn replay time limit. */
+export const DEFAULT_REPLAY_TIMEOUT_MS = 30_000;
 
 /** How one recorded turn replayed. */
 export interface TurnReplayResult {
@@ -89,7 +99,13 @@ export async function replayHistory(options: ReplayHistoryOptions): Promise<Repl
   const { taskId, events } = await resolveHistory(options.history, options.taskId);
   const chain = codecChain(options.payloadCodecs ?? []);
   const decoded = chain ? events.map((e) => mapEventPayloads(e, chain.decode)) : events;
-  return replayEvents(taskId, decoded, workflowMap(options.workflows), options.onTurn);
+  return replayEvents(taskId, decoded, workflowMap(options.workflows), options.onTurn, timeoutOf(options.timeoutMs));
+}
+
+function timeoutOf(ms: number | undefined): number {
+  if (ms === undefined) return DEFAULT_REPLAY_TIMEOUT_MS;
+  if (!Number.isFinite(ms) || ms < 0) throw invalidArgument(`replay timeoutMs must be a number of milliseconds >= 0 (0: no limit), got ${ms}.`);
+  return ms;
 }
 
 /** Every task of every history file in a folder, and what went wrong with each. */
@@ -142,7 +158,7 @@ export const HISTORY_FILE_PATTERN = /\.(json|bin|history)$/;
 export async function replayHistories(
   folder: string,
   workflows: WorkflowSource,
-  options: Pick<ReplayHistoryOptions, 'payloadCodecs'> = {},
+  options: Pick<ReplayHistoryOptions, 'payloadCodecs' | 'timeoutMs'> = {},
 ): Promise<ReplayHistoriesReport> {
   const names = (await readdir(folder)).filter((n) => HISTORY_FILE_PATTERN.test(n)).sort();
   const files: string[] = [];
@@ -151,6 +167,7 @@ export async function replayHistories(
     throw invalidArgument(`Folder ${folder} holds no history files (*.json, *.bin, *.history). Export some with \`turnlog export <task> -o ${folder}/<name>.json\`.`);
   }
   const wfs = workflowMap(workflows);
+  const timeoutMs = timeoutOf(options.timeoutMs);
   const chain = codecChain(options.payloadCodecs ?? []);
   const report: ReplayHistoriesReport = { files: files.length, tasks: 0, turns: 0, reports: [] };
   const failures: ReplayFailure[] = [];
@@ -165,7 +182,7 @@ export async function replayHistories(
     for (const t of tasks) {
       try {
         const events = chain ? t.events.map((e) => mapEventPayloads(e, chain.decode)) : t.events;
-        const r = await replayEvents(t.taskId, events, wfs, undefined);
+        const r = await replayEvents(t.taskId, events, wfs, undefined, timeoutMs);
         report.reports.push({ ...r, file });
         report.tasks++;
         report.turns += r.turns;
@@ -234,19 +251,31 @@ function failedFromOutside(f: { type: string; code?: string }): boolean {
   return f.type === 'RecoveriesExhausted' || CUT_OFF_FAILURE_CODES.has(f.code ?? '');
 }
 
-async function replayEvents(
+function replayEvents(
   taskId: string,
   events: readonly HistoryEvent[],
   workflows: ReadonlyMap<string, Workflow<any, any, any>>,
   onTurn: ((r: TurnReplayResult) => void) | undefined,
+  timeoutMs: number,
+): Promise<ReplayReport> {
+  return withSettleTracking(() => replayTracked(taskId, events, workflows, onTurn, timeoutMs));
+}
+
+async function replayTracked(
+  taskId: string,
+  events: readonly HistoryEvent[],
+  workflows: ReadonlyMap<string, Workflow<any, any, any>>,
+  onTurn: ((r: TurnReplayResult) => void) | undefined,
+  timeoutMs: number,
 ): Promise<ReplayReport> {
   const converter = new DefaultPayloadConverter();
   const results: TurnReplayResult[] = [];
   let s: TaskState | undefined;
   let wf: Workflow<any, any, any> | undefined;
   let start = 0;
-  // Per open turn: the last attempt's TurnStarted and whether a worker was killed.
+  // Per open turn: the last attempt's TurnStarted, its exit for recovery, and whether a worker was killed.
   let lastStart: HistoryEvent | undefined;
+  let exit: TurnExitedForRecovery | undefined;
   let killed = false;
   // Queued inputs after each event of the open turn: what ctx.pendingInputCount read live.
   let queued = 0;
@@ -257,12 +286,14 @@ async function replayEvents(
     if (e !== undefined) {
       if (e.type === 'TurnStarted') {
         lastStart = e;
+        exit = undefined;
         if (e.attempt === 1) {
           killed = false;
           queued -= e.inputIds.length;
           pending = new Map();
         }
       } else if (e.type === 'WorkerKilled') killed = true;
+      else if (e.type === 'TurnExitedForRecovery') exit = e;
       else if (e.type === 'InputQueued') queued++;
       else if (e.type === 'InputWithdrawn') queued--;
       else if (e.type === 'InputsTaken') queued -= e.inputIds.length;
@@ -298,6 +329,8 @@ async function replayEvents(
       lastEventId: events[events.length - 1]?.eventId ?? 0,
       pending,
       converter,
+      exit,
+      timeoutMs,
     });
     results.push(result);
     onTurn?.(result);
@@ -332,6 +365,9 @@ interface TurnInput {
   /** Queue length after each event id of the turn. */
   pending: ReadonlyMap<number, number>;
   converter: PayloadConverter;
+  /** The last attempt's TurnExitedForRecovery: it saw the engine's shutdown. */
+  exit: TurnExitedForRecovery | undefined;
+  timeoutMs: number;
 }
 
 /** A cancel (timeout marker or cancel request) to deliver at its place among the recorded calls. */
@@ -357,6 +393,8 @@ async function replayTurn(t: TurnInput): Promise<TurnReplayResult> {
   const aborts: PendingAbort[] = [];
   if (ot.marker) aborts.push({ eventId: ot.marker.eventId, kind: 'timeout', reason: 'recorded timeout marker' });
   if (ot.cancelRequested) aborts.push({ eventId: ot.cancelRequested.eventId, kind: 'cancel', reason: ot.cancelRequested.reason });
+  // The shutdown itself is not recorded; the exit says the attempt saw it before it ended.
+  if (t.exit) aborts.push({ eventId: t.exit.eventId, kind: 'shutdown', reason: `recorded exit for recovery: ${t.exit.reason}` });
   aborts.sort((a, b) => a.eventId - b.eventId);
   const spec: TurnSpec = {
     ...turnSpecFor(s, converter.toPayload(undefined)),
@@ -374,7 +412,7 @@ async function replayTurn(t: TurnInput): Promise<TurnReplayResult> {
   const base = { turn: ot.turn, attempt: ot.attempt, eventId, terminal: terminal?.type, calls: ot.calls.length };
   const ctx = new ReplayContext(spec, host, converter, t.wf.initialState, aborts.filter((a) => a.eventId > t.lastStartEventId));
   ctxRef = ctx;
-  const outcome = await Promise.race([runHandler(t.wf.turn, ctx, converter), ctx.stopped]);
+  const outcome = await settleTurn(t, ctx, eventId);
   const stop = ctx.stop;
   const endOfTurn = `the end of the turn (${terminal?.type ?? 'history ends'}) after ${ot.calls.length} call${ot.calls.length === 1 ? '' : 's'}`;
   if (stop) {
@@ -391,6 +429,34 @@ async function replayTurn(t: TurnInput): Promise<TurnReplayResult> {
   const mismatch = compareOutcome(terminal, o, converter);
   if (mismatch) throw new NonDeterminismError(s.taskId, ot.turn, terminal.eventId, mismatch.expected, mismatch.actual);
   return { ...base, status: 'ok', outcome: o.kind };
+}
+
+/** Runs the handler until it ends or leaves the recorded path; rejects when it never can. */
+function settleTurn(t: TurnInput, ctx: ReplayContext<unknown, unknown>, eventId: number): Promise<AttemptOutcome | void> {
+  const { ot, terminal } = t;
+  const stalled = (code: 'TURNLOG_REPLAY_STALLED' | 'TURNLOG_REPLAY_TIMEOUT'): ReplayStalledError => {
+    const last = ctx.lastCall;
+    const ending = terminal ? `${terminal.type} at event ${eventId}` : `the history ending mid-turn at event ${eventId}`;
+    const detail =
+      code === 'TURNLOG_REPLAY_STALLED'
+        ? `cannot finish: the handler waits for something replay will never deliver (recorded ending: ${ending})`
+        : `did not settle within ${t.timeoutMs} ms (recorded ending: ${ending})`;
+    const where = last ? `${describeCall(last)} at position ${last.seq}` : `the start of attempt ${ot.attempt}`;
+    return new ReplayStalledError(code, t.s.taskId, ot.turn, last?.eventId ?? t.lastStartEventId, where, detail);
+  };
+  return new Promise((resolve, reject) => {
+    const watch = new SettleWatch({
+      timeoutMs: t.timeoutMs,
+      onCheck: (quiet) => ctx.deliverWaiting(quiet),
+      onStall: () => reject(stalled('TURNLOG_REPLAY_STALLED')),
+      onTimeout: () => reject(stalled('TURNLOG_REPLAY_TIMEOUT')),
+    });
+    const done = (v: AttemptOutcome | void): void => {
+      watch.stop();
+      resolve(v);
+    };
+    void Promise.race([watch.run(() => runHandler(t.wf.turn, ctx, t.converter)), ctx.stopped]).then(done);
+  });
 }
 
 function lastCheckpointBefore(calls: readonly RecordedCall[], eventId: number): Payload | undefined {
@@ -434,7 +500,6 @@ class ReplayContext<I, S> extends TurnContextImpl<I, S> {
     super(spec, host, converter, initialState);
     this.#calls = spec.calls;
     this.#aborts = aborts;
-    if (spec.calls.length === 0) this.#deliverAborts(Infinity);
   }
 
   get stop(): Stop | undefined {
@@ -447,6 +512,23 @@ class ReplayContext<I, S> extends TurnContextImpl<I, S> {
   /** The event id of the last recorded call handed back, undefined before the first. */
   get lastCallEventId(): number | undefined {
     return this.#calls[this.#made - 1]?.eventId;
+  }
+  /** The last recorded call handed back, undefined before the first. */
+  get lastCall(): RecordedCall | undefined {
+    return this.#calls[this.#made - 1];
+  }
+
+  /**
+   * Delivers aborts the live attempt got while it waited: every abort recorded after the last
+   * call once the handler has made them all, else (only when it waits on nothing of its own,
+   * `quiet`) the next one, which is then the only thing that can wake it. True when it delivered.
+   */
+  deliverWaiting(quiet: boolean): boolean {
+    if (this.#stop || this.#aborts.length === 0) return false;
+    if (this.#made === this.#calls.length) this.#deliverAborts(Infinity);
+    else if (quiet) this.#deliverAborts(this.#aborts[0]!.eventId + 1);
+    else return false;
+    return true;
   }
 
   override step<T>(name: string, fn: (signal: AbortSignal) => Promise<T> | T, options?: StepOptions): Promise<T> {
@@ -470,8 +552,9 @@ class ReplayContext<I, S> extends TurnContextImpl<I, S> {
       return this.#reject();
     }
     this.#made = seq;
-    // An abort recorded after the last call reached the handler after it: deliver it now.
-    this.#deliverAborts(seq === this.#calls.length ? Infinity : recorded.eventId);
+    // Aborts recorded before this call reached the handler before it; later ones wait for
+    // the handler to wait (deliverWaiting), as they did live.
+    this.#deliverAborts(recorded.eventId);
     return undefined;
   }
 

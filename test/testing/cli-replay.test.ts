@@ -8,12 +8,15 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest';
 import { encodeHistoryFile } from '../../src/history/history-file.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
 import { ROOT, appendHistory, cli, cliJSON, ensureBuilt, withLevel } from '../cli/run-cli.js';
+import { historyBuilder } from '../helpers/build-history.js';
 import { goldenPath } from './golden.js';
 import { loadEvents, mutate } from './mutate.js';
 
 const WORKFLOWS = join(ROOT, 'dist/test/fixtures/workflows/support-agent.js');
+const ENDINGS = join(ROOT, 'dist/test/fixtures/workflows/replay-endings.js');
 let tmp: { path: string; remove: () => Promise<void> };
 let renamed: string;
+let stuck: string;
 
 beforeAll(async () => {
   ensureBuilt();
@@ -21,6 +24,10 @@ beforeAll(async () => {
   renamed = join(tmp.path, 'renamed.json');
   const events = mutate(loadEvents(goldenPath('support-conversation')), 7, (e) => ({ ...e, name: 'lookup-orders' }));
   await writeFile(renamed, await encodeHistoryFile({ taskId: 'support-conversation', events }, 'json'));
+  // A crash mid-turn of a handler that then awaits a promise nothing resolves.
+  stuck = join(tmp.path, 'stuck.json');
+  const crashed = historyBuilder('stuck-1').created({ workflow: 'stuck', kind: 'multi-turn' }).input('hi').turnStarted().step('a', 'hi').crashed().build();
+  await writeFile(stuck, await encodeHistoryFile({ taskId: 'stuck-1', events: crashed }, 'json'));
 });
 afterAll(async () => {
   await tmp?.remove();
@@ -53,6 +60,16 @@ describe('turnlog replay', () => {
     expect(j.code).toBe(1);
     expect(j.json.error).toMatchObject({ code: 'TURNLOG_NON_DETERMINISM', exitCode: 1 });
     expect(j.json.error.message).toContain('event 7');
+  });
+
+  it('a replay that cannot finish: exit 1 with a STALLED line, --json prints exactly the error document', async () => {
+    const r = await cli(['replay', stuck, '--workflows', ENDINGS]);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toContain('turn 1    STALLED after step "a" at position 1 (event 4): no verdict');
+    expect(r.stderr).toContain('turnlog: Task stuck-1, turn 1: the replay cannot finish');
+    const j = await cliJSON(['replay', stuck, '--workflows', ENDINGS, '--json']);
+    expect(j.code).toBe(1);
+    expect(j.json.error).toMatchObject({ code: 'TURNLOG_REPLAY_STALLED', exitCode: 1 });
   });
 
   it('a task in a store', async () => {

@@ -11,13 +11,21 @@ import type { Command } from 'commander';
 import { isTurnlogError } from '../../errors.js';
 import type { HistoryEvent } from '../../history/events.js';
 import { parseHistoryFile } from '../../history/history-file.js';
-import { replayHistory, workflowMap, type ReplayReport, type TurnReplayResult } from '../../testing/replay-history.js';
+import {
+  DEFAULT_REPLAY_TIMEOUT_MS,
+  replayHistory,
+  workflowMap,
+  type ReplayHistoryOptions,
+  type ReplayReport,
+  type TurnReplayResult,
+} from '../../testing/replay-history.js';
 import type { Workflow } from '../../workflow/define-workflow.js';
-import { CliError, EXIT, globals, printJSON, printText, requireTask, toCliError, usageError, withStore } from '../context.js';
+import { CliError, EXIT, globals, positiveInt, printJSON, printText, requireTask, toCliError, usageError, withStore } from '../context.js';
 
 interface ReplayFlags {
   workflows: string;
   task?: string;
+  timeout?: number;
 }
 
 /** Registers `replay` on the program. */
@@ -28,6 +36,7 @@ export function registerReplay(program: Command): void {
     .argument('<file|task>', 'history file (from `turnlog export`, JSON or binary) or a task id in --store')
     .requiredOption('--workflows <module>', 'JavaScript module exporting your workflows (named exports, or a default array)')
     .option('--task <id>', 'with a multi-task file: replay only this task')
+    .option('--timeout <ms>', `per turn: fail a turn that has not settled after this many ms (default ${DEFAULT_REPLAY_TIMEOUT_MS})`, positiveInt)
     .action(async (target: string, flags: ReplayFlags, cmd: Command) => {
       const g = globals(cmd);
       const workflows = await loadWorkflows(flags.workflows);
@@ -43,7 +52,9 @@ export function registerReplay(program: Command): void {
           if (p) lines.push(p);
         };
         try {
-          const report = await replayHistory({ history: t.events, taskId: t.taskId, workflows, onTurn });
+          const options: ReplayHistoryOptions = { history: t.events, taskId: t.taskId, workflows, onTurn };
+          if (flags.timeout !== undefined) options.timeoutMs = flags.timeout;
+          const report = await replayHistory(options);
           await Promise.all(lines);
           reports.push(report);
           if (!g.json) await printText(`  ok: ${report.turns} turn${report.turns === 1 ? '' : 's'} replayed`);
@@ -78,6 +89,11 @@ function divergenceLine(err: unknown): string {
   if (isTurnlogError(err, 'TURNLOG_NON_DETERMINISM')) {
     const e = err as unknown as { turn: number; eventId: number; expected: string; actual: string };
     return `  turn ${String(e.turn).padEnd(4)} DIVERGED event ${e.eventId}: expected ${e.expected}, the handler did ${e.actual}`;
+  }
+  if (isTurnlogError(err, 'TURNLOG_REPLAY_STALLED') || isTurnlogError(err, 'TURNLOG_REPLAY_TIMEOUT')) {
+    const e = err as unknown as { turn: number; eventId: number; lastCall: string; code: string };
+    const what = e.code === 'TURNLOG_REPLAY_STALLED' ? 'STALLED' : 'TIMED OUT';
+    return `  turn ${String(e.turn).padEnd(4)} ${what} after ${e.lastCall} (event ${e.eventId}): no verdict`;
   }
   return `  FAILED: ${err instanceof Error ? err.message : String(err)}`;
 }
