@@ -5,7 +5,8 @@
  * See docs/testing.md.
  */
 import { readFile, readdir, stat } from 'node:fs/promises';
-import { join } from 'node:path';
+import { join, resolve as resolvePath } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { isDeepStrictEqual } from 'node:util';
 import { FencedError, NonDeterminismError, ReplayStalledError, TurnlogError, invalidArgument } from '../errors.js';
 import type { HistoryEvent, Payload, TurnExitedForRecovery, TurnTerminalEvent } from '../history/events.js';
@@ -26,6 +27,7 @@ import {
 } from '../workflow/context.js';
 import type { Workflow } from '../workflow/define-workflow.js';
 import { turnSpecFor } from '../workflow/turn-spec.js';
+import { replayInWorker } from './replay-isolate.js';
 import { SettleWatch, withSettleTracking } from './settle-watch.js';
 
 /** Workflows to replay against: a list, or a module namespace whose exports include workflows. */
@@ -34,7 +36,11 @@ export type WorkflowSource = readonly Workflow<any, any, any>[] | Readonly<Recor
 export interface ReplayHistoryOptions {
   /** The events, or the path of a history file (`turnlog export`, JSON or binary). */
   history: readonly HistoryEvent[] | string;
-  workflows: WorkflowSource;
+  /**
+   * The workflows, or the path or file URL of a JavaScript module exporting them (required
+   * with `isolate: 'worker'`, which loads it in the worker thread).
+   */
+  workflows: WorkflowSource | string | URL;
   /** The task id used in errors; selects the task of a multi-task file. Default: the file's, or `replay`. */
   taskId?: string;
   /** The engine's payload codecs, when the history was written with some (encryption, compression). */
@@ -47,6 +53,12 @@ export interface ReplayHistoryOptions {
    * a handler that blocks the thread cannot be stopped: see `isolate`.
    */
   timeoutMs?: number;
+  /**
+   * `none` (default): replay in this thread; a handler that blocks it (`for (;;) {}`) hangs
+   * the replay. `worker`: replay in a worker thread that is terminated at `timeoutMs`, so
+   * every replay ends (`workflows` must be a module path; payload codecs run in this thread).
+   */
+  isolate?: 'none' | 'worker';
 }
 
 /** The default per-turn replay time limit. */
@@ -99,7 +111,21 @@ export async function replayHistory(options: ReplayHistoryOptions): Promise<Repl
   const { taskId, events } = await resolveHistory(options.history, options.taskId);
   const chain = codecChain(options.payloadCodecs ?? []);
   const decoded = chain ? events.map((e) => mapEventPayloads(e, chain.decode)) : events;
-  return replayEvents(taskId, decoded, workflowMap(options.workflows), options.onTurn, timeoutOf(options.timeoutMs));
+  const timeoutMs = timeoutOf(options.timeoutMs);
+  const { workflows } = options;
+  const isModule = typeof workflows === 'string' || workflows instanceof URL;
+  if (options.isolate === 'worker') {
+    if (!isModule) {
+      throw invalidArgument(`Task ${taskId}: isolate: 'worker' loads the workflows in a worker thread, so pass workflows as a module path or file URL, not as objects.`);
+    }
+    return replayInWorker({ taskId, events: decoded, module: moduleHref(workflows), timeoutMs, onTurn: options.onTurn });
+  }
+  const wfs = workflowMap(isModule ? ((await import(moduleHref(workflows))) as Record<string, unknown>) : workflows);
+  return replayEvents(taskId, decoded, wfs, options.onTurn, timeoutMs);
+}
+
+function moduleHref(m: string | URL): string {
+  return m instanceof URL ? m.href : m.startsWith('file:') ? m : pathToFileURL(resolvePath(m)).href;
 }
 
 function timeoutOf(ms: number | undefined): number {
@@ -251,14 +277,23 @@ function failedFromOutside(f: { type: string; code?: string }): boolean {
   return f.type === 'RecoveriesExhausted' || CUT_OFF_FAILURE_CODES.has(f.code ?? '');
 }
 
-function replayEvents(
+/**
+ * Where a replay is, for a watcher in another thread: [turn, its last attempt's start event,
+ * the last recorded call handed back (0: none)]. Readable while the replaying thread is blocked.
+ * @internal
+ */
+export type ReplayProgress = Int32Array;
+
+/** @internal The replay proper, shared by replayHistory, replayHistories and the replay worker. */
+export function replayEvents(
   taskId: string,
   events: readonly HistoryEvent[],
   workflows: ReadonlyMap<string, Workflow<any, any, any>>,
   onTurn: ((r: TurnReplayResult) => void) | undefined,
   timeoutMs: number,
+  progress?: ReplayProgress,
 ): Promise<ReplayReport> {
-  return withSettleTracking(() => replayTracked(taskId, events, workflows, onTurn, timeoutMs));
+  return withSettleTracking(() => replayTracked(taskId, events, workflows, onTurn, timeoutMs, progress));
 }
 
 async function replayTracked(
@@ -267,6 +302,7 @@ async function replayTracked(
   workflows: ReadonlyMap<string, Workflow<any, any, any>>,
   onTurn: ((r: TurnReplayResult) => void) | undefined,
   timeoutMs: number,
+  progress: ReplayProgress | undefined,
 ): Promise<ReplayReport> {
   const converter = new DefaultPayloadConverter();
   const results: TurnReplayResult[] = [];
@@ -331,6 +367,7 @@ async function replayTracked(
       converter,
       exit,
       timeoutMs,
+      progress,
     });
     results.push(result);
     onTurn?.(result);
@@ -368,6 +405,7 @@ interface TurnInput {
   /** The last attempt's TurnExitedForRecovery: it saw the engine's shutdown. */
   exit: TurnExitedForRecovery | undefined;
   timeoutMs: number;
+  progress: ReplayProgress | undefined;
 }
 
 /** A cancel (timeout marker or cancel request) to deliver at its place among the recorded calls. */
@@ -410,7 +448,12 @@ async function replayTurn(t: TurnInput): Promise<TurnReplayResult> {
   const host = replayHost(t.lastStartTime, () => t.pending.get(ctxRef?.lastCallEventId ?? t.lastStartEventId) ?? 0);
   const eventId = terminal?.eventId ?? t.lastEventId;
   const base = { turn: ot.turn, attempt: ot.attempt, eventId, terminal: terminal?.type, calls: ot.calls.length };
-  const ctx = new ReplayContext(spec, host, converter, t.wf.initialState, aborts.filter((a) => a.eventId > t.lastStartEventId));
+  if (t.progress) {
+    Atomics.store(t.progress, 0, ot.turn);
+    Atomics.store(t.progress, 1, t.lastStartEventId);
+    Atomics.store(t.progress, 2, 0);
+  }
+  const ctx = new ReplayContext(spec, host, converter, t.wf.initialState, aborts.filter((a) => a.eventId > t.lastStartEventId), t.progress);
   ctxRef = ctx;
   const outcome = await settleTurn(t, ctx, eventId);
   const stop = ctx.stop;
@@ -490,16 +533,25 @@ function replayHost(now: number, pendingInputCount: () => number): TurnHost {
 class ReplayContext<I, S> extends TurnContextImpl<I, S> {
   readonly #calls: readonly RecordedCall[];
   readonly #aborts: PendingAbort[];
+  readonly #progress: ReplayProgress | undefined;
   #made = 0;
   #stop: Stop | undefined;
   #resolveStopped!: () => void;
   /** Resolves when the handler leaves the recorded path; the handler is then abandoned. */
   readonly stopped = new Promise<void>((r) => (this.#resolveStopped = r));
 
-  constructor(spec: TurnSpec, host: TurnHost, converter: PayloadConverter, initialState: (() => S) | undefined, aborts: PendingAbort[]) {
+  constructor(
+    spec: TurnSpec,
+    host: TurnHost,
+    converter: PayloadConverter,
+    initialState: (() => S) | undefined,
+    aborts: PendingAbort[],
+    progress: ReplayProgress | undefined,
+  ) {
     super(spec, host, converter, initialState);
     this.#calls = spec.calls;
     this.#aborts = aborts;
+    this.#progress = progress;
   }
 
   get stop(): Stop | undefined {
@@ -552,6 +604,7 @@ class ReplayContext<I, S> extends TurnContextImpl<I, S> {
       return this.#reject();
     }
     this.#made = seq;
+    if (this.#progress) Atomics.store(this.#progress, 2, recorded.eventId);
     // Aborts recorded before this call reached the handler before it; later ones wait for
     // the handler to wait (deliverWaiting), as they did live.
     this.#deliverAborts(recorded.eventId);
@@ -574,7 +627,8 @@ class ReplayContext<I, S> extends TurnContextImpl<I, S> {
   }
 }
 
-function describeCall(c: RecordedCall): string {
+/** @internal */
+export function describeCall(c: RecordedCall): string {
   return c.kind === 'step' ? `step "${c.name}"` : c.kind === 'checkpoint' ? 'checkpoint' : 'takeInputs()';
 }
 

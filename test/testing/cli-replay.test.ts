@@ -72,6 +72,16 @@ describe('turnlog replay', () => {
     expect(j.json.error).toMatchObject({ code: 'TURNLOG_REPLAY_STALLED', exitCode: 1 });
   });
 
+  it('a handler that blocks the thread: the worker is terminated at --timeout, exit 1, TURNLOG_REPLAY_TIMEOUT', async () => {
+    const spin = join(tmp.path, 'spin.json');
+    const events = historyBuilder('spin-1').created({ workflow: 'spinner', kind: 'multi-turn' }).input('hi').turnStarted().step('a', 'hi').build();
+    await writeFile(spin, await encodeHistoryFile({ taskId: 'spin-1', events }, 'json'));
+    const j = await cliJSON(['replay', spin, '--workflows', ENDINGS, '--timeout', '2000', '--json']);
+    expect(j.code).toBe(1);
+    expect(j.json.error).toMatchObject({ code: 'TURNLOG_REPLAY_TIMEOUT', exitCode: 1 });
+    expect(j.json.error.message).toContain('Task spin-1, turn 1: the replay did not settle within 2000 ms');
+  });
+
   it('a task in a store', async () => {
     const store = join(tmp.path, 'store');
     await withLevel(store, (s) => appendHistory(s, 'support-conversation', loadEvents(goldenPath('support-conversation'))));

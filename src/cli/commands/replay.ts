@@ -7,7 +7,7 @@ import { existsSync, statSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import type { Command } from 'commander';
+import { Option, type Command } from 'commander';
 import { isTurnlogError } from '../../errors.js';
 import type { HistoryEvent } from '../../history/events.js';
 import { parseHistoryFile } from '../../history/history-file.js';
@@ -26,6 +26,7 @@ interface ReplayFlags {
   workflows: string;
   task?: string;
   timeout?: number;
+  isolate: 'worker' | 'none';
 }
 
 /** Registers `replay` on the program. */
@@ -37,8 +38,14 @@ export function registerReplay(program: Command): void {
     .requiredOption('--workflows <module>', 'JavaScript module exporting your workflows (named exports, or a default array)')
     .option('--task <id>', 'with a multi-task file: replay only this task')
     .option('--timeout <ms>', `per turn: fail a turn that has not settled after this many ms (default ${DEFAULT_REPLAY_TIMEOUT_MS})`, positiveInt)
+    .addOption(
+      new Option('--isolate <mode>', 'worker: replay in a worker thread, terminated at the timeout (stops handlers that block); none: in this process')
+        .choices(['worker', 'none'])
+        .default('worker'),
+    )
     .action(async (target: string, flags: ReplayFlags, cmd: Command) => {
       const g = globals(cmd);
+      // Loaded here too, so a module without workflows is a usage error before any replay.
       const workflows = await loadWorkflows(flags.workflows);
       const tasks = await loadTasks(target, flags, cmd);
       const reports: ReplayReport[] = [];
@@ -52,7 +59,8 @@ export function registerReplay(program: Command): void {
           if (p) lines.push(p);
         };
         try {
-          const options: ReplayHistoryOptions = { history: t.events, taskId: t.taskId, workflows, onTurn };
+          const options: ReplayHistoryOptions = { history: t.events, taskId: t.taskId, workflows, onTurn, isolate: flags.isolate };
+          if (flags.isolate === 'worker') options.workflows = resolve(flags.workflows);
           if (flags.timeout !== undefined) options.timeoutMs = flags.timeout;
           const report = await replayHistory(options);
           await Promise.all(lines);
