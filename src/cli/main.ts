@@ -22,6 +22,7 @@ export function createProgram(): Command {
     .description('Inspect, export and import turnlog histories.')
     .option('--store <dir>', `store directory (default: $TURNLOG_STORE or ${DEFAULT_STORE})`)
     .option('--json', 'machine-readable output on stdout (one JSON document)')
+    .option('--codecs <module>', 'JavaScript module exporting payloadCodecs: decode encoded (encrypted) payloads and failures for display and replay')
     .showHelpAfterError('(run turnlog --help for usage)')
     .exitOverride();
   registerList(program);

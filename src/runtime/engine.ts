@@ -28,7 +28,7 @@ import {
 } from '../history/events.js';
 import { nextLease } from '../history/lease.js';
 import { DefaultPayloadConverter, type PayloadCodec, type PayloadConverter } from '../history/payload.js';
-import { codecChain, mapEventPayloads, type PayloadFn } from '../history/payload-map.js';
+import { codecChain, type CodecChain } from '../history/payload-map.js';
 import type { TaskState } from '../history/state.js';
 import { encodeHistoryFile, type HistoryFileFormat } from '../history/history-file.js';
 import { decodeState, encodeState } from '../history/state-codec.js';
@@ -63,6 +63,12 @@ export interface EngineOptions {
   clock?: Clock;
   /** Codecs (encryption, compression) applied to every payload at the store boundary. */
   payloadCodecs?: readonly PayloadCodec[];
+  /**
+   * With payload codecs: store failure messages and stacks as an encoded payload (Temporal's
+   * `encoded_attributes`), the message reading `Encoded failure`. Default true; false keeps
+   * them readable without the codec (they then bypass it, encryption included).
+   */
+  encodeFailureAttributes?: boolean;
   /** Executor for workflows that do not name one. Default `inline`. */
   defaultExecutor?: ExecutorKind;
   /** Executors by kind; `inline` is built in. */
@@ -197,7 +203,7 @@ export class Engine {
   readonly #executors = new Map<ExecutorKind, Executor>();
   readonly #defaultExecutor: ExecutorKind;
   readonly #clock: Clock;
-  readonly #codec: { encode: PayloadFn; decode: PayloadFn } | undefined;
+  readonly #codec: CodecChain | undefined;
   readonly #converter: PayloadConverter = new DefaultPayloadConverter();
   readonly #leaseMs: number;
   readonly #scanIntervalMs: number;
@@ -225,7 +231,7 @@ export class Engine {
     this.#ownerOption = options.owner;
     this.#instanceOption = options.instance;
     this.#clock = options.clock ?? systemClock;
-    this.#codec = codecChain(options.payloadCodecs ?? []);
+    this.#codec = codecChain(options.payloadCodecs ?? [], options.encodeFailureAttributes === undefined ? {} : { encodeFailureAttributes: options.encodeFailureAttributes });
     this.#leaseMs = positive('leaseMs', options.leaseMs ?? 60_000);
     this.#scanIntervalMs = options.scanIntervalMs ?? 30_000;
     this.#shutdownGraceMs = options.shutdownGraceMs ?? 25_000;
@@ -717,7 +723,7 @@ export class Engine {
     const ot = s.openTurn!;
     const active: ActiveAttempt = { turn: ot.turn, attempt: ot.attempt, finalized: false, timers: [], renewFailures: 0, done: Promise.resolve() };
     t.active = active;
-    const spec = turnSpecFor(s, this.#converter.toPayload(undefined), this.#codec?.decode);
+    const spec = turnSpecFor(s, this.#converter.toPayload(undefined), this.#codec);
     active.timers.push(this.#clock.setTimer(() => void this.#onDeadline(t, active), ot.deadline - now));
     this.#armRenewal(t, active);
     active.done = this.#runAttempt(t, active, executor, spec);
@@ -928,7 +934,7 @@ export class Engine {
         break;
       case 'TurnFailed':
         r.status = 'failed';
-        r.failure = e.failure;
+        r.failure = this.#codec ? this.#codec.decodeFailure(e.failure) : e.failure;
         break;
       case 'TurnCancelled':
         r.status = 'cancelled';
@@ -984,14 +990,14 @@ export class Engine {
    */
   #materialize(t: TaskEntry, drafts: Draft[], generation: number, time = this.#clock.now()): HistoryEvent[] {
     let id = t.state?.lastEventId ?? 0;
-    const enc = this.#codec?.encode;
+    const enc = this.#codec?.encodeEvent;
     const out: HistoryEvent[] = new Array(drafts.length);
     for (let i = 0; i < drafts.length; i++) {
       const e = drafts[i] as HistoryEvent;
       e.eventId = ++id;
       e.generation = generation;
       e.time = time;
-      out[i] = enc ? mapEventPayloads(e, enc) : e;
+      out[i] = enc ? enc(e) : e;
     }
     return out;
   }

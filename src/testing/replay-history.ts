@@ -13,7 +13,7 @@ import type { HistoryEvent, Payload, TurnExitedForRecovery, TurnTerminalEvent } 
 import { isTurnTerminal } from '../history/events.js';
 import { parseHistoryFile } from '../history/history-file.js';
 import { DefaultPayloadConverter, type PayloadCodec, type PayloadConverter } from '../history/payload.js';
-import { codecChain, mapEventPayloads } from '../history/payload-map.js';
+import { codecChain } from '../history/payload-map.js';
 import type { OpenTurn, RecordedCall, TaskState } from '../history/state.js';
 import { fold } from '../replay/fold.js';
 import {
@@ -110,7 +110,7 @@ export interface ReplayReport {
 export async function replayHistory(options: ReplayHistoryOptions): Promise<ReplayReport> {
   const { taskId, events } = await resolveHistory(options.history, options.taskId);
   const chain = codecChain(options.payloadCodecs ?? []);
-  const decoded = chain ? events.map((e) => mapEventPayloads(e, chain.decode)) : events;
+  const decoded = chain ? events.map(chain.decodeEvent) : events;
   const timeoutMs = timeoutOf(options.timeoutMs);
   const { workflows } = options;
   const isModule = typeof workflows === 'string' || workflows instanceof URL;
@@ -207,7 +207,7 @@ export async function replayHistories(
     }
     for (const t of tasks) {
       try {
-        const events = chain ? t.events.map((e) => mapEventPayloads(e, chain.decode)) : t.events;
+        const events = chain ? t.events.map(chain.decodeEvent) : t.events;
         const r = await replayEvents(t.taskId, events, wfs, undefined, timeoutMs);
         report.reports.push({ ...r, file });
         report.tasks++;

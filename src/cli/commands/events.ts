@@ -36,12 +36,13 @@ export function registerEvents(program: Command): void {
           await writeOut(`{\n  "taskId": ${JSON.stringify(taskId)},\n  "lastEventId": ${summary.lastEventId},\n  "events": [`);
           let n = 0;
           for await (const e of store.iterateEvents(taskId, read)) {
-            await writeOut((n++ === 0 ? '\n    ' : ',\n    ') + JSON.stringify(eventToDisplayJSON(e)));
+            await writeOut((n++ === 0 ? '\n    ' : ',\n    ') + JSON.stringify(eventToDisplayJSON(g.decodeEvent(e))));
           }
           return writeOut(n === 0 ? ']\n}\n' : '\n  ]\n}\n');
         }
         const width = String(summary.lastEventId).length;
-        for await (const e of store.iterateEvents(taskId, read)) {
+        for await (const stored of store.iterateEvents(taskId, read)) {
+          const e = g.decodeEvent(stored);
           await writeOut(
             `${String(e.eventId).padStart(width)}  ${isoTime(e.time)}  g${e.generation}  ${e.type.padEnd(22)} ${describeEvent(e, max)}\n`,
           );

@@ -20,7 +20,7 @@ import {
   type TurnReplayResult,
 } from '../../testing/replay-history.js';
 import type { Workflow } from '../../workflow/define-workflow.js';
-import { CliError, EXIT, globals, positiveInt, printJSON, printText, requireTask, toCliError, usageError, withStore } from '../context.js';
+import { CliError, EXIT, globals, loadCodecs, positiveInt, printJSON, printText, requireTask, toCliError, usageError, withStore } from '../context.js';
 
 interface ReplayFlags {
   workflows: string;
@@ -47,6 +47,7 @@ export function registerReplay(program: Command): void {
       const g = globals(cmd);
       // Loaded here too, so a module without workflows is a usage error before any replay.
       const workflows = await loadWorkflows(flags.workflows);
+      const payloadCodecs = g.codecs === undefined ? [] : await loadCodecs(g.codecs);
       const tasks = await loadTasks(target, flags, cmd);
       const reports: ReplayReport[] = [];
       const failures: { taskId: string; error: unknown }[] = [];
@@ -59,7 +60,7 @@ export function registerReplay(program: Command): void {
           if (p) lines.push(p);
         };
         try {
-          const options: ReplayHistoryOptions = { history: t.events, taskId: t.taskId, workflows, onTurn, isolate: flags.isolate };
+          const options: ReplayHistoryOptions = { history: t.events, taskId: t.taskId, workflows, onTurn, isolate: flags.isolate, payloadCodecs };
           if (flags.isolate === 'worker') options.workflows = resolve(flags.workflows);
           if (flags.timeout !== undefined) options.timeoutMs = flags.timeout;
           const report = await replayHistory(options);

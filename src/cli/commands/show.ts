@@ -181,7 +181,7 @@ export function registerShow(program: Command): void {
     .action(async (taskId: string, flags: ShowFlags, cmd: Command) => {
       await withStore(cmd, {}, async (store, g) => {
         const summary = await requireTask(store, taskId);
-        const events = await store.readEvents(taskId);
+        const events = (await store.readEvents(taskId)).map(g.decodeEvent);
         const max = flags.full ? 0 : flags.width;
         const { turns, timeline } = buildTimeline(events, max);
         const queue = fold(taskId, events).queue;
