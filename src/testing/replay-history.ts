@@ -266,7 +266,9 @@ export function workflowMap(source: WorkflowSource): Map<string, Workflow<any, a
 // ---------------------------------------------------------------------------------------------
 // The replay proper
 
-const CUT_OFF_FAILURE_CODES: ReadonlySet<string> = new Set(['TURNLOG_WORKER_START', 'TURNLOG_WORKER_PROTOCOL', 'TURNLOG_WORKER_CRASHED', 'TURNLOG_WORKFLOW_NOT_FOUND']);
+/** Codes of the TurnFailed events the engine writes itself; replay treats those turns as cut off. */
+export const ENGINE_FAILURE_CODES = ['TURNLOG_WORKER_START', 'TURNLOG_WORKER_PROTOCOL', 'TURNLOG_WORKER_CRASHED', 'TURNLOG_WORKFLOW_NOT_FOUND'] as const;
+const CUT_OFF_FAILURE_CODES: ReadonlySet<string> = new Set(ENGINE_FAILURE_CODES);
 
 /**
  * A TurnFailed the engine wrote itself, not the handler's own end: a worker that failed to start,
