@@ -1,8 +1,8 @@
 /**
  * Tells a handler that is still working from one that can never finish under replay.
  * Every timer, immediate and I/O request the handler creates (in its async context) is
- * tracked until Node destroys it; a handler that is unsettled and owns none of these for a
- * few event-loop turns, with nothing left to deliver, is stalled (docs/testing.md#replays-that-cannot-finish).
+ * tracked until it has run; a handler that is unsettled and owns none of these for a few
+ * event-loop turns, with nothing left to deliver, is stalled (docs/testing.md#replays-that-cannot-finish).
  */
 import { AsyncLocalStorage, createHook, type AsyncHook } from 'node:async_hooks';
 
@@ -11,9 +11,33 @@ const QUIET_ROUNDS = 3;
 /** How often to look again while the handler owns a timer or an I/O request. */
 const BUSY_POLL_MS = 2;
 
-const scope = new AsyncLocalStorage<Set<number>>();
-/** asyncId → the pending set of the handler that created it. */
-const owners = new Map<number, Set<number>>();
+/** What one handler run owns: timers (pending until `_destroyed`), requests, other resources. */
+interface Owned {
+  timers: Set<{ _destroyed?: boolean }>;
+  requests: Set<number>;
+  /** Handles (sockets, file handles, ports): their end is not observable without a destroy hook. */
+  handles: number;
+}
+
+// One callback each: done once it ran (`before`). A `destroy` hook would see every resource's
+// end, but it makes every promise ~10× slower (weak callbacks), so timers are checked by flag.
+const REQUESTS: ReadonlySet<string> = new Set([
+  'FSREQCALLBACK',
+  'FSREQPROMISE',
+  'FILEHANDLECLOSEREQ',
+  'GETADDRINFOREQWRAP',
+  'GETNAMEINFOREQWRAP',
+  'QUERYWRAP',
+  'SHUTDOWNWRAP',
+  'WRITEWRAP',
+  'TCPCONNECTWRAP',
+  'PIPECONNECTWRAP',
+  'UDPSENDWRAP',
+]);
+
+const scope = new AsyncLocalStorage<Owned>();
+/** Request asyncId → the handler run that created it. */
+const owners = new Map<number, Owned>();
 let hook: AsyncHook | undefined;
 let users = 0;
 
@@ -33,18 +57,21 @@ export async function withSettleTracking<T>(fn: () => Promise<T>): Promise<T> {
 function acquireHook(): void {
   if (users++ > 0) return;
   hook ??= createHook({
-    init(asyncId, type) {
-      // Promises only settle through something else; counting them would hide a stall.
-      if (type === 'PROMISE') return;
-      const pending = scope.getStore();
-      if (pending === undefined) return;
-      pending.add(asyncId);
-      owners.set(asyncId, pending);
+    init(asyncId, type, _trigger, resource) {
+      // Promises only settle through something else; ticks run before the next check anyway.
+      if (type === 'PROMISE' || type === 'TickObject') return;
+      const owned = scope.getStore();
+      if (owned === undefined) return;
+      if (type === 'Timeout' || type === 'Immediate') owned.timers.add(resource as { _destroyed?: boolean });
+      else if (REQUESTS.has(type)) {
+        owned.requests.add(asyncId);
+        owners.set(asyncId, owned);
+      } else owned.handles++;
     },
-    destroy(asyncId) {
-      const pending = owners.get(asyncId);
-      if (pending === undefined) return;
-      pending.delete(asyncId);
+    before(asyncId) {
+      const owned = owners.get(asyncId);
+      if (owned === undefined) return;
+      owned.requests.delete(asyncId);
       owners.delete(asyncId);
     },
   });
@@ -71,7 +98,7 @@ export interface SettleWatchOptions {
 
 /** Watches one handler run (inside {@link withSettleTracking}); `run` executes it in the tracked scope. Call `stop` when it settles. */
 export class SettleWatch {
-  readonly #pending = new Set<number>();
+  readonly #owned: Owned = { timers: new Set(), requests: new Set(), handles: 0 };
   readonly #o: SettleWatchOptions;
   #timer: NodeJS.Timeout | undefined;
   #backstop: NodeJS.Timeout | undefined;
@@ -87,7 +114,7 @@ export class SettleWatch {
   }
 
   run<T>(fn: () => T): T {
-    return scope.run(this.#pending, fn);
+    return scope.run(this.#owned, fn);
   }
 
   stop(): void {
@@ -96,8 +123,9 @@ export class SettleWatch {
     clearTimeout(this.#timer);
     clearTimeout(this.#backstop);
     if (this.#immediate) clearImmediate(this.#immediate);
-    for (const id of this.#pending) owners.delete(id);
-    this.#pending.clear();
+    for (const id of this.#owned.requests) owners.delete(id);
+    this.#owned.requests.clear();
+    this.#owned.timers.clear();
   }
 
   #fire(callback: () => void): void {
@@ -106,9 +134,16 @@ export class SettleWatch {
     callback();
   }
 
+  /** The handler owns something that can still call it back. */
+  #busy(): boolean {
+    const o = this.#owned;
+    for (const t of o.timers) if (t._destroyed === true) o.timers.delete(t);
+    return o.timers.size > 0 || o.requests.size > 0 || o.handles > 0;
+  }
+
   #schedule(): void {
     if (this.#stopped) return;
-    if (this.#pending.size > 0) this.#timer = setTimeout(() => this.#check(), BUSY_POLL_MS);
+    if (this.#busy()) this.#timer = setTimeout(() => this.#check(), BUSY_POLL_MS);
     else this.#immediate = setImmediate(() => this.#check());
   }
 
@@ -116,7 +151,7 @@ export class SettleWatch {
     this.#timer = undefined;
     this.#immediate = undefined;
     if (this.#stopped) return;
-    const quiet = this.#pending.size === 0;
+    const quiet = !this.#busy();
     if (this.#o.onCheck(quiet) || !quiet) this.#quiet = 0;
     else if (++this.#quiet >= QUIET_ROUNDS) return this.#fire(this.#o.onStall);
     this.#schedule();

@@ -3,6 +3,7 @@
  * aborts the signal with shutdownRequested; a handler that waits for something replay never
  * delivers is TURNLOG_REPLAY_STALLED; the per-turn time limit is TURNLOG_REPLAY_TIMEOUT.
  */
+import { readFile as readFileCb } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
@@ -122,6 +123,22 @@ describe('item 2: a replay that cannot finish rejects, naming task, turn and las
     });
     const readEvents = historyBuilder('r1').created({ workflow: 'reader' }).input(null).turnStarted().step('a', 'hi').completed(true).build();
     expect((await replayHistory({ history: readEvents, workflows: [reader] })).results[0]).toMatchObject({ status: 'ok' });
+  });
+
+  it('once its own timer has fired and its file read is done, a handler awaiting nothing else is stalled', async () => {
+    const late = defineWorkflow({
+      name: 'late',
+      kind: 'multi-turn',
+      turn: async (ctx) => {
+        await ctx.step('a', () => 'hi');
+        await new Promise((r) => setTimeout(r, 5));
+        await new Promise((r) => setImmediate(r));
+        await new Promise((r, j) => readFileCb(fileURLToPath(import.meta.url), (err) => (err ? j(err) : r(undefined))));
+        return new Promise<never>(() => undefined);
+      },
+    });
+    const err = await rejection(replayHistory({ history: oneStep('late'), workflows: [late] }));
+    expect(isTurnlogError(err, 'TURNLOG_REPLAY_STALLED'), String(err)).toBe(true);
   });
 
   it('a handler that keeps a resource alive but never ends: TURNLOG_REPLAY_TIMEOUT at timeoutMs', async () => {
