@@ -32,6 +32,7 @@ export * from './history/events.js';
 export type { PayloadCodec, PayloadConverter } from './history/payload.js';
 export { DefaultPayloadConverter, defaultPayloadConverter } from './history/payload.js';
 export { errorToFailure, failureToError, RecordedFailure } from './history/failure.js';
+export { ENCODED_FAILURE_MESSAGE } from './history/payload-map.js';
 export type { TaskState, OpenTurn, QueuedInput, RecordedCall, TurnRecord } from './history/state.js';
 export { encodeEvent, decodeEvent, eventToJSON, eventFromJSON } from './history/codec.js';
 

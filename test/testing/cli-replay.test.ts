@@ -63,7 +63,7 @@ describe('turnlog replay', () => {
   });
 
   it('a replay that cannot finish: exit 1 with a STALLED line, --json prints exactly the error document', async () => {
-    const r = await cli(['replay', stuck, '--workflows', ENDINGS]);
+    const r = await cli(['replay', stuck, '--workflows', ENDINGS, '--isolate', 'none']);
     expect(r.code).toBe(1);
     expect(r.stdout).toContain('turn 1    STALLED after step "a" at position 1 (event 4): no verdict');
     expect(r.stderr).toContain('turnlog: Task stuck-1, turn 1: the replay cannot finish');
