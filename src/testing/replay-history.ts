@@ -183,8 +183,8 @@ export const HISTORY_FILE_PATTERN = /\.(json|bin|history)$/;
  */
 export async function replayHistories(
   folder: string,
-  workflows: WorkflowSource,
-  options: Pick<ReplayHistoryOptions, 'payloadCodecs' | 'timeoutMs'> = {},
+  workflows: WorkflowSource | string | URL,
+  options: Pick<ReplayHistoryOptions, 'payloadCodecs' | 'timeoutMs' | 'isolate'> = {},
 ): Promise<ReplayHistoriesReport> {
   const names = (await readdir(folder)).filter((n) => HISTORY_FILE_PATTERN.test(n)).sort();
   const files: string[] = [];
@@ -192,8 +192,13 @@ export async function replayHistories(
   if (files.length === 0) {
     throw invalidArgument(`Folder ${folder} holds no history files (*.json, *.bin, *.history). Export some with \`turnlog export <task> -o ${folder}/<name>.json\`.`);
   }
-  const wfs = workflowMap(workflows);
   const timeoutMs = timeoutOf(options.timeoutMs);
+  const isModule = typeof workflows === 'string' || workflows instanceof URL;
+  const worker = options.isolate === 'worker';
+  if (worker && !isModule) {
+    throw invalidArgument(`Folder ${folder}: isolate: 'worker' loads the workflows in a worker thread, so pass workflows as a module path or file URL, not as objects.`);
+  }
+  const wfs = worker ? undefined : workflowMap(isModule ? ((await import(moduleHref(workflows))) as Record<string, unknown>) : workflows);
   const chain = codecChain(options.payloadCodecs ?? []);
   const report: ReplayHistoriesReport = { files: files.length, tasks: 0, turns: 0, reports: [] };
   const failures: ReplayFailure[] = [];
@@ -208,7 +213,9 @@ export async function replayHistories(
     for (const t of tasks) {
       try {
         const events = chain ? t.events.map(chain.decodeEvent) : t.events;
-        const r = await replayEvents(t.taskId, events, wfs, undefined, timeoutMs);
+        const r = wfs
+          ? await replayEvents(t.taskId, events, wfs, undefined, timeoutMs)
+          : await replayInWorker({ taskId: t.taskId, events, module: moduleHref(workflows as string | URL), timeoutMs, onTurn: undefined });
         report.reports.push({ ...r, file });
         report.tasks++;
         report.turns += r.turns;

@@ -2,11 +2,14 @@
  * replayHistory({ isolate: 'worker' }) (issue #18 item 3): a handler that blocks its thread
  * is stopped at the time limit; verdicts and errors cross the thread boundary intact.
  */
+import { copyFile, writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
 import { beforeAll, describe, expect, it } from 'vitest';
 import { NonDeterminismError, ReplayStalledError, isTurnlogError } from '../../src/errors.js';
 import type { HistoryEvent } from '../../src/history/events.js';
-import { replayHistory, type TurnReplayResult } from '../../src/testing/index.js';
+import { encodeHistoryFile } from '../../src/history/history-file.js';
+import { ReplayFailuresError, replayHistories, replayHistory, type TurnReplayResult } from '../../src/testing/index.js';
+import { makeTmpDir } from '../helpers/tmp-dir.js';
 import { historyBuilder } from '../helpers/build-history.js';
 import { ROOT, ensureBuilt } from '../cli/run-cli.js';
 import { goldenPath } from './golden.js';
@@ -54,5 +57,24 @@ describe("isolate: 'worker'", () => {
     expect(isTurnlogError(err, 'TURNLOG_INVALID_ARGUMENT')).toBe(true);
     const report = await replayHistory({ history: goldenPath('support-conversation'), workflows: SUPPORT });
     expect(report.turns).toBe(4);
+  });
+});
+
+describe("replayHistories with isolate: 'worker'", () => {
+  it('a folder with a spinning handler: that file fails with TURNLOG_REPLAY_TIMEOUT, the others still replay', async () => {
+    const dir = await makeTmpDir('turnlog-replay-worker-');
+    try {
+      await copyFile(goldenPath('support-conversation'), join(dir.path, 'a-support.json'));
+      await writeFile(join(dir.path, 'b-spin.json'), await encodeHistoryFile({ taskId: 'spin-1', events: crashedAfterA('spinner') }, 'json'));
+      const both = join(dir.path, 'all.mjs');
+      await writeFile(both, `export * from ${JSON.stringify(SUPPORT)};\nexport * from ${JSON.stringify(ENDINGS)};\n`);
+      const err = await replayHistories(dir.path, both, { isolate: 'worker', timeoutMs: 2000 }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(ReplayFailuresError);
+      const f = err as ReplayFailuresError;
+      expect(f.failures.map((x) => [x.taskId, (x.error as ReplayStalledError).code])).toEqual([['spin-1', 'TURNLOG_REPLAY_TIMEOUT']]);
+      expect(f.report.reports.map((r) => [r.taskId, r.turns])).toEqual([['support-conversation', 4]]);
+    } finally {
+      await dir.remove();
+    }
   });
 });
