@@ -86,8 +86,9 @@ if (isMain()) {
   // The event loop drained with the command still waiting: never report that as success.
   process.once('beforeExit', () => {
     if (finished) return;
-    const message = 'the command did not finish: it waited for something that can never happen. This is a bug in turnlog; please report it.';
-    if (process.argv.includes('--json')) process.stdout.write(JSON.stringify({ error: { code: 'INTERNAL', message, exitCode: EXIT.error } }, null, 2) + '\n');
+    const message =
+      'the command did not finish: it waited for something that can never happen (for example a --workflows or --codecs module whose top-level await never settles). Fix that module, or report a bug.';
+    if (process.argv.includes('--json')) process.stdout.write(JSON.stringify({ error: { code: 'UNFINISHED', message, exitCode: EXIT.error } }, null, 2) + '\n');
     else process.stderr.write(`turnlog: ${message}\n`);
     process.exitCode = EXIT.error;
   });

@@ -82,6 +82,14 @@ describe('turnlog replay', () => {
     expect(j.json.error.message).toContain('Task spin-1, turn 1: the replay did not settle within 2000 ms');
   });
 
+  it('a command left waiting forever (a module whose top-level await never settles) exits 1 with UNFINISHED, not 0', async () => {
+    const hang = join(tmp.path, 'hang.mjs');
+    await writeFile(hang, 'export const x = 1;\nawait new Promise(() => {});\n');
+    const j = await cliJSON(['replay', stuck, '--workflows', hang, '--json']);
+    expect(j.code).toBe(1);
+    expect(j.json.error).toMatchObject({ code: 'UNFINISHED', exitCode: 1 });
+  });
+
   it('a task in a store', async () => {
     const store = join(tmp.path, 'store');
     await withLevel(store, (s) => appendHistory(s, 'support-conversation', loadEvents(goldenPath('support-conversation'))));
