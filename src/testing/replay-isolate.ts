@@ -78,6 +78,9 @@ function describeEvent(events: readonly HistoryEvent[], eventId: number): string
   return `event ${eventId}`;
 }
 
+/** Loading the workflows module in a fresh thread gets at least this long (a cold start under load is not a hung turn). */
+const LOAD_TIMEOUT_MS = 30_000;
+
 /** Replays in a worker thread; terminates it when a turn takes longer than `timeoutMs` (0: never). */
 export function replayInWorker(o: {
   taskId: string;
@@ -91,6 +94,7 @@ export function replayInWorker(o: {
   const worker = new Worker(workerEntry(), { workerData: data });
   return new Promise<ReplayReport>((resolve, reject) => {
     let settled = false;
+    let loaded = false;
     let timer: NodeJS.Timeout | undefined;
     const finish = (fn: () => void): void => {
       if (settled) return;
@@ -110,17 +114,22 @@ export function replayInWorker(o: {
         turn,
         call || start,
         where,
-        `did not settle within ${o.timeoutMs} ms; the replay worker thread was terminated`,
+        loaded
+          ? `did not settle within ${o.timeoutMs} ms; the replay worker thread was terminated`
+          : `did not load the workflows module within ${Math.max(o.timeoutMs, LOAD_TIMEOUT_MS)} ms; the replay worker thread was terminated`,
       );
       finish(() => reject(err));
     };
     // Per turn, like in-process replay: the clock restarts once the module is loaded and after each turn.
-    const arm = (): void => {
+    const arm = (ms = o.timeoutMs): void => {
       clearTimeout(timer);
-      if (o.timeoutMs > 0) timer = setTimeout(timedOut, o.timeoutMs);
+      if (o.timeoutMs > 0) timer = setTimeout(timedOut, ms);
     };
     worker.on('message', (m: ReplayWorkerMessage) => {
-      if (m.type === 'ready') arm();
+      if (m.type === 'ready') {
+        loaded = true;
+        arm();
+      }
       else if (m.type === 'turn') {
         arm();
         o.onTurn?.(m.result);
@@ -133,6 +142,6 @@ export function replayInWorker(o: {
         reject(new TurnlogError('TURNLOG_REPLAY_STALLED', `Task ${o.taskId}: the replay worker thread exited (code ${code}) before a verdict. Check that the workflows module does not call process.exit().`)),
       ),
     );
-    arm();
+    arm(Math.max(o.timeoutMs, LOAD_TIMEOUT_MS));
   });
 }
