@@ -137,11 +137,12 @@ export function replayInWorker(o: {
       else finish(() => reject(deserializeError(m.error)));
     });
     worker.on('error', (err) => finish(() => reject(err)));
-    worker.on('exit', (code) =>
-      finish(() =>
-        reject(new TurnlogError('TURNLOG_REPLAY_STALLED', `Task ${o.taskId}: the replay worker thread exited (code ${code}) before a verdict. Check that the workflows module does not call process.exit().`)),
-      ),
-    );
+    worker.on('exit', (code) => {
+      const call = Atomics.load(progress, 2);
+      const where = call > 0 ? describeEvent(o.events, call) : 'the start of its last attempt';
+      const detail = `could not finish: the worker thread exited (code ${code}) before a verdict; does the workflows module call process.exit()?`;
+      finish(() => reject(new ReplayStalledError('TURNLOG_REPLAY_STALLED', o.taskId, Atomics.load(progress, 0), call || Atomics.load(progress, 1), where, detail)));
+    });
     arm(Math.max(o.timeoutMs, LOAD_TIMEOUT_MS));
   });
 }

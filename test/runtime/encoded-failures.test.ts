@@ -9,7 +9,10 @@ import { join } from 'node:path';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import type { HistoryEvent } from '../../src/history/events.js';
 import { ProcessExecutor } from '../../src/executor/process-executor.js';
+import { ManualClock } from '../../src/runtime/clock.js';
 import { Engine } from '../../src/runtime/engine.js';
+import { MemoryHistoryStore } from '../../src/store/memory-store.js';
+import { defineWorkflow } from '../../src/workflow/define-workflow.js';
 import { silentLogger } from '../../src/runtime/logger.js';
 import { replayHistory } from '../../src/testing/index.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
@@ -79,6 +82,36 @@ describe('failures through the payload codec', () => {
       expect(report.results[0]).toMatchObject({ status: 'ok', terminal: 'TurnFailed' });
     });
   }
+
+  it('a recovered attempt gets the recorded step failure back with its real message', async () => {
+    let block = true;
+    const catcher = defineWorkflow({
+      name: 'catcher',
+      kind: 'multi-turn',
+      retry: { maxAttempts: 1 },
+      turn: async (ctx) => {
+        const message = await ctx.step('charge', () => Promise.reject(new Error(`declined ${SECRET}`))).catch((e: Error) => e.message);
+        if (block) await new Promise<never>(() => undefined); // the engine dies here
+        return ctx.suspend('done', message);
+      },
+    });
+    const store = new MemoryHistoryStore();
+    const clock = new ManualClock();
+    const open = () => Engine.open({ store, clock, workflows: [catcher], payloadCodecs: [encryptingCodec], logger: silentLogger, scanIntervalMs: 0 });
+    const e1 = await open();
+    const h = await e1.start(catcher, null, { taskId: 'c1' });
+    for (let i = 0; i < 500 && !(await h.history()).some((e) => e.type === 'StepCompleted'); i++) await new Promise((r) => setTimeout(r, 2));
+    await e1.shutdown({ graceMs: 0 });
+    block = false;
+    const e2 = await open();
+    try {
+      const queued = (await e2.history('c1')).find((e) => e.type === 'InputQueued');
+      const r = await e2.turnResult('c1', queued?.type === 'InputQueued' ? queued.inputId : '');
+      expect(r).toMatchObject({ status: 'suspended', output: `declined ${SECRET}` });
+    } finally {
+      await e2.shutdown({ graceMs: 0 });
+    }
+  });
 
   it('encodeFailureAttributes: false keeps messages readable without the codec (the control: bytes do show it)', async () => {
     const { dir, events } = await failOnce(leaky, false);
