@@ -28,6 +28,8 @@ export type ErrorCode =
   | 'TURNLOG_WORKFLOW_NOT_FOUND'
   | 'TURNLOG_WORKFLOW_INVALID'
   | 'TURNLOG_NON_DETERMINISM'
+  | 'TURNLOG_REPLAY_STALLED'
+  | 'TURNLOG_REPLAY_TIMEOUT'
   | 'TURNLOG_TURN_FAILED'
   | 'TURNLOG_TURN_CANCELLED'
   | 'TURNLOG_TURN_TIMED_OUT'
@@ -377,3 +379,27 @@ export class PayloadTooLargeError extends TurnlogError {
     super('TURNLOG_PAYLOAD_TOO_LARGE', `${subject}: ${field} is ${bytes} bytes, over the ${limit}-byte limit; nothing was recorded. ${fix}`);
   }
 }
+
+/**
+ * A replay that cannot reach a verdict: the handler waits for something replay will never
+ * deliver (`TURNLOG_REPLAY_STALLED`), or it did not settle within the replay's time limit
+ * (`TURNLOG_REPLAY_TIMEOUT`). `eventId` and `lastCall` name the last recorded call the handler got.
+ */
+export class ReplayStalledError extends TurnlogError {
+  override readonly name = 'ReplayStalledError';
+  constructor(
+    code: 'TURNLOG_REPLAY_STALLED' | 'TURNLOG_REPLAY_TIMEOUT',
+    readonly taskId: string,
+    readonly turn: number,
+    /** The last recorded call handed back, or the turn's start when none was. */
+    readonly eventId: number,
+    readonly lastCall: string,
+    detail: string,
+  ) {
+    super(code, `Task ${taskId}, turn ${turn}: the replay ${detail} after ${lastCall} (event ${eventId}). ${code === 'TURNLOG_REPLAY_STALLED' ? STALLED_FIX : TIMEOUT_FIX}`);
+  }
+}
+const STALLED_FIX =
+  'The handler awaits something that is neither a ctx call nor work it started itself (a promise nothing will resolve, or ctx.signal with no recorded abort). Make it finish or call ctx when the recorded attempt did, or see docs/testing.md#replays-that-cannot-finish.';
+const TIMEOUT_FIX =
+  "Make the handler finish when it gets its recorded calls, or raise timeoutMs; a handler that blocks the thread needs isolate: 'worker' (docs/testing.md#replays-that-cannot-finish).";

@@ -34,6 +34,7 @@ export * from './history/events.js';
 export type { PayloadCodec, PayloadConverter, PayloadLimits } from './history/payload.js';
 export { DefaultPayloadConverter, defaultPayloadConverter, DEFAULT_PAYLOAD_LIMITS, MAX_PAYLOAD_BYTES, payloadSize } from './history/payload.js';
 export { errorToFailure, failureToError, RecordedFailure } from './history/failure.js';
+export { ENCODED_FAILURE_MESSAGE } from './history/payload-map.js';
 export type { TaskState, OpenTurn, QueuedInput, RecordedCall, TurnRecord } from './history/state.js';
 export { encodeEvent, decodeEvent, eventToJSON, eventFromJSON } from './history/codec.js';
 

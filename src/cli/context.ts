@@ -3,9 +3,12 @@
  * opening the store (with the locked-store decision of docs/cli.md) and writing output.
  */
 import { resolve } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { InvalidArgumentError, type Command } from 'commander';
 import { TurnlogError, isHistoryUnreadable, isTurnlogError } from '../errors.js';
 import type { HistoryEvent } from '../history/events.js';
+import type { PayloadCodec } from '../history/payload.js';
+import { codecChain } from '../history/payload-map.js';
 import type { HistoryStore, ReadOptions } from '../store/history-store.js';
 import { LevelHistoryStore } from '../store/index.js';
 import { inspectStoreDir } from '../store/store-dir.js';
@@ -24,6 +27,8 @@ export type ExitCode = (typeof EXIT)[keyof typeof EXIT];
 export interface GlobalOptions {
   store: string;
   json: boolean;
+  /** `--codecs <module>`: a module exporting the engine's payload codecs. */
+  codecs?: string;
 }
 
 /** The default store directory when neither `--store` nor `TURNLOG_STORE` is given. */
@@ -84,8 +89,36 @@ export function toCliError(err: unknown): CliError {
 
 /** Reads the global options wherever they were given (before or after the command name). */
 export function globals(cmd: Command): GlobalOptions {
-  const o = cmd.optsWithGlobals<{ store?: string; json?: boolean }>();
-  return { store: o.store ?? process.env['TURNLOG_STORE'] ?? DEFAULT_STORE, json: o.json === true };
+  const o = cmd.optsWithGlobals<{ store?: string; json?: boolean; codecs?: string }>();
+  const g: GlobalOptions = { store: o.store ?? process.env['TURNLOG_STORE'] ?? DEFAULT_STORE, json: o.json === true };
+  if (o.codecs !== undefined) g.codecs = o.codecs;
+  return g;
+}
+
+function isCodec(v: unknown): v is PayloadCodec {
+  return typeof v === 'object' && v !== null && typeof (v as PayloadCodec).encode === 'function' && typeof (v as PayloadCodec).decode === 'function';
+}
+
+/** The codecs a `--codecs` module exports: `payloadCodecs` (an array), or a default array. */
+export async function loadCodecs(path: string): Promise<PayloadCodec[]> {
+  const abs = resolve(path);
+  let mod: Record<string, unknown>;
+  try {
+    mod = (await import(pathToFileURL(abs).href)) as Record<string, unknown>;
+  } catch (err) {
+    throw new CliError('TURNLOG_CODECS_MODULE', `Cannot load codecs module ${abs}: ${(err as Error).message}. Pass the compiled JavaScript module that exports payloadCodecs.`, EXIT.error, { cause: err });
+  }
+  const list = mod['payloadCodecs'] ?? mod['default'];
+  if (!Array.isArray(list) || list.length === 0 || !list.every(isCodec)) {
+    throw usageError(`Module ${abs} exports no payload codecs. Export them as \`export const payloadCodecs = [codec]\` (the array the engine gets as payloadCodecs), or as a default array.`);
+  }
+  return list;
+}
+
+/** What a command body gets: the global options, and `decodeEvent` undoing `--codecs` (identity without). */
+export interface StoreContext extends GlobalOptions {
+  decodeEvent: (e: HistoryEvent) => HistoryEvent;
+  payloadCodecs: readonly PayloadCodec[];
 }
 
 /** commander parser for positive integers (`--limit`). */
@@ -175,9 +208,12 @@ export async function requireTask(store: HistoryStore, taskId: string) {
 export async function withStore<T>(
   cmd: Command,
   options: { create?: boolean },
-  body: (store: HistoryStore, g: GlobalOptions) => Promise<T>,
+  body: (store: HistoryStore, g: StoreContext) => Promise<T>,
 ): Promise<T> {
-  const g = globals(cmd);
+  const g0 = globals(cmd);
+  const payloadCodecs = g0.codecs === undefined ? [] : await loadCodecs(g0.codecs);
+  const chain = codecChain(payloadCodecs);
+  const g: StoreContext = { ...g0, payloadCodecs, decodeEvent: chain ? chain.decodeEvent : (e) => e };
   const store = await openCliStore(g.store, { create: options.create ?? false });
   try {
     return await body(store, g);

@@ -113,10 +113,11 @@ function decodePayloads(v: unknown): unknown {
   return v;
 }
 
-/** `RateLimitError: rate limited [LLM_429]`. */
+/** `RateLimitError: rate limited [LLM_429]`; an encoded failure says that it is one. */
 export function failureText(f: FailureInfo, max: number): string {
   const code = f.code === undefined ? '' : ` [${f.code}]`;
-  return truncate(`${f.type}: ${f.message}${code}`, max);
+  const message = f.encodedAttributes ? `${f.message} (encoded by a payload codec; pass --codecs <module> to read it)` : f.message;
+  return truncate(`${f.type}: ${message}${code}`, max);
 }
 
 const OUTCOME_WORDS: Record<string, string> = {

@@ -24,6 +24,7 @@ export function createProgram(): Command {
     .version(packageVersion(), '-V, --version', 'print the installed turnlog version')
     .option('--store <dir>', `store directory (default: $TURNLOG_STORE or ${DEFAULT_STORE})`)
     .option('--json', 'machine-readable output on stdout (one JSON document)')
+    .option('--codecs <module>', 'JavaScript module exporting payloadCodecs: decode encoded (encrypted) payloads and failures for display and replay')
     .showHelpAfterError('(run turnlog --help for usage)')
     .exitOverride();
   registerList(program);
@@ -105,7 +106,18 @@ if (isMain()) {
     throw err;
   });
   // exitCode, not exit(): stdout may still be draining into a pipe.
+  let finished = false;
   void run(process.argv.slice(2)).then((code) => {
+    finished = true;
     process.exitCode = code;
+  });
+  // The event loop drained with the command still waiting: never report that as success.
+  process.once('beforeExit', () => {
+    if (finished) return;
+    const message =
+      'the command did not finish: it waited for something that can never happen (for example a --workflows or --codecs module whose top-level await never settles). Fix that module, or report a bug.';
+    if (process.argv.includes('--json')) process.stdout.write(JSON.stringify({ error: { code: 'UNFINISHED', message, exitCode: EXIT.error } }, null, 2) + '\n');
+    else process.stderr.write(`turnlog: ${message}\n`);
+    process.exitCode = EXIT.error;
   });
 }

@@ -98,6 +98,7 @@ interface FailureMsg {
   message?: string;
   source?: string;
   stackTrace?: string;
+  encodedAttributes?: PayloadMsg | null;
   cause?: FailureMsg | null;
   applicationFailureInfo?: {
     type?: string;
@@ -120,6 +121,7 @@ export function failureToProto(f: FailureInfo): FailureMsg {
       details: f.details ? { payloads: [payloadToProto(f.details)] } : null,
     },
   };
+  if (f.encodedAttributes) msg.encodedAttributes = payloadToProto(f.encodedAttributes);
   if (f.cause) msg.cause = failureToProto(f.cause);
   return msg;
 }
@@ -132,6 +134,8 @@ export function failureFromProto(m: FailureMsg): FailureInfo {
   if (m.source?.startsWith(CODE_PREFIX)) f.code = m.source.slice(CODE_PREFIX.length);
   const details = payloadFromProto(info?.details?.payloads?.[0]);
   if (details) f.details = details;
+  const encoded = payloadFromProto(m.encodedAttributes);
+  if (encoded) f.encodedAttributes = encoded;
   if (m.cause) f.cause = failureFromProto(m.cause);
   return f;
 }

@@ -25,6 +25,11 @@ export interface FailureInfo {
   code?: string;
   details?: Payload;
   cause?: FailureInfo;
+  /**
+   * Temporal's `encoded_attributes`: `{ message, stack_trace }` as a payload encoded by the
+   * payload codecs. When set, `message` is the placeholder `Encoded failure` and `stack` is empty.
+   */
+  encodedAttributes?: Payload;
 }
 
 export type WorkflowKind = 'one-shot' | 'multi-turn';

@@ -159,6 +159,9 @@ export async function writeHistoryFile(
       checkCount(src, n);
       count++;
     }
+    // Zero tasks (an empty store's `export --all`): one header with no task id and no events,
+    // so the file is not empty and reads back as zero tasks.
+    if (multi && count === 0) await w.push(encodeHeader('', 0));
   }
   await w.flush();
   return { tasks: count, events: w.events, bytes: w.bytes };
@@ -349,6 +352,9 @@ function parseBinary(bytes: Uint8Array, name: string): HistoryFile {
     version = Math.max(version, checkVersion(name, header.formatVersion));
     pos = len.next + len.value;
     const taskId = header.taskId;
+    if (!taskId && header.eventCount === 0 && tasks.length === 0 && pos === bytes.length) {
+      return { format: 'binary', formatVersion: version, multi: true, tasks: [] };
+    }
     if (!taskId) throw fileError(name, `the task header at byte ${len.next} has no task id`, 'Export the task again.');
     const events: HistoryEvent[] = new Array(header.eventCount);
     for (let i = 0; i < header.eventCount; i++) {

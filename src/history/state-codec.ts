@@ -176,6 +176,7 @@ function failureOf(m: Msg): FailureInfo {
 
 function normalizeFailure(f: FailureInfo): FailureInfo {
   if (f.details !== undefined) f.details = payloadOf(f.details as unknown as Msg);
+  if (f.encodedAttributes !== undefined) f.encodedAttributes = payloadOf(f.encodedAttributes as unknown as Msg);
   if (f.cause !== undefined) normalizeFailure(f.cause);
   return f;
 }

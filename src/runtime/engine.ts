@@ -43,7 +43,7 @@ import {
   type PayloadConverter,
   type PayloadLimits,
 } from '../history/payload.js';
-import { codecChain, mapEventPayloads, type PayloadFn } from '../history/payload-map.js';
+import { codecChain, type CodecChain } from '../history/payload-map.js';
 import type { TaskState } from '../history/state.js';
 import { encodeHistoryFile, type HistoryFileFormat } from '../history/history-file.js';
 import { decodeState, encodeState } from '../history/state-codec.js';
@@ -99,6 +99,12 @@ export interface EngineOptions {
    * Default 4 MiB each; at most 16 MiB each. See docs/workflows.md#payload-limits.
    */
   limits?: Partial<PayloadLimits>;
+  /**
+   * With payload codecs: store failure messages and stacks as an encoded payload (Temporal's
+   * `encoded_attributes`), the message reading `Encoded failure`. Default true; false keeps
+   * them readable without the codec (they then bypass it, encryption included).
+   */
+  encodeFailureAttributes?: boolean;
   /** Executor for workflows that do not name one. Default `inline`. */
   defaultExecutor?: ExecutorKind;
   /** Executors by kind; `inline` is built in. */
@@ -249,7 +255,7 @@ export class Engine {
   readonly #executors = new Map<ExecutorKind, Executor>();
   readonly #defaultExecutor: ExecutorKind;
   readonly #clock: Clock;
-  readonly #codec: { encode: PayloadFn; decode: PayloadFn } | undefined;
+  readonly #codec: CodecChain | undefined;
   readonly #converter: PayloadConverter;
   readonly #limits: Readonly<PayloadLimits>;
   readonly #leaseMs: number;
@@ -296,7 +302,7 @@ export class Engine {
     this.#ownerOption = options.owner;
     this.#instanceOption = options.instance;
     this.#clock = options.clock ?? systemClock;
-    this.#codec = codecChain(options.payloadCodecs ?? []);
+    this.#codec = codecChain(options.payloadCodecs ?? [], options.encodeFailureAttributes === undefined ? {} : { encodeFailureAttributes: options.encodeFailureAttributes });
     this.#leaseMs = positive('leaseMs', options.leaseMs ?? 60_000);
     this.#scanIntervalMs = options.scanIntervalMs ?? 30_000;
     this.#shutdownGraceMs = options.shutdownGraceMs ?? 25_000;
@@ -891,7 +897,7 @@ export class Engine {
     const ot = s.openTurn!;
     const active: ActiveAttempt = { turn: ot.turn, attempt: ot.attempt, finalized: false, timers: [], renewFailures: 0, done: Promise.resolve() };
     t.active = active;
-    const spec = turnSpecFor(s, this.#converter.toPayload(undefined), this.#codec?.decode);
+    const spec = turnSpecFor(s, this.#converter.toPayload(undefined), this.#codec);
     active.timers.push(this.#clock.setTimer(() => void this.#onDeadline(t, active), ot.deadline - now));
     this.#armRenewal(t, active);
     active.done = this.#runAttempt(t, active, executor, spec, reservation);
@@ -1150,7 +1156,7 @@ export class Engine {
         break;
       case 'TurnFailed':
         r.status = 'failed';
-        r.failure = e.failure;
+        r.failure = this.#codec ? this.#codec.decodeFailure(e.failure) : e.failure;
         break;
       case 'TurnCancelled':
         r.status = 'cancelled';
@@ -1213,7 +1219,7 @@ export class Engine {
    */
   #materialize(t: TaskEntry, drafts: Draft[], generation: number, time = this.#clock.now()): HistoryEvent[] {
     let id = t.state?.lastEventId ?? 0;
-    const enc = this.#codec?.encode;
+    const enc = this.#codec?.encodeEvent;
     const out: HistoryEvent[] = new Array(drafts.length);
     for (let i = 0; i < drafts.length; i++) {
       const e = drafts[i] as HistoryEvent;
@@ -1221,7 +1227,7 @@ export class Engine {
       e.generation = generation;
       e.time = time;
       // Well-formed before folding: the state kept in memory is what a reload reads back.
-      out[i] = wellFormedEvent(enc ? mapEventPayloads(e, enc) : e, t.id);
+      out[i] = wellFormedEvent(enc ? enc(e) : e, t.id);
     }
     return out;
   }

@@ -9,6 +9,7 @@ export {
   replayHistories,
   ReplayFailuresError,
   HISTORY_FILE_PATTERN,
+  DEFAULT_REPLAY_TIMEOUT_MS,
   isWorkflow,
   workflowMap,
 } from './replay-history.js';
@@ -26,4 +27,4 @@ export { createTestEngine } from './test-engine.js';
 export type { TestEngine, TestEngineOptions } from './test-engine.js';
 export { ManualClock } from '../runtime/clock.js';
 export { MemoryHistoryStore } from '../store/memory-store.js';
-export { NonDeterminismError, isTurnlogError } from '../errors.js';
+export { NonDeterminismError, ReplayStalledError, isTurnlogError } from '../errors.js';

@@ -5,14 +5,15 @@
  * See docs/testing.md.
  */
 import { readFile, readdir, stat } from 'node:fs/promises';
-import { join } from 'node:path';
+import { join, resolve as resolvePath } from 'node:path';
+import { pathToFileURL } from 'node:url';
 import { isDeepStrictEqual } from 'node:util';
-import { FencedError, NonDeterminismError, TurnlogError, invalidArgument } from '../errors.js';
-import type { HistoryEvent, Payload, TurnTerminalEvent } from '../history/events.js';
+import { FencedError, NonDeterminismError, ReplayStalledError, TurnlogError, invalidArgument } from '../errors.js';
+import type { HistoryEvent, Payload, TurnExitedForRecovery, TurnTerminalEvent } from '../history/events.js';
 import { isTurnTerminal } from '../history/events.js';
 import { parseHistoryFile } from '../history/history-file.js';
 import { DefaultPayloadConverter, type PayloadCodec, type PayloadConverter } from '../history/payload.js';
-import { codecChain, mapEventPayloads } from '../history/payload-map.js';
+import { codecChain } from '../history/payload-map.js';
 import type { OpenTurn, RecordedCall, TaskState } from '../history/state.js';
 import { fold } from '../replay/fold.js';
 import {
@@ -26,6 +27,8 @@ import {
 } from '../workflow/context.js';
 import type { Workflow } from '../workflow/define-workflow.js';
 import { turnSpecFor } from '../workflow/turn-spec.js';
+import { replayInWorker } from './replay-isolate.js';
+import { SettleWatch, withSettleTracking } from './settle-watch.js';
 
 import { workflowMap, type WorkflowSource } from '../workflow/workflow-source.js';
 export { isWorkflow, workflowMap, type WorkflowSource } from '../workflow/workflow-source.js';
@@ -33,7 +36,11 @@ export { isWorkflow, workflowMap, type WorkflowSource } from '../workflow/workfl
 export interface ReplayHistoryOptions {
   /** The events, or the path of a history file (`turnlog export`, JSON or binary). */
   history: readonly HistoryEvent[] | string;
-  workflows: WorkflowSource;
+  /**
+   * The workflows, or the path or file URL of a JavaScript module exporting them (required
+   * with `isolate: 'worker'`, which loads it in the worker thread).
+   */
+  workflows: WorkflowSource | string | URL;
   /** The task id used in errors; selects the task of a multi-task file. Default: the file's, or `replay`. */
   taskId?: string;
   /** The engine's payload codecs, when the history was written with some (encryption, compression). */
@@ -42,7 +49,22 @@ export interface ReplayHistoryOptions {
   payloadConverter?: PayloadConverter;
   /** Called after each turn replays cleanly (the CLI prints per-turn lines with it). */
   onTurn?: (result: TurnReplayResult) => void;
+  /**
+   * Per turn: a handler that has not settled after this many ms fails the replay with
+   * `TURNLOG_REPLAY_TIMEOUT` (default {@link DEFAULT_REPLAY_TIMEOUT_MS}; 0 for none). In-process,
+   * a handler that blocks the thread cannot be stopped: see `isolate`.
+   */
+  timeoutMs?: number;
+  /**
+   * `none` (default): replay in this thread; a handler that blocks it (`for (;;) {}`) hangs
+   * the replay. `worker`: replay in a worker thread that is terminated at `timeoutMs`, so
+   * every replay ends (`workflows` must be a module path; payload codecs run in this thread).
+   */
+  isolate?: 'none' | 'worker';
 }
+
+/** The default per-turn replay time limit. */
+export const DEFAULT_REPLAY_TIMEOUT_MS = 30_000;
 
 /** How one recorded turn replayed. */
 export interface TurnReplayResult {
@@ -90,8 +112,29 @@ export interface ReplayReport {
 export async function replayHistory(options: ReplayHistoryOptions): Promise<ReplayReport> {
   const { taskId, events } = await resolveHistory(options.history, options.taskId);
   const chain = codecChain(options.payloadCodecs ?? []);
-  const decoded = chain ? events.map((e) => mapEventPayloads(e, chain.decode)) : events;
-  return replayEvents(taskId, decoded, workflowMap(options.workflows), options.onTurn, options.payloadConverter);
+  const decoded = chain ? events.map(chain.decodeEvent) : events;
+  const timeoutMs = timeoutOf(options.timeoutMs);
+  const { workflows } = options;
+  const isModule = typeof workflows === 'string' || workflows instanceof URL;
+  if (options.isolate === 'worker') {
+    if (!isModule) {
+      throw invalidArgument(`Task ${taskId}: isolate: 'worker' loads the workflows in a worker thread, so pass workflows as a module path or file URL, not as objects.`);
+    }
+    // The worker takes the module's own `payloadConverter` export, as process workers do.
+    return replayInWorker({ taskId, events: decoded, module: moduleHref(workflows), timeoutMs, onTurn: options.onTurn });
+  }
+  const wfs = workflowMap(isModule ? ((await import(moduleHref(workflows))) as Record<string, unknown>) : workflows);
+  return replayEvents(taskId, decoded, wfs, options.onTurn, timeoutMs, undefined, options.payloadConverter);
+}
+
+function moduleHref(m: string | URL): string {
+  return m instanceof URL ? m.href : m.startsWith('file:') ? m : pathToFileURL(resolvePath(m)).href;
+}
+
+function timeoutOf(ms: number | undefined): number {
+  if (ms === undefined) return DEFAULT_REPLAY_TIMEOUT_MS;
+  if (!Number.isFinite(ms) || ms < 0) throw invalidArgument(`replay timeoutMs must be a number of milliseconds >= 0 (0: no limit), got ${ms}.`);
+  return ms;
 }
 
 /** Every task of every history file in a folder, and what went wrong with each. */
@@ -143,8 +186,8 @@ export const HISTORY_FILE_PATTERN = /\.(json|bin|history)$/;
  */
 export async function replayHistories(
   folder: string,
-  workflows: WorkflowSource,
-  options: Pick<ReplayHistoryOptions, 'payloadCodecs' | 'payloadConverter'> = {},
+  workflows: WorkflowSource | string | URL,
+  options: Pick<ReplayHistoryOptions, 'payloadCodecs' | 'payloadConverter' | 'timeoutMs' | 'isolate'> = {},
 ): Promise<ReplayHistoriesReport> {
   const names = (await readdir(folder)).filter((n) => HISTORY_FILE_PATTERN.test(n)).sort();
   const files: string[] = [];
@@ -152,7 +195,13 @@ export async function replayHistories(
   if (files.length === 0) {
     throw invalidArgument(`Folder ${folder} holds no history files (*.json, *.bin, *.history). Export some with \`turnlog export <task> -o ${folder}/<name>.json\`.`);
   }
-  const wfs = workflowMap(workflows);
+  const timeoutMs = timeoutOf(options.timeoutMs);
+  const isModule = typeof workflows === 'string' || workflows instanceof URL;
+  const worker = options.isolate === 'worker';
+  if (worker && !isModule) {
+    throw invalidArgument(`Folder ${folder}: isolate: 'worker' loads the workflows in a worker thread, so pass workflows as a module path or file URL, not as objects.`);
+  }
+  const wfs = worker ? undefined : workflowMap(isModule ? ((await import(moduleHref(workflows))) as Record<string, unknown>) : workflows);
   const chain = codecChain(options.payloadCodecs ?? []);
   const report: ReplayHistoriesReport = { files: files.length, tasks: 0, turns: 0, reports: [] };
   const failures: ReplayFailure[] = [];
@@ -166,8 +215,10 @@ export async function replayHistories(
     }
     for (const t of tasks) {
       try {
-        const events = chain ? t.events.map((e) => mapEventPayloads(e, chain.decode)) : t.events;
-        const r = await replayEvents(t.taskId, events, wfs, undefined, options.payloadConverter);
+        const events = chain ? t.events.map(chain.decodeEvent) : t.events;
+        const r = wfs
+          ? await replayEvents(t.taskId, events, wfs, undefined, timeoutMs, undefined, options.payloadConverter)
+          : await replayInWorker({ taskId: t.taskId, events, module: moduleHref(workflows as string | URL), timeoutMs, onTurn: undefined });
         report.reports.push({ ...r, file });
         report.tasks++;
         report.turns += r.turns;
@@ -206,7 +257,9 @@ export async function resolveHistory(
 // ---------------------------------------------------------------------------------------------
 // The replay proper
 
-const CUT_OFF_FAILURE_CODES: ReadonlySet<string> = new Set(['TURNLOG_WORKER_START', 'TURNLOG_WORKER_PROTOCOL', 'TURNLOG_WORKER_CRASHED', 'TURNLOG_WORKFLOW_NOT_FOUND']);
+/** Codes of the TurnFailed events the engine writes itself; replay treats those turns as cut off. */
+export const ENGINE_FAILURE_CODES = ['TURNLOG_WORKER_START', 'TURNLOG_WORKER_PROTOCOL', 'TURNLOG_WORKER_CRASHED', 'TURNLOG_WORKFLOW_NOT_FOUND'] as const;
+const CUT_OFF_FAILURE_CODES: ReadonlySet<string> = new Set(ENGINE_FAILURE_CODES);
 
 /**
  * A TurnFailed the engine wrote itself, not the handler's own end: a worker that failed to start,
@@ -217,19 +270,42 @@ function failedFromOutside(f: { type: string; code?: string }): boolean {
   return f.type === 'RecoveriesExhausted' || CUT_OFF_FAILURE_CODES.has(f.code ?? '');
 }
 
-async function replayEvents(
+/**
+ * Where a replay is, for a watcher in another thread: [turn, its last attempt's start event,
+ * the last recorded call handed back (0: none)]. Readable while the replaying thread is blocked.
+ * @internal
+ */
+export type ReplayProgress = Int32Array;
+
+/** @internal The replay proper, shared by replayHistory, replayHistories and the replay worker. */
+export function replayEvents(
   taskId: string,
   events: readonly HistoryEvent[],
   workflows: ReadonlyMap<string, Workflow<any, any, any, any>>,
   onTurn: ((r: TurnReplayResult) => void) | undefined,
-  converter: PayloadConverter = new DefaultPayloadConverter(),
+  timeoutMs: number,
+  progress?: ReplayProgress,
+  converter?: PayloadConverter,
+): Promise<ReplayReport> {
+  return withSettleTracking(() => replayTracked(taskId, events, workflows, onTurn, timeoutMs, progress, converter ?? new DefaultPayloadConverter()));
+}
+
+async function replayTracked(
+  taskId: string,
+  events: readonly HistoryEvent[],
+  workflows: ReadonlyMap<string, Workflow<any, any, any, any>>,
+  onTurn: ((r: TurnReplayResult) => void) | undefined,
+  timeoutMs: number,
+  progress: ReplayProgress | undefined,
+  converter: PayloadConverter,
 ): Promise<ReplayReport> {
   const results: TurnReplayResult[] = [];
   let s: TaskState | undefined;
   let wf: Workflow<any, any, any, any> | undefined;
   let start = 0;
-  // Per open turn: the last attempt's TurnStarted and whether a worker was killed.
+  // Per open turn: the last attempt's TurnStarted, its exit for recovery, and whether a worker was killed.
   let lastStart: HistoryEvent | undefined;
+  let exit: TurnExitedForRecovery | undefined;
   let killed = false;
   // Queued inputs after each event of the open turn: what ctx.pendingInputCount read live.
   let queued = 0;
@@ -240,12 +316,14 @@ async function replayEvents(
     if (e !== undefined) {
       if (e.type === 'TurnStarted') {
         lastStart = e;
+        exit = undefined;
         if (e.attempt === 1) {
           killed = false;
           queued -= e.inputIds.length;
           pending = new Map();
         }
       } else if (e.type === 'WorkerKilled') killed = true;
+      else if (e.type === 'TurnExitedForRecovery') exit = e;
       else if (e.type === 'InputQueued') queued++;
       else if (e.type === 'InputWithdrawn') queued--;
       else if (e.type === 'InputsTaken') queued -= e.inputIds.length;
@@ -281,6 +359,9 @@ async function replayEvents(
       lastEventId: events[events.length - 1]?.eventId ?? 0,
       pending,
       converter,
+      exit,
+      timeoutMs,
+      progress,
     });
     results.push(result);
     onTurn?.(result);
@@ -315,6 +396,10 @@ interface TurnInput {
   /** Queue length after each event id of the turn. */
   pending: ReadonlyMap<number, number>;
   converter: PayloadConverter;
+  /** The last attempt's TurnExitedForRecovery: it saw the engine's shutdown. */
+  exit: TurnExitedForRecovery | undefined;
+  timeoutMs: number;
+  progress: ReplayProgress | undefined;
 }
 
 /** A cancel (timeout marker or cancel request) to deliver at its place among the recorded calls. */
@@ -340,6 +425,8 @@ async function replayTurn(t: TurnInput): Promise<TurnReplayResult> {
   const aborts: PendingAbort[] = [];
   if (ot.marker) aborts.push({ eventId: ot.marker.eventId, kind: 'timeout', reason: 'recorded timeout marker' });
   if (ot.cancelRequested) aborts.push({ eventId: ot.cancelRequested.eventId, kind: 'cancel', reason: ot.cancelRequested.reason });
+  // The shutdown itself is not recorded; the exit says the attempt saw it before it ended.
+  if (t.exit) aborts.push({ eventId: t.exit.eventId, kind: 'shutdown', reason: `recorded exit for recovery: ${t.exit.reason}` });
   aborts.sort((a, b) => a.eventId - b.eventId);
   const spec: TurnSpec = {
     ...turnSpecFor(s, converter.toPayload(undefined)),
@@ -355,9 +442,14 @@ async function replayTurn(t: TurnInput): Promise<TurnReplayResult> {
   const host = replayHost(t.lastStartTime, () => t.pending.get(ctxRef?.lastCallEventId ?? t.lastStartEventId) ?? 0);
   const eventId = terminal?.eventId ?? t.lastEventId;
   const base = { turn: ot.turn, attempt: ot.attempt, eventId, terminal: terminal?.type, calls: ot.calls.length };
-  const ctx = new ReplayContext(spec, host, converter, t.wf.initialState, aborts.filter((a) => a.eventId > t.lastStartEventId));
+  if (t.progress) {
+    Atomics.store(t.progress, 0, ot.turn);
+    Atomics.store(t.progress, 1, t.lastStartEventId);
+    Atomics.store(t.progress, 2, 0);
+  }
+  const ctx = new ReplayContext(spec, host, converter, t.wf.initialState, aborts.filter((a) => a.eventId > t.lastStartEventId), t.progress);
   ctxRef = ctx;
-  const outcome = await Promise.race([runHandler(t.wf.turn, ctx, converter), ctx.stopped]);
+  const outcome = await settleTurn(t, ctx, eventId);
   const stop = ctx.stop;
   const endOfTurn = `the end of the turn (${terminal?.type ?? 'history ends'}) after ${ot.calls.length} call${ot.calls.length === 1 ? '' : 's'}`;
   if (stop) {
@@ -374,6 +466,34 @@ async function replayTurn(t: TurnInput): Promise<TurnReplayResult> {
   const mismatch = compareOutcome(terminal, o, converter);
   if (mismatch) throw new NonDeterminismError(s.taskId, ot.turn, terminal.eventId, mismatch.expected, mismatch.actual);
   return { ...base, status: 'ok', outcome: o.kind };
+}
+
+/** Runs the handler until it ends or leaves the recorded path; rejects when it never can. */
+function settleTurn(t: TurnInput, ctx: ReplayContext<unknown, unknown>, eventId: number): Promise<AttemptOutcome | void> {
+  const { ot, terminal } = t;
+  const stalled = (code: 'TURNLOG_REPLAY_STALLED' | 'TURNLOG_REPLAY_TIMEOUT'): ReplayStalledError => {
+    const last = ctx.lastCall;
+    const ending = terminal ? `${terminal.type} at event ${eventId}` : `the history ending mid-turn at event ${eventId}`;
+    const detail =
+      code === 'TURNLOG_REPLAY_STALLED'
+        ? `cannot finish: the handler waits for something replay will never deliver (recorded ending: ${ending})`
+        : `did not settle within ${t.timeoutMs} ms (recorded ending: ${ending})`;
+    const where = last ? `${describeCall(last)} at position ${last.seq}` : `the start of attempt ${ot.attempt}`;
+    return new ReplayStalledError(code, t.s.taskId, ot.turn, last?.eventId ?? t.lastStartEventId, where, detail);
+  };
+  return new Promise((resolve, reject) => {
+    const watch = new SettleWatch({
+      timeoutMs: t.timeoutMs,
+      onCheck: (quiet) => ctx.deliverWaiting(quiet),
+      onStall: () => reject(stalled('TURNLOG_REPLAY_STALLED')),
+      onTimeout: () => reject(stalled('TURNLOG_REPLAY_TIMEOUT')),
+    });
+    const done = (v: AttemptOutcome | void): void => {
+      watch.stop();
+      resolve(v);
+    };
+    void Promise.race([watch.run(() => runHandler(t.wf.turn, ctx, t.converter)), ctx.stopped]).then(done);
+  });
 }
 
 function lastCheckpointBefore(calls: readonly RecordedCall[], eventId: number): Payload | undefined {
@@ -407,17 +527,25 @@ function replayHost(now: number, pendingInputCount: () => number): TurnHost {
 class ReplayContext<I, S> extends TurnContextImpl<I, S> {
   readonly #calls: readonly RecordedCall[];
   readonly #aborts: PendingAbort[];
+  readonly #progress: ReplayProgress | undefined;
   #made = 0;
   #stop: Stop | undefined;
   #resolveStopped!: () => void;
   /** Resolves when the handler leaves the recorded path; the handler is then abandoned. */
   readonly stopped = new Promise<void>((r) => (this.#resolveStopped = r));
 
-  constructor(spec: TurnSpec, host: TurnHost, converter: PayloadConverter, initialState: (() => S) | undefined, aborts: PendingAbort[]) {
+  constructor(
+    spec: TurnSpec,
+    host: TurnHost,
+    converter: PayloadConverter,
+    initialState: (() => S) | undefined,
+    aborts: PendingAbort[],
+    progress: ReplayProgress | undefined,
+  ) {
     super(spec, host, converter, initialState);
     this.#calls = spec.calls;
     this.#aborts = aborts;
-    if (spec.calls.length === 0) this.#deliverAborts(Infinity);
+    this.#progress = progress;
   }
 
   get stop(): Stop | undefined {
@@ -430,6 +558,23 @@ class ReplayContext<I, S> extends TurnContextImpl<I, S> {
   /** The event id of the last recorded call handed back, undefined before the first. */
   get lastCallEventId(): number | undefined {
     return this.#calls[this.#made - 1]?.eventId;
+  }
+  /** The last recorded call handed back, undefined before the first. */
+  get lastCall(): RecordedCall | undefined {
+    return this.#calls[this.#made - 1];
+  }
+
+  /**
+   * Delivers aborts the live attempt got while it waited: every abort recorded after the last
+   * call once the handler has made them all, else (only when it waits on nothing of its own,
+   * `quiet`) the next one, which is then the only thing that can wake it. True when it delivered.
+   */
+  deliverWaiting(quiet: boolean): boolean {
+    if (this.#stop || this.#aborts.length === 0) return false;
+    if (this.#made === this.#calls.length) this.#deliverAborts(Infinity);
+    else if (quiet) this.#deliverAborts(this.#aborts[0]!.eventId + 1);
+    else return false;
+    return true;
   }
 
   override step<T>(name: string, fn: (signal: AbortSignal) => Promise<T> | T, options?: StepOptions): Promise<T> {
@@ -453,8 +598,10 @@ class ReplayContext<I, S> extends TurnContextImpl<I, S> {
       return this.#reject();
     }
     this.#made = seq;
-    // An abort recorded after the last call reached the handler after it: deliver it now.
-    this.#deliverAborts(seq === this.#calls.length ? Infinity : recorded.eventId);
+    if (this.#progress) Atomics.store(this.#progress, 2, recorded.eventId);
+    // Aborts recorded before this call reached the handler before it; later ones wait for
+    // the handler to wait (deliverWaiting), as they did live.
+    this.#deliverAborts(recorded.eventId);
     return undefined;
   }
 
@@ -474,7 +621,8 @@ class ReplayContext<I, S> extends TurnContextImpl<I, S> {
   }
 }
 
-function describeCall(c: RecordedCall): string {
+/** @internal */
+export function describeCall(c: RecordedCall): string {
   return c.kind === 'step' ? `step "${c.name}"` : c.kind === 'checkpoint' ? 'checkpoint' : 'takeInputs()';
 }
 

@@ -2,18 +2,19 @@
  * The TurnSpec for a task's open turn: what an attempt is given. One function, used by the
  * engine to start attempts and by replay testing to re-execute recorded ones.
  */
-import type { Payload } from '../history/events.js';
+import type { FailureInfo, Payload } from '../history/events.js';
 import type { RecordedCall, TaskState } from '../history/state.js';
 import type { TurnSpec } from './context.js';
 
 /**
  * Builds the spec of `s.openTurn` as of now: its input (the first of the turn's inputs, or
  * `emptyInput`), the state before the turn, every recorded call, taken inputs, the latest
- * checkpoint and the cancel state. `decode` undoes payload codecs (engine side only).
+ * checkpoint and the cancel state. `codec` undoes payload codecs (engine side only).
  */
-export function turnSpecFor(s: TaskState, emptyInput: Payload, decode?: (p: Payload) => Payload): TurnSpec {
+export function turnSpecFor(s: TaskState, emptyInput: Payload, codec?: SpecDecoder): TurnSpec {
   const ot = s.openTurn;
   if (!ot) throw new Error(`turnSpecFor: task ${s.taskId} has no open turn`);
+  const decode = codec?.decode;
   const p = decode ?? ((x: Payload) => x);
   const first = ot.inputs[0];
   const spec: TurnSpec = {
@@ -26,7 +27,7 @@ export function turnSpecFor(s: TaskState, emptyInput: Payload, decode?: (p: Payl
     steered: ot.steered,
     inputId: first?.inputId ?? '',
     input: first ? p(first.input) : emptyInput,
-    calls: decode ? ot.calls.map((c) => decodeCall(c, decode)) : ot.calls,
+    calls: codec ? ot.calls.map((c) => decodeCall(c, codec)) : ot.calls,
     taken: decode ? ot.taken.map((q) => ({ ...q, input: decode(q.input) })) : ot.taken,
     turnStartedAt: ot.turnStartedAt,
     deadline: ot.deadline,
@@ -40,8 +41,17 @@ export function turnSpecFor(s: TaskState, emptyInput: Payload, decode?: (p: Payl
   return spec;
 }
 
-function decodeCall(c: RecordedCall, decode: (p: Payload) => Payload): RecordedCall {
-  if (c.kind === 'step') return c.result ? { ...c, result: decode(c.result) } : c;
-  if (c.kind === 'checkpoint') return { ...c, data: decode(c.data) };
+/** Undoes payload codecs: payloads, and failures (details, encoded message and stack). */
+export interface SpecDecoder {
+  decode(p: Payload): Payload;
+  decodeFailure(f: FailureInfo): FailureInfo;
+}
+
+function decodeCall(c: RecordedCall, codec: SpecDecoder): RecordedCall {
+  if (c.kind === 'step') {
+    if (c.result) return { ...c, result: codec.decode(c.result) };
+    return c.failure ? { ...c, failure: codec.decodeFailure(c.failure) } : c;
+  }
+  if (c.kind === 'checkpoint') return { ...c, data: codec.decode(c.data) };
   return c;
 }

@@ -13,6 +13,8 @@ export interface FailureFields {
   nonRetryable: fc.Arbitrary<boolean>;
   code: fc.Arbitrary<string>;
   details: fc.Arbitrary<Payload>;
+  /** Only where the encoding carries it (history codec, not the worker protocol). */
+  encodedAttributes?: fc.Arbitrary<Payload>;
 }
 
 /** A FailureInfo with an optional chain of causes (depth shrinks small); absent causes are omitted. */

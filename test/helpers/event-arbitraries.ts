@@ -32,7 +32,7 @@ export function eventArbitraries(unit: fc.Arbitrary<string> | 'grapheme' = 'grap
     data: fc.uint8Array({ maxLength: 64 }),
   });
 
-  const failure = failureArbitrary({ message: str, type: nonEmpty, stack: nonEmpty, nonRetryable: fc.constant(true), code: nonEmpty, details: payload });
+  const failure = failureArbitrary({ message: str, type: nonEmpty, stack: nonEmpty, nonRetryable: fc.constant(true), code: nonEmpty, details: payload, encodedAttributes: payload });
 
   const policy: fc.Arbitrary<TurnPolicy> = fc.record({
     turnTimeoutMs: dbl,

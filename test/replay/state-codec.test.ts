@@ -6,7 +6,7 @@ import { decodeState, encodeState, SNAPSHOT_VERSION } from '../../src/history/st
 import { fold } from '../../src/replay/fold.js';
 import { historyBuilder } from '../helpers/build-history.js';
 
-// Every optional field set: checkpoint, marker, cancels, failures with details and causes.
+// Every optional field set: checkpoint, marker, cancels, failures with details, causes and encoded attributes.
 const full = () =>
   historyBuilder('snap')
     .created({ kind: 'multi-turn', policy: { executor: 'process', stepRetry: { maxAttempts: 3, initialIntervalMs: 10, backoffCoefficient: 2, maxIntervalMs: 100, nonRetryableTypes: ['TypeError'] } } })
@@ -16,7 +16,7 @@ const full = () =>
     .input('b')
     .turnStarted()
     .step('s', { x: 1 })
-    .step('f', null, { failure: 'bad' })
+    .step('f', null, { failure: { message: 'Encoded failure', type: 'Error', encodedAttributes: { metadata: { encoding: new Uint8Array([9]) }, data: new Uint8Array([3]) } } })
     .checkpoint({ c: 1 })
     .input('steer')
     .input('steer2')

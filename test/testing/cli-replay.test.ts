@@ -10,12 +10,15 @@ import { createTestEngine } from '../../src/testing/test-engine.js';
 import { mapPrices, payloadConverter } from '../fixtures/custom-payloads/workflows.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
 import { ROOT, appendHistory, cli, cliJSON, ensureBuilt, withLevel } from '../cli/run-cli.js';
+import { historyBuilder } from '../helpers/build-history.js';
 import { goldenPath } from './golden.js';
 import { loadEvents, mutate } from './mutate.js';
 
 const WORKFLOWS = join(ROOT, 'dist/test/fixtures/workflows/support-agent.js');
+const ENDINGS = join(ROOT, 'dist/test/fixtures/workflows/replay-endings.js');
 let tmp: { path: string; remove: () => Promise<void> };
 let renamed: string;
+let stuck: string;
 
 beforeAll(async () => {
   ensureBuilt();
@@ -23,6 +26,10 @@ beforeAll(async () => {
   renamed = join(tmp.path, 'renamed.json');
   const events = mutate(loadEvents(goldenPath('support-conversation')), 7, (e) => ({ ...e, name: 'lookup-orders' }));
   await writeFile(renamed, await encodeHistoryFile({ taskId: 'support-conversation', events }, 'json'));
+  // A crash mid-turn of a handler that then awaits a promise nothing resolves.
+  stuck = join(tmp.path, 'stuck.json');
+  const crashed = historyBuilder('stuck-1').created({ workflow: 'stuck', kind: 'multi-turn' }).input('hi').turnStarted().step('a', 'hi').crashed().build();
+  await writeFile(stuck, await encodeHistoryFile({ taskId: 'stuck-1', events: crashed }, 'json'));
 });
 afterAll(async () => {
   await tmp?.remove();
@@ -67,6 +74,34 @@ describe('turnlog replay', () => {
     expect(j.code).toBe(1);
     expect(j.json.error).toMatchObject({ code: 'TURNLOG_NON_DETERMINISM', exitCode: 1 });
     expect(j.json.error.message).toContain('event 7');
+  });
+
+  it('a replay that cannot finish: exit 1 with a STALLED line, --json prints exactly the error document', async () => {
+    const r = await cli(['replay', stuck, '--workflows', ENDINGS, '--isolate', 'none']);
+    expect(r.code).toBe(1);
+    expect(r.stdout).toContain('turn 1    STALLED after step "a" at position 1 (event 4): no verdict');
+    expect(r.stderr).toContain('turnlog: Task stuck-1, turn 1: the replay cannot finish');
+    const j = await cliJSON(['replay', stuck, '--workflows', ENDINGS, '--json']);
+    expect(j.code).toBe(1);
+    expect(j.json.error).toMatchObject({ code: 'TURNLOG_REPLAY_STALLED', exitCode: 1 });
+  });
+
+  it('a handler that blocks the thread: the worker is terminated at --timeout, exit 1, TURNLOG_REPLAY_TIMEOUT', async () => {
+    const spin = join(tmp.path, 'spin.json');
+    const events = historyBuilder('spin-1').created({ workflow: 'spinner', kind: 'multi-turn' }).input('hi').turnStarted().step('a', 'hi').build();
+    await writeFile(spin, await encodeHistoryFile({ taskId: 'spin-1', events }, 'json'));
+    const j = await cliJSON(['replay', spin, '--workflows', ENDINGS, '--timeout', '2000', '--json']);
+    expect(j.code).toBe(1);
+    expect(j.json.error).toMatchObject({ code: 'TURNLOG_REPLAY_TIMEOUT', exitCode: 1 });
+    expect(j.json.error.message).toContain('Task spin-1, turn 1: the replay did not settle within 2000 ms');
+  });
+
+  it('a command left waiting forever (a module whose top-level await never settles) exits 1 with UNFINISHED, not 0', async () => {
+    const hang = join(tmp.path, 'hang.mjs');
+    await writeFile(hang, 'export const x = 1;\nawait new Promise(() => {});\n');
+    const j = await cliJSON(['replay', stuck, '--workflows', hang, '--json']);
+    expect(j.code).toBe(1);
+    expect(j.json.error).toMatchObject({ code: 'UNFINISHED', exitCode: 1 });
   });
 
   it('a task in a store', async () => {

@@ -37,7 +37,7 @@ export function registerEvents(program: Command): void {
           let n = 0;
           try {
             for await (const e of readableEvents(store, taskId, read)) {
-              await writeOut((n++ === 0 ? '\n    ' : ',\n    ') + JSON.stringify(eventToDisplayJSON(e)));
+              await writeOut((n++ === 0 ? '\n    ' : ',\n    ') + JSON.stringify(eventToDisplayJSON(g.decodeEvent(e))));
             }
           } catch (err) {
             // The array is open: close it and put the error in the same document (one per run).
@@ -48,7 +48,8 @@ export function registerEvents(program: Command): void {
           return writeOut(n === 0 ? ']\n}\n' : '\n  ]\n}\n');
         }
         const width = String(summary.lastEventId).length;
-        for await (const e of readableEvents(store, taskId, read)) {
+        for await (const stored of readableEvents(store, taskId, read)) {
+          const e = g.decodeEvent(stored);
           await writeOut(
             `${String(e.eventId).padStart(width)}  ${isoTime(e.time)}  g${e.generation}  ${e.type.padEnd(22)} ${describeEvent(e, max)}\n`,
           );

@@ -9,7 +9,9 @@ import type { Command } from 'commander';
 import { TurnlogError } from '../../errors.js';
 import type { HistoryEvent } from '../../history/events.js';
 import { readHistoryFile, type HistoryFileTask } from '../../history/history-file.js';
-import type { HistoryStore } from '../../store/history-store.js';
+import { encodeState } from '../../history/state-codec.js';
+import { fold } from '../../replay/fold.js';
+import type { AppendOptions, HistoryStore } from '../../store/history-store.js';
 import { CliError, EXIT, printJSON, printText, withStore } from '../context.js';
 import { statusText } from './list.js';
 
@@ -20,9 +22,14 @@ interface ImportFlags {
   force?: boolean;
 }
 
+/** The owner of the void lease an import leaves on every task (docs/cli.md#import). */
+export const IMPORT_LEASE_OWNER = 'turnlog-import';
+
 /**
  * Appends a task's events in chunks. A chunk never spans two generations: the store requires
  * every event of an append to carry the append's generation (fencing, invariant 3).
+ * The last chunk also writes a void (expired) lease at the history's generation, so the first
+ * claim after the import is a new owner's and takes a new generation; then a snapshot.
  */
 export async function importTask(store: HistoryStore, task: HistoryFileTask): Promise<void> {
   const { taskId, events } = task;
@@ -32,9 +39,20 @@ export async function importTask(store: HistoryStore, task: HistoryFileTask): Pr
     let j = i + 1;
     while (j < events.length && j - i < IMPORT_CHUNK && events[j]!.generation === generation) j++;
     const chunk: HistoryEvent[] = events.slice(i, j);
-    await store.append(taskId, chunk, { expectedLastEventId: i, generation });
+    const options: AppendOptions = { expectedLastEventId: i, generation };
+    if (j === events.length) options.lease = { owner: IMPORT_LEASE_OWNER, instance: `${IMPORT_LEASE_OWNER}-${process.pid}`, generation, expiresAt: 0 };
+    await store.append(taskId, chunk, options);
     i = j;
   }
+  // The first recovery then reads this snapshot and no tail, not the whole history. A history
+  // that does not fold gets none: recovery reports the invariant it breaks, as before.
+  let state;
+  try {
+    state = fold(taskId, events);
+  } catch {
+    return;
+  }
+  await store.putSnapshot(taskId, { eventId: state.lastEventId, data: encodeState(state) });
 }
 
 /** Registers `import` on the program. */

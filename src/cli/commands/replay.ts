@@ -7,19 +7,28 @@ import { existsSync, statSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
 import { resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import type { Command } from 'commander';
+import { Option, type Command } from 'commander';
 import { isTurnlogError } from '../../errors.js';
 import { engineActivationMark, engineActivationsSince } from '../../runtime/work-log.js';
 import type { HistoryEvent } from '../../history/events.js';
 import type { PayloadConverter } from '../../history/payload.js';
 import { parseHistoryFile } from '../../history/history-file.js';
-import { replayHistory, workflowMap, type ReplayReport, type TurnReplayResult } from '../../testing/replay-history.js';
+import {
+  DEFAULT_REPLAY_TIMEOUT_MS,
+  replayHistory,
+  workflowMap,
+  type ReplayHistoryOptions,
+  type ReplayReport,
+  type TurnReplayResult,
+} from '../../testing/replay-history.js';
 import type { Workflow } from '../../workflow/define-workflow.js';
-import { CliError, EXIT, globals, printJSON, printText, requireTask, toCliError, usageError, withStore } from '../context.js';
+import { CliError, EXIT, globals, loadCodecs, positiveInt, printJSON, printText, requireTask, toCliError, usageError, withStore } from '../context.js';
 
 interface ReplayFlags {
   workflows: string;
   task?: string;
+  timeout?: number;
+  isolate: 'worker' | 'none';
 }
 
 /** Registers `replay` on the program. */
@@ -39,9 +48,17 @@ export function registerReplay(program: Command): void {
         'side effects (defineWorkflow only, from turnlog/workflow); open the engine in another module.\n' +
         'A module whose import opens an engine gets a warning on stderr: it may have written to the store.',
     )
+    .option('--timeout <ms>', `per turn: fail a turn that has not settled after this many ms (default ${DEFAULT_REPLAY_TIMEOUT_MS})`, positiveInt)
+    .addOption(
+      new Option('--isolate <mode>', 'worker: replay in a worker thread, terminated at the timeout (stops handlers that block); none: in this process')
+        .choices(['worker', 'none'])
+        .default('worker'),
+    )
     .action(async (target: string, flags: ReplayFlags, cmd: Command) => {
       const g = globals(cmd);
+      // Loaded here too, so a module without workflows is a usage error before any replay.
       const { workflows, payloadConverter } = await loadWorkflows(flags.workflows);
+      const payloadCodecs = g.codecs === undefined ? [] : await loadCodecs(g.codecs);
       const tasks = await loadTasks(target, flags, cmd);
       const reports: ReplayReport[] = [];
       const failures: { taskId: string; error: unknown }[] = [];
@@ -54,7 +71,11 @@ export function registerReplay(program: Command): void {
           if (p) lines.push(p);
         };
         try {
-          const report = await replayHistory({ history: t.events, taskId: t.taskId, workflows, onTurn, ...(payloadConverter ? { payloadConverter } : {}) });
+          const options: ReplayHistoryOptions = { history: t.events, taskId: t.taskId, workflows, onTurn, isolate: flags.isolate, payloadCodecs };
+          if (payloadConverter) options.payloadConverter = payloadConverter;
+          if (flags.isolate === 'worker') options.workflows = resolve(flags.workflows);
+          if (flags.timeout !== undefined) options.timeoutMs = flags.timeout;
+          const report = await replayHistory(options);
           await Promise.all(lines);
           reports.push(report);
           if (!g.json) await printText(`  ok: ${report.turns} turn${report.turns === 1 ? '' : 's'} replayed`);
@@ -89,6 +110,11 @@ function divergenceLine(err: unknown): string {
   if (isTurnlogError(err, 'TURNLOG_NON_DETERMINISM')) {
     const e = err as unknown as { turn: number; eventId: number; expected: string; actual: string };
     return `  turn ${String(e.turn).padEnd(4)} DIVERGED event ${e.eventId}: expected ${e.expected}, the handler did ${e.actual}`;
+  }
+  if (isTurnlogError(err, 'TURNLOG_REPLAY_STALLED') || isTurnlogError(err, 'TURNLOG_REPLAY_TIMEOUT')) {
+    const e = err as unknown as { turn: number; eventId: number; lastCall: string; code: string };
+    const what = e.code === 'TURNLOG_REPLAY_STALLED' ? 'STALLED' : 'TIMED OUT';
+    return `  turn ${String(e.turn).padEnd(4)} ${what} after ${e.lastCall} (event ${e.eventId}): no verdict`;
   }
   return `  FAILED: ${err instanceof Error ? err.message : String(err)}`;
 }

@@ -199,7 +199,7 @@ export function registerShow(program: Command): void {
         const events: HistoryEvent[] = [];
         let failure: unknown;
         try {
-          for await (const e of readableEvents(store, taskId)) events.push(e);
+          for await (const e of readableEvents(store, taskId)) events.push(g.decodeEvent(e));
         } catch (err) {
           if (!isHistoryUnreadable(err)) throw err;
           failure = err;
