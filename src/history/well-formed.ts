@@ -135,7 +135,7 @@ function payloadOk(p: Payload | undefined | null): boolean {
 }
 function failureOk(f: FailureInfo | undefined | null): boolean {
   for (let c = f; c != null; c = c.cause) {
-    if (!ok(c.message) || !ok(c.type) || !ok(c.stack) || !ok(c.code) || !payloadOk(c.details)) return false;
+    if (!ok(c.message) || !ok(c.type) || !ok(c.stack) || !ok(c.code) || !payloadOk(c.details) || !payloadOk(c.encodedAttributes)) return false;
   }
   return true;
 }
@@ -188,7 +188,7 @@ export function wellFormedPayload(p: Payload): Payload {
   return { ...p, metadata };
 }
 
-/** A failure (and its causes) with well-formed message, type, stack, code and details. */
+/** A failure (and its causes) with well-formed message, type, stack, code, details and encoded attributes. */
 export function wellFormedFailure(f: FailureInfo): FailureInfo {
   let out: FailureInfo | undefined;
   for (const k of ['message', 'type', 'stack', 'code'] as const) {
@@ -198,6 +198,10 @@ export function wellFormedFailure(f: FailureInfo): FailureInfo {
   if (f.details != null) {
     const d = wellFormedPayload(f.details);
     if (d !== f.details) (out ??= { ...f }).details = d;
+  }
+  if (f.encodedAttributes != null) {
+    const a = wellFormedPayload(f.encodedAttributes);
+    if (a !== f.encodedAttributes) (out ??= { ...f }).encodedAttributes = a;
   }
   if (f.cause != null) {
     const c = wellFormedFailure(f.cause);
