@@ -8,6 +8,7 @@ import { InvalidArgumentError, type Command } from 'commander';
 import { TurnlogError, isTurnlogError } from '../errors.js';
 import type { HistoryStore } from '../store/history-store.js';
 import { LevelHistoryStore } from '../store/index.js';
+import type { PostgresHistoryStore } from '../store/postgres-store.js';
 
 /** Documented exit codes (docs/cli.md#exit-codes). */
 export const EXIT = {
@@ -77,12 +78,54 @@ export function positiveInt(value: string): number {
   return n;
 }
 
+/** True for a PostgreSQL connection URL (`postgres://…` or `postgresql://…`). */
+export function isPostgresUrl(spec: string): boolean {
+  return /^postgres(ql)?:\/\//i.test(spec);
+}
+
+/**
+ * Opens a PostgreSQL store for one command. `?schema=` in the URL (else `TURNLOG_PG_SCHEMA`,
+ * else `turnlog`) names the schema. Reading commands connect read-only
+ * (`default_transaction_read_only`) and never migrate; `create` (import, migrate) migrates.
+ */
+export async function openPostgresCliStore(url: string, options: { create: boolean }): Promise<PostgresHistoryStore> {
+  let connectionString = url;
+  let schema = process.env['TURNLOG_PG_SCHEMA'] || undefined;
+  try {
+    const u = new URL(url);
+    const fromUrl = u.searchParams.get('schema');
+    if (fromUrl !== null) {
+      schema = fromUrl;
+      u.searchParams.delete('schema');
+      connectionString = u.toString();
+    }
+  } catch {
+    throw usageError(`--store ${url} is not a valid PostgreSQL URL. Use postgres://user@host:5432/database[?schema=name].`);
+  }
+  const { createPostgresStore } = await import('../store/postgres-store.js');
+  const store = createPostgresStore({
+    connectionString,
+    ...(schema === undefined ? {} : { schema }),
+    max: 2,
+    migrate: options.create,
+    readOnly: !options.create,
+  });
+  try {
+    await store.open();
+  } catch (err) {
+    if (isTurnlogError(err, 'TURNLOG_STORE_NOT_FOUND')) throw new CliError(err.code, err.message, EXIT.notFound, { cause: err });
+    throw err;
+  }
+  return store;
+}
+
 /**
  * Opens the store for one command. Reading commands never create a store (a typo in
  * `--store` would otherwise leave an empty LevelDB behind); `import` does.
  * A store held by a running engine is exit 4 (docs/cli.md#locked-store).
  */
 export async function openCliStore(dir: string, options: { create: boolean }): Promise<HistoryStore> {
+  if (isPostgresUrl(dir)) return openPostgresCliStore(dir, options);
   const abs = resolve(dir);
   if (!options.create) {
     const st = await stat(abs).catch(() => undefined);

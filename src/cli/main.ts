@@ -10,6 +10,7 @@ import { registerEvents } from './commands/events.js';
 import { registerExport } from './commands/export.js';
 import { registerImport } from './commands/import.js';
 import { registerList } from './commands/list.js';
+import { registerMigrate } from './commands/migrate.js';
 import { registerReplay } from './commands/replay.js';
 import { registerShow } from './commands/show.js';
 import { registerStats } from './commands/stats.js';
@@ -20,7 +21,7 @@ import { DEFAULT_STORE, EXIT, toCliError, type ExitCode } from './context.js';
 export function createProgram(): Command {
   const program = new Command('turnlog')
     .description('Inspect, export and import turnlog histories.')
-    .option('--store <dir>', `store directory (default: $TURNLOG_STORE or ${DEFAULT_STORE})`)
+    .option('--store <dir|url>', `store directory or postgres:// URL (default: $TURNLOG_STORE or ${DEFAULT_STORE})`)
     .option('--json', 'machine-readable output on stdout (one JSON document)')
     .showHelpAfterError('(run turnlog --help for usage)')
     .exitOverride();
@@ -32,6 +33,7 @@ export function createProgram(): Command {
   registerImport(program);
   registerStats(program);
   registerReplay(program);
+  registerMigrate(program);
   // Subcommands inherit the override so usage errors anywhere reach run()'s mapping.
   for (const c of program.commands) c.exitOverride();
   return program;

@@ -126,6 +126,7 @@ export class PostgresHistoryStore implements HistoryStore {
   #ownsPool = false;
   #state: 'new' | 'opening' | 'open' | 'closed' = 'new';
   #opening: Promise<void> | null = null;
+  #appliedOnOpen: number[] = [];
   /** Per task, the tail of this store's writes: one process's writes to a task run in call order. */
   readonly #queues = new Map<string, Promise<unknown>>();
 
@@ -167,7 +168,7 @@ export class PostgresHistoryStore implements HistoryStore {
     this.#pool = pool;
     try {
       if (this.#options.migrate === false) await this.#checkSchema();
-      else await this.migrate();
+      else this.#appliedOnOpen = await this.migrate();
     } catch (err) {
       this.#state = 'closed';
       if (this.#ownsPool) await pool.end().catch(() => undefined);
@@ -195,6 +196,11 @@ export class PostgresHistoryStore implements HistoryStore {
     } finally {
       client.release();
     }
+  }
+
+  /** The migration versions the last `open()` applied (empty when the schema was current). */
+  get migrationsApplied(): readonly number[] {
+    return this.#appliedOnOpen;
   }
 
   async #checkSchema(): Promise<void> {
@@ -545,6 +551,16 @@ export class PostgresHistoryStore implements HistoryStore {
       [],
     );
     return rows.map((r: { task_id: string }) => r.task_id);
+  }
+
+  /** Bytes the store's tables use on the server, with indexes and TOAST (`turnlog stats`). */
+  async sizeBytes(): Promise<number> {
+    const rows = await this.#query(
+      `SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::float8 AS n FROM pg_class c
+       JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relkind = 'r'`,
+      [this.schema],
+    );
+    return Number(rows[0].n);
   }
 
   /** The database clock, ms since the epoch (what lease expiry is measured against). */
