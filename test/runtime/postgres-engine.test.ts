@@ -1,0 +1,87 @@
+/**
+ * An engine on PostgreSQL: a real child engine process is SIGKILLed mid-turn, and a second
+ * engine (another owner) recovers the turn only once the dead engine's lease has expired on the
+ * database clock. The store is not exclusive, so nothing proves the first engine dead sooner.
+ */
+import { spawn, type ChildProcess } from 'node:child_process';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
+import { afterEach, expect, it } from 'vitest';
+import type { HistoryEvent } from '../../src/history/events.js';
+import { Engine } from '../../src/runtime/engine.js';
+import { silentLogger } from '../../src/runtime/logger.js';
+import { createPostgresStore, type PostgresHistoryStore } from '../../src/store/postgres-store.js';
+import { stepThenStall } from '../fixtures/workflows/pg-recovery.js';
+import { ensureBuilt } from '../cli/run-cli.js';
+import { PG_URL, describePg, dropSchema, uniqueSchema } from '../helpers/postgres.js';
+
+const HOST = fileURLToPath(new URL('../../dist/test/fixtures/children/pg-engine-host.js', import.meta.url));
+
+async function until(cond: () => Promise<boolean>, what: string, limitMs = 60_000): Promise<void> {
+  const end = Date.now() + limitMs;
+  while (!(await cond())) {
+    if (Date.now() > end) throw new Error(`timed out waiting for ${what}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+const of = <T extends HistoryEvent['type']>(h: HistoryEvent[], type: T) => h.filter((e): e is Extract<HistoryEvent, { type: T }> => e.type === type);
+
+describePg('Engine on PostgreSQL', () => {
+  let child: ChildProcess | undefined;
+  const cleanups: (() => Promise<unknown>)[] = [];
+  afterEach(async () => {
+    if (child && child.exitCode === null && child.signalCode === null) {
+      const exited = new Promise((r) => child!.once('exit', r));
+      child.kill('SIGKILL');
+      await exited;
+    }
+    child = undefined;
+    for (const c of cleanups.splice(0).reverse()) await c();
+  });
+
+  it('recovers a turn of a SIGKILLed engine after its lease expires on the database clock; the recorded step is replayed', async () => {
+    ensureBuilt();
+    const schema = uniqueSchema('turnlog_engine');
+    cleanups.push(() => dropSchema(schema));
+    const leaseMs = 3_000;
+    child = spawn(process.execPath, [HOST, PG_URL, schema, String(leaseMs)], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const line = await new Promise<string>((resolve, reject) => {
+      createInterface({ input: child!.stdout! }).once('line', resolve);
+      child!.once('exit', (code) => reject(new Error(`engine host exited (${code}) before its step`)));
+    });
+    const { pid } = JSON.parse(line) as { pid: number };
+    const exited = new Promise((r) => child!.once('exit', r));
+    child.kill('SIGKILL');
+    await exited;
+
+    const store: PostgresHistoryStore = createPostgresStore({ connectionString: PG_URL, schema });
+    const engine = await Engine.open({ store, workflows: [stepThenStall], logger: silentLogger, owner: 'engine-b', instance: 'host-b', leaseMs: 60_000, scanIntervalMs: 100 });
+    cleanups.push(() => store.close());
+    cleanups.push(() => engine.shutdown({ graceMs: 100 }));
+    const dead = (await store.getLease('t1'))!;
+    expect(dead).toMatchObject({ owner: 'engine', instance: 'host-a', generation: 1 });
+
+    // While the dead engine's lease is live on the database clock, nobody takes the turn over.
+    const early = await engine.history('t1');
+    if ((await store.databaseNow()) < dead.expiresAt) {
+      expect(of(early, 'TurnStarted')).toHaveLength(1);
+      expect(await store.listRecoverable(Number.MAX_SAFE_INTEGER, 'host-b')).toEqual([]);
+    }
+
+    await until(async () => (await engine.history('t1')).some((e) => e.type === 'TaskCompleted'), 'the second engine to recover t1');
+    const h = await engine.history('t1');
+    const starts = of(h, 'TurnStarted');
+    expect(starts.map((s) => [s.instance, s.entryMode])).toEqual([
+      ['host-a', 'fresh'],
+      ['host-b', 'recovered'],
+    ]);
+    expect(of(h, 'LeaseClaimed').at(-1)).toMatchObject({ owner: 'engine-b', instance: 'host-b', previousGeneration: 1, reason: 'recovery' });
+    expect(starts[1]!.generation).toBe(2);
+    // The step ran once, in the killed process; the recovered attempt got its recorded value.
+    expect(of(h, 'StepCompleted')).toHaveLength(1);
+    const result = await engine.latestTurnResult<{ charged: { by: number; attempt: number }; attempt: number }>('t1');
+    expect(result.output).toMatchObject({ charged: { by: pid, attempt: 1 }, attempt: 2 });
+    expect(await store.getLease('t1')).toMatchObject({ owner: 'engine-b', generation: 2 });
+  });
+});
