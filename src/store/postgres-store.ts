@@ -252,10 +252,26 @@ export class PostgresHistoryStore implements HistoryStore {
     for (let attempt = 1; ; attempt++) {
       const client = await pool.connect();
       let broken: Error | undefined;
+      // BEGIN rides with the transaction's first statement when that one has no parameters
+      // (#lockHead): a multi-statement simple query, one round trip fewer per write.
+      let begin: string | undefined = sync ? 'BEGIN;' : 'BEGIN; SET LOCAL synchronous_commit TO off;';
+      const tx: PgClientLike = {
+        query: async (text, values) => {
+          const first = begin;
+          begin = undefined;
+          if (first === undefined) return client.query(text, values);
+          if (values !== undefined && values.length > 0) {
+            await client.query(first);
+            return client.query(text, values);
+          }
+          const res = (await client.query(first + text)) as unknown;
+          return (Array.isArray(res) ? res[res.length - 1] : res) as Awaited<ReturnType<PgClientLike['query']>>;
+        },
+        release: () => undefined,
+      };
       try {
-        await client.query('BEGIN');
-        if (!sync) await client.query('SET LOCAL synchronous_commit TO off');
-        const out = await fn(client);
+        const out = await fn(tx);
+        if (begin !== undefined) return out; // fn wrote nothing: no transaction was opened
         await client.query('COMMIT');
         return out;
       } catch (err) {
@@ -288,11 +304,12 @@ export class PostgresHistoryStore implements HistoryStore {
 
   /** Locks the task's summary then lease row (always this order) and reads the database clock. */
   async #lockHead(c: SqlClient, taskId: string): Promise<LockedHead> {
+    // The id as a literal (no parameters), so #tx can send BEGIN in the same round trip.
+    const id = quoteLiteral(taskId);
     const res = await c.query(
-      `WITH s AS (SELECT * FROM ${this.#s}.summaries WHERE task_id = $1 FOR UPDATE),
-            l AS (SELECT owner, instance, generation, expires_at FROM ${this.#s}.leases WHERE task_id = $1 FOR UPDATE)
+      `WITH s AS (SELECT * FROM ${this.#s}.summaries WHERE task_id = ${id} FOR UPDATE),
+            l AS (SELECT owner, instance, generation, expires_at FROM ${this.#s}.leases WHERE task_id = ${id} FOR UPDATE)
        SELECT (SELECT row_to_json(s) FROM s) AS s, (SELECT row_to_json(l) FROM l) AS l, ${DB_NOW} AS now`,
-      [taskId],
     );
     const row = res.rows[0] as { s: SummaryRow | null; l: LeaseRow | null; now: number };
     const summary = row.s ? toSummary(row.s) : undefined;
@@ -325,19 +342,23 @@ export class PostgresHistoryStore implements HistoryStore {
       const next = applyAppend(taskId, clock.headToCaller(locked.head), events, options);
       const ids = events.map((e) => e.eventId);
       const bytes = events.map((e) => asBuffer(encodeEvent(e)));
-      await c.query(
-        `INSERT INTO ${this.#s}.events (task_id, event_id, data) SELECT $1, * FROM unnest($2::bigint[], $3::bytea[])`,
-        [taskId, ids, bytes],
-      );
       const s = next.summary!;
-      // A row this transaction did not see is inserted, never upserted: if a concurrent creator
-      // committed it meanwhile, the insert fails and #tx retries against the fresh row.
+      const values: unknown[] = [taskId, ids, bytes, s.workflow, s.kind, s.status, s.outcome ?? null, s.lastEventId, next.maxGeneration, s.turn, s.queued, s.lastInputId ?? null, s.createdAt, s.updatedAt];
+      let leaseCte = '';
+      if (options.lease) {
+        const l = clock.leaseToDb(next.lease!);
+        values.push(l.owner, l.instance, l.generation, l.expiresAt);
+        leaseCte = `, l AS (INSERT INTO ${this.#s}.leases (task_id, owner, instance, generation, expires_at) VALUES ($1, $15, $16, $17, $18)${locked.hasLease ? LEASE_UPSERT : ''})`;
+      }
+      // One statement: events, summary and lease. A row this transaction did not see is inserted,
+      // never upserted: if a concurrent creator committed it meanwhile, the insert fails and #tx
+      // retries against the fresh row.
       await c.query(
-        `INSERT INTO ${this.#s}.summaries (task_id, workflow, kind, status, outcome, last_event_id, max_generation, turn, queued, last_input_id, created_at, updated_at)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)${locked.exists ? SUMMARY_UPSERT : ''}`,
-        [taskId, s.workflow, s.kind, s.status, s.outcome ?? null, s.lastEventId, next.maxGeneration, s.turn, s.queued, s.lastInputId ?? null, s.createdAt, s.updatedAt],
+        `WITH e AS (INSERT INTO ${this.#s}.events (task_id, event_id, data) SELECT $1, * FROM unnest($2::bigint[], $3::bytea[]))${leaseCte}
+         INSERT INTO ${this.#s}.summaries (task_id, workflow, kind, status, outcome, last_event_id, max_generation, turn, queued, last_input_id, created_at, updated_at)
+         VALUES ($1, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)${locked.exists ? SUMMARY_UPSERT : ''}`,
+        values,
       );
-      if (options.lease) await this.#putLease(c, taskId, clock.leaseToDb(next.lease!), locked.hasLease);
       return { lastEventId: next.lastEventId, summary: { ...s } };
     }, options.sync ?? this.#options.sync ?? true)).catch((err: unknown) => {
       throw this.#raceError(err, taskId, options.expectedLastEventId);
@@ -589,6 +610,16 @@ class ClockFrame {
   leaseToDb(l: Lease): Lease {
     return { owner: l.owner, instance: l.instance, generation: l.generation, expiresAt: l.expiresAt - this.callerNow + this.dbNow };
   }
+}
+
+/**
+ * A SQL string literal, as node-postgres's escapeLiteral builds it: quotes doubled, and an
+ * E'' literal with doubled backslashes when there are any (correct whatever
+ * standard_conforming_strings is). Task ids never hold NUL (checkTaskId).
+ */
+export function quoteLiteral(value: string): string {
+  const body = value.replace(/'/g, "''");
+  return body.includes('\\') ? ` E'${body.replace(/\\/g, '\\\\')}'` : `'${body}'`;
 }
 
 /** A Buffer view of encoded bytes, without a copy. */

@@ -201,6 +201,22 @@ describePg('PostgresHistoryStore', () => {
         expect((await b.readEvents('t1')).length).toBe(2);
       });
 
+      it('task ids with quotes, backslashes and SQL in them are data (the lock query inlines the id)', async () => {
+        const s = await open();
+        const ids = [`o'brien`, 'back\\slash', `x'); DROP TABLE "${schema}".events; --`, "\\'", 'é😀'];
+        for (const id of ids) {
+          await s.append(id, [created(1), queued(2, 'in')], { expectedLastEventId: 0, generation: 1 });
+          await s.claimLease(id, { owner: 'a', instance: 'i', durationMs: 60_000, now: 0 });
+          await s.append(id, [step(3, 1)], { expectedLastEventId: 2, generation: 1 });
+        }
+        for (const id of ids) {
+          expect((await s.readEvents(id)).map((e) => e.eventId)).toEqual([1, 2, 3]);
+          expect(await s.getSummary(id)).toMatchObject({ taskId: id, lastEventId: 3 });
+          expect(await s.getLease(id)).toMatchObject({ owner: 'a' });
+        }
+        expect((await s.listTasks()).tasks.map((t) => t.taskId).sort()).toEqual([...ids].sort());
+      });
+
       it('stores the same protobuf bytes as the Level store', async () => {
         const s = await open();
         const events = [created(1), queued(2, 'in-1')];
