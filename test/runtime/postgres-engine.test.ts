@@ -8,7 +8,9 @@ import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { afterEach, expect, it } from 'vitest';
 import type { HistoryEvent } from '../../src/history/events.js';
+import { ManualClock } from '../../src/runtime/clock.js';
 import { Engine } from '../../src/runtime/engine.js';
+import { defineWorkflow } from '../../src/workflow/define-workflow.js';
 import { silentLogger } from '../../src/runtime/logger.js';
 import { createPostgresStore, type PostgresHistoryStore } from '../../src/store/postgres-store.js';
 import { stepThenStall } from '../fixtures/workflows/pg-recovery.js';
@@ -83,5 +85,34 @@ describePg('Engine on PostgreSQL', () => {
     const result = await engine.latestTurnResult<{ charged: { by: number; attempt: number }; attempt: number }>('t1');
     expect(result.output).toMatchObject({ charged: { by: pid, attempt: 1 }, attempt: 2 });
     expect(await store.getLease('t1')).toMatchObject({ owner: 'engine-b', generation: 2 });
+  });
+
+  it('payload codecs, snapshots and retention work on PostgreSQL as on LevelDB', async () => {
+    const schema = uniqueSchema('turnlog_engine');
+    cleanups.push(() => dropSchema(schema));
+    const store = createPostgresStore({ connectionString: PG_URL, schema });
+    cleanups.push(() => store.close());
+    const xor = (p: { metadata: Record<string, Uint8Array>; data: Uint8Array }) => ({ ...p, data: p.data.map((b) => b ^ 0x5a) });
+    const clock = new ManualClock();
+    const secret = defineWorkflow({
+      name: 'secret',
+      turn: async (ctx, s: string) => {
+        let out = s;
+        for (let i = 0; i < 5; i++) out = await ctx.step('echo', () => `${out}!`);
+        return out;
+      },
+    });
+    const engine = await Engine.open({ store, workflows: [secret], logger: silentLogger, clock, payloadCodecs: [{ encode: xor, decode: xor }], retentionMs: 60_000, snapshotEvery: 4, scanIntervalMs: 0 });
+    cleanups.push(() => engine.shutdown({ graceMs: 100 }));
+    expect(await (await engine.start(secret, 'classified', { taskId: 'sec' })).result()).toBe('classified!!!!!');
+    // Only encoded payloads reach the database.
+    const raw = (await store.readEvents('sec')).map((e) => ('input' in e ? Buffer.from(e.input.data).toString() : 'result' in e && e.result ? Buffer.from(e.result.data).toString() : ''));
+    expect(raw.join('|')).not.toContain('classified');
+    expect((await store.getSnapshot('sec'))?.eventId).toBeGreaterThanOrEqual(4);
+    await clock.advance(61_000);
+    await engine.recover();
+    expect(await store.getSummary('sec')).toBeUndefined();
+    expect(await store.readEvents('sec')).toEqual([]);
+    expect(await store.getSnapshot('sec')).toBeUndefined();
   });
 });

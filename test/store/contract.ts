@@ -1,6 +1,6 @@
 /**
  * The HistoryStore contract: one suite every backend runs (level-store.test.ts,
- * memory-store.test.ts, and any future backend). Like abstract-level's exported test suite.
+ * memory-store.test.ts, postgres-store.test.ts). Like abstract-level's exported test suite.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { isTurnlogError, type ErrorCode } from '../../src/errors.js';
