@@ -50,7 +50,10 @@ import { consoleLogger, type Logger } from './logger.js';
 import { outcomeLogLines } from './outcome-log.js';
 
 export interface EngineOptions {
-  /** A directory for the default LevelDB store, or any HistoryStore. Default `.turnlog`. */
+  /**
+   * A directory for the default LevelDB store, or any HistoryStore (e.g. `createPostgresStore(…)`,
+   * which the engine opens but, being yours, does not close). Default `.turnlog`.
+   */
   store?: string | HistoryStore;
   workflows: readonly Workflow<any, any, any>[];
   /** Stable identity of this deployment (survives restarts). Default `<hostname>|turnlog`. */
@@ -251,8 +254,9 @@ export class Engine {
   }
 
   /**
-   * Opens the store, recovers at once (the store's lock proves earlier owners dead), and
-   * starts the periodic scanner. In capture mode (`capture: true` or
+   * Opens the store, recovers at once (an exclusive store's lock proves earlier owners dead; on
+   * a shared store such as PostgreSQL, tasks under a live lease wait for it to expire, then a
+   * periodic scan recovers them), and starts the periodic scanner. In capture mode (`capture: true` or
    * `TURNLOG_SNAPSHOT_CAPTURE=true`) it opens nothing: call `activate()` after restore.
    */
   static async open(options: EngineOptions): Promise<Engine> {

@@ -42,11 +42,14 @@ export interface PostgresStoreOptions {
   pool?: PgPoolLike;
   /** PostgreSQL schema holding the tables (default `turnlog`). */
   schema?: string;
-  /** Pool size when the store creates the pool (default 10). */
+  /** Pool size when the store creates the pool (default 10); ignored with `pool`. */
   max?: number;
   /** Run pending migrations on open (default true). False: fail unless the schema is current. */
   migrate?: boolean;
-  /** Every connection read-only (`default_transaction_read_only`), for inspection (default false). */
+  /**
+   * Every connection read-only (`default_transaction_read_only`), for inspection (default false).
+   * Only when the store creates the pool; configure your own `pool` yourself.
+   */
   readOnly?: boolean;
   /** Durable commit before an append resolves (default true); false is `synchronous_commit = off`. */
   sync?: boolean;
