@@ -201,6 +201,33 @@ describePg('PostgresHistoryStore', () => {
         expect((await b.readEvents('t1')).length).toBe(2);
       });
 
+      it('an append waits on the task row lock and then sees the takeover committed meanwhile (StaleGenerationError)', async () => {
+        const s = await open();
+        await s.append('t1', [created(1), queued(2, 'in')], { expectedLastEventId: 0, generation: 1 });
+        await s.claimLease('t1', { owner: 'a', instance: 'ia', durationMs: 60_000, now: 0 });
+        await withClient(async (c) => {
+          await c.query('BEGIN');
+          await c.query(`SELECT 1 FROM "${schema}".summaries WHERE task_id = 't1' FOR UPDATE`);
+          const pending = s.append('t1', [step(3, 1)], { expectedLastEventId: 2, generation: 1 }).then(
+            () => undefined,
+            (e: unknown) => e,
+          );
+          // Bounded wait until the append's transaction is blocked on our row lock.
+          await until(async () => {
+            const r = await withClient((w) =>
+              w.query(`SELECT count(*)::int AS n FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE $1`, [`%"${schema}".summaries%FOR UPDATE%`]),
+            );
+            return r.rows[0].n > 0;
+          }, 'the append to wait on the row lock');
+          // A takeover commits while the append waits.
+          await c.query(`UPDATE "${schema}".leases SET owner = 'b', instance = 'ib', generation = 2 WHERE task_id = 't1'`);
+          await c.query('COMMIT');
+          const err = await pending;
+          expect(isTurnlogError(err, 'TURNLOG_STALE_GENERATION'), String(err)).toBe(true);
+        });
+        expect((await s.readEvents('t1')).length).toBe(2);
+      });
+
       it('task ids with quotes, backslashes and SQL in them are data (the lock query inlines the id)', async () => {
         const s = await open();
         const ids = [`o'brien`, 'back\\slash', `x'); DROP TABLE "${schema}".events; --`, "\\'", 'é😀'];
