@@ -8,7 +8,7 @@ import { InvalidArgumentError, type Command } from 'commander';
 import { TurnlogError, isTurnlogError } from '../errors.js';
 import type { HistoryStore } from '../store/history-store.js';
 import { LevelHistoryStore } from '../store/index.js';
-import type { PostgresHistoryStore } from '../store/postgres-store.js';
+import { isPostgresUrl, type PostgresHistoryStore } from '../store/postgres-store.js';
 
 /** Documented exit codes (docs/cli.md#exit-codes). */
 export const EXIT = {
@@ -78,31 +78,21 @@ export function positiveInt(value: string): number {
   return n;
 }
 
-/** True for a PostgreSQL connection URL (`postgres://…` or `postgresql://…`). */
-export function isPostgresUrl(spec: string): boolean {
-  return /^postgres(ql)?:\/\//i.test(spec);
-}
-
 /**
  * Opens a PostgreSQL store for one command. `?schema=` in the URL (else `TURNLOG_PG_SCHEMA`,
  * else `turnlog`) names the schema. Reading commands connect read-only
  * (`default_transaction_read_only`) and never migrate; `create` (import, migrate) migrates.
  */
 export async function openPostgresCliStore(url: string, options: { create: boolean }): Promise<PostgresHistoryStore> {
-  let connectionString = url;
-  let schema = process.env['TURNLOG_PG_SCHEMA'] || undefined;
+  const { createPostgresStore, parsePostgresUrl } = await import('../store/postgres-store.js');
+  let parsed: ReturnType<typeof parsePostgresUrl>;
   try {
-    const u = new URL(url);
-    const fromUrl = u.searchParams.get('schema');
-    if (fromUrl !== null) {
-      schema = fromUrl;
-      u.searchParams.delete('schema');
-      connectionString = u.toString();
-    }
-  } catch {
-    throw usageError(`--store ${url} is not a valid PostgreSQL URL. Use postgres://user@host:5432/database[?schema=name].`);
+    parsed = parsePostgresUrl(url);
+  } catch (err) {
+    throw usageError((err as Error).message);
   }
-  const { createPostgresStore } = await import('../store/postgres-store.js');
+  const { connectionString } = parsed;
+  const schema = parsed.schema ?? (process.env['TURNLOG_PG_SCHEMA'] || undefined);
   const store = createPostgresStore({
     connectionString,
     ...(schema === undefined ? {} : { schema }),

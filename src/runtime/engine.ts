@@ -51,7 +51,8 @@ import { outcomeLogLines } from './outcome-log.js';
 
 export interface EngineOptions {
   /**
-   * A directory for the default LevelDB store, or any HistoryStore (e.g. `createPostgresStore(…)`,
+   * A directory for the default LevelDB store, a `postgres://…[?schema=name]` URL (a PostgreSQL
+   * store the engine opens and closes), or any HistoryStore (e.g. `createPostgresStore(…)`,
    * which the engine opens but, being yours, does not close). Default `.turnlog`.
    */
   store?: string | HistoryStore;
@@ -340,6 +341,11 @@ export class Engine {
 
   async #makeStore(): Promise<HistoryStore> {
     if (typeof this.#storeSpec !== 'string') return this.#storeSpec;
+    if (/^postgres(ql)?:\/\//i.test(this.#storeSpec)) {
+      // A URL is a PostgreSQL store, never a LevelDB directory named `postgres:`.
+      const { createPostgresStore, parsePostgresUrl } = await import('../store/postgres-store.js');
+      return createPostgresStore(parsePostgresUrl(this.#storeSpec));
+    }
     // Loaded on first activation, never at import: native modules cannot be in a startup snapshot.
     const { LevelHistoryStore } = await import('../store/level-store.js');
     return new LevelHistoryStore(this.#storeSpec);

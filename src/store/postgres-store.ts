@@ -112,6 +112,28 @@ export function createPostgresStore(options: PostgresStoreOptions): PostgresHist
   return new PostgresHistoryStore(options);
 }
 
+/** True for a PostgreSQL connection URL (`postgres://…` or `postgresql://…`). */
+export function isPostgresUrl(spec: string): boolean {
+  return /^postgres(ql)?:\/\//i.test(spec);
+}
+
+/**
+ * Splits `?schema=name` off a PostgreSQL URL (pg would pass it to the server as a setting).
+ * TURNLOG_INVALID_ARGUMENT for a URL that does not parse.
+ */
+export function parsePostgresUrl(url: string): { connectionString: string; schema?: string } {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch (err) {
+    throw new TurnlogError('TURNLOG_INVALID_ARGUMENT', `Store URL ${redact(url)} is not a valid PostgreSQL URL. Use postgres://user@host:5432/database[?schema=name].`, { cause: err });
+  }
+  const schema = u.searchParams.get('schema');
+  if (schema === null) return { connectionString: url };
+  u.searchParams.delete('schema');
+  return { connectionString: u.toString(), schema };
+}
+
 /**
  * PostgreSQL-backed history store. Not exclusive: many engines share it, and a lease of another
  * instance is honoured until it expires on the database clock. Each append is one transaction

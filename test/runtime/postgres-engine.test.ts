@@ -4,6 +4,7 @@
  * database clock. The store is not exclusive, so nothing proves the first engine dead sooner.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
+import { existsSync } from 'node:fs';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
 import { afterEach, expect, it } from 'vitest';
@@ -114,5 +115,20 @@ describePg('Engine on PostgreSQL', () => {
     expect(await store.getSummary('sec')).toBeUndefined();
     expect(await store.readEvents('sec')).toEqual([]);
     expect(await store.getSnapshot('sec')).toBeUndefined();
+  });
+
+  it('a postgres:// URL as the store option opens (and on shutdown closes) a PostgreSQL store, not a LevelDB directory', async () => {
+    const schema = uniqueSchema('turnlog_engine');
+    cleanups.push(() => dropSchema(schema));
+    const once = defineWorkflow({ name: 'once', turn: async (_ctx, x: number) => x * 2 });
+    const engine = await Engine.open({ store: `${PG_URL}?schema=${schema}`, workflows: [once], logger: silentLogger, scanIntervalMs: 0 });
+    expect(engine.store.exclusive).toBe(false);
+    expect(await (await engine.start(once, 21, { taskId: 'u1' })).result()).toBe(42);
+    await engine.shutdown();
+    expect(existsSync('postgres:')).toBe(false);
+    const check = createPostgresStore({ connectionString: PG_URL, schema, migrate: false });
+    await check.open();
+    cleanups.push(() => check.close());
+    expect(await check.getSummary('u1')).toMatchObject({ status: 'completed', outcome: 'succeeded' });
   });
 });

@@ -7,7 +7,8 @@ import { isTurnlogError, type ErrorCode } from '../../src/errors.js';
 import { encodeEvent } from '../../src/history/codec.js';
 import type { Lease } from '../../src/history/events.js';
 import { SCHEMA_VERSION } from '../../src/store/postgres-migrations.js';
-import { PostgresHistoryStore, createPostgresStore } from '../../src/store/postgres-store.js';
+import { openStore } from '../../src/store/index.js';
+import { PostgresHistoryStore, createPostgresStore, parsePostgresUrl } from '../../src/store/postgres-store.js';
 import { PG_URL, describePg, dropSchema, uniqueSchema, withClient } from '../helpers/postgres.js';
 import { storeContract } from './contract.js';
 import { created, queued, started, step } from './events.js';
@@ -129,6 +130,16 @@ describePg('PostgresHistoryStore', () => {
         );
         expect(err?.code).toBe('25006'); // read_only_sql_transaction
         expect((await rw.readEvents('t1')).length).toBe(1);
+      });
+
+      it('openStore takes a postgres:// URL, ?schema= naming the schema', async () => {
+        const s = await openStore(`${PG_URL}?schema=${schema}`);
+        stores.push(s as PostgresHistoryStore);
+        expect(s).toBeInstanceOf(PostgresHistoryStore);
+        expect((s as PostgresHistoryStore).schema).toBe(schema);
+        expect(s.exclusive).toBe(false);
+        expect(parsePostgresUrl('postgresql://u:pw@h:5/db?schema=x&sslmode=disable')).toEqual({ connectionString: 'postgresql://u:pw@h:5/db?sslmode=disable', schema: 'x' });
+        expect(() => parsePostgresUrl('postgres://[::1')).toThrow(/not a valid PostgreSQL URL/);
       });
 
       it('rejects a schema name that is not a plain identifier', () => {

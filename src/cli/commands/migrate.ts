@@ -4,7 +4,8 @@
  */
 import type { Command } from 'commander';
 import { SCHEMA_VERSION } from '../../store/postgres-migrations.js';
-import { globals, isPostgresUrl, openPostgresCliStore, printJSON, printText, usageError } from '../context.js';
+import { isPostgresUrl } from '../../store/postgres-store.js';
+import { globals, openPostgresCliStore, printJSON, printText, usageError } from '../context.js';
 
 /** Registers `migrate` on the program. */
 export function registerMigrate(program: Command): void {
