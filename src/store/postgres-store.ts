@@ -253,6 +253,8 @@ export class PostgresHistoryStore implements HistoryStore {
   async close(): Promise<void> {
     if (this.#opening) await this.#opening.catch(() => undefined);
     if (this.#state !== 'open') return;
+    // Writes already called finish first, as the Level store drains its group commit.
+    await Promise.all([...this.#queues.values()]);
     this.#state = 'closed';
     const pool = this.#pool;
     this.#pool = undefined;

@@ -142,6 +142,18 @@ describePg('PostgresHistoryStore', () => {
         expect(() => parsePostgresUrl('postgres://[::1')).toThrow(/not a valid PostgreSQL URL/);
       });
 
+      it('close() lets writes already called finish', async () => {
+        const s = createPostgresStore({ connectionString: PG_URL, schema, max: 2 });
+        await s.open();
+        await s.append('t1', [created(1)], { expectedLastEventId: 0, generation: 1 });
+        const writes = Array.from({ length: 10 }, (_, i) => s.append('t1', [step(i + 2, i + 1)], { expectedLastEventId: i + 1, generation: 1 }));
+        await s.close();
+        expect((await Promise.allSettled(writes)).every((r) => r.status === 'fulfilled')).toBe(true);
+        const check = await open();
+        expect((await check.getSummary('t1'))!.lastEventId).toBe(11);
+        await rejectsWith(s.readEvents('t1'), 'TURNLOG_STORE_CLOSED');
+      });
+
       it('rejects a schema name that is not a plain identifier', () => {
         expect(() => createPostgresStore({ connectionString: PG_URL, schema: 'a"; DROP TABLE x; --' })).toThrow(/schema name/);
       });
