@@ -41,6 +41,7 @@ export const MIGRATIONS: readonly Migration[] = [
       CREATE INDEX summaries_status_workflow ON ${s}.summaries (status, workflow, task_id);
       CREATE INDEX summaries_workflow ON ${s}.summaries (workflow, task_id);
       CREATE INDEX summaries_status_updated ON ${s}.summaries (status, updated_at);
+      CREATE INDEX summaries_in_progress ON ${s}.summaries (task_id) WHERE status = 'in_progress';
       CREATE TABLE ${s}.leases (
         task_id text COLLATE "C" PRIMARY KEY,
         owner text NOT NULL,

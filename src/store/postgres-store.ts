@@ -56,7 +56,8 @@ export interface PostgresStoreOptions {
 }
 
 const READ_PAGE = 256;
-const DB_NOW = `floor(extract(epoch from clock_timestamp()) * 1000)::float8`;
+// The database clock in ms, as bigint so comparisons with leases.expires_at can use its index.
+const DB_NOW = `floor(extract(epoch from clock_timestamp()) * 1000)::bigint`;
 
 const SUMMARY_UPSERT = ` ON CONFLICT (task_id) DO UPDATE SET workflow = EXCLUDED.workflow, kind = EXCLUDED.kind,
   status = EXCLUDED.status, outcome = EXCLUDED.outcome, last_event_id = EXCLUDED.last_event_id,
@@ -589,15 +590,9 @@ export class PostgresHistoryStore implements HistoryStore {
   /**
    * In-progress tasks whose lease is missing or expired on the database clock. `now` and
    * `instance` are ignored: a live lease of any instance is honoured (the store is not exclusive).
-   * Index-backed (summaries by status, leases by primary key).
    */
   async listRecoverable(_now: number, _instance: string): Promise<string[]> {
-    const rows = await this.#query(
-      `SELECT s.task_id FROM ${this.#s}.summaries s LEFT JOIN ${this.#s}.leases l ON l.task_id = s.task_id
-       WHERE s.status = 'in_progress' AND (l.task_id IS NULL OR l.expires_at <= ${DB_NOW})
-       ORDER BY s.task_id`,
-      [],
-    );
+    const rows = await this.#query(recoverableSql(this.#s), []);
     return rows.map((r: { task_id: string }) => r.task_id);
   }
 
@@ -616,6 +611,17 @@ export class PostgresHistoryStore implements HistoryStore {
     const rows = await this.#query(`SELECT ${DB_NOW} AS now`, []);
     return Number(rows[0].now);
   }
+}
+
+/**
+ * The recoverable tasks, in id order. Index-backed: the partial index of in-progress summaries
+ * finds them, the leases' primary key joins. Phase 2 can make it a claim by adding
+ * `LIMIT n FOR UPDATE OF s SKIP LOCKED` (test: "listRecoverable is index-backed").
+ */
+export function recoverableSql(s: string): string {
+  return `SELECT s.task_id FROM ${s}.summaries s LEFT JOIN ${s}.leases l ON l.task_id = s.task_id
+       WHERE s.status = 'in_progress' AND (l.task_id IS NULL OR l.expires_at <= ${DB_NOW})
+       ORDER BY s.task_id`;
 }
 
 /**

@@ -8,7 +8,7 @@ import { encodeEvent } from '../../src/history/codec.js';
 import type { Lease } from '../../src/history/events.js';
 import { SCHEMA_VERSION } from '../../src/store/postgres-migrations.js';
 import { openStore } from '../../src/store/index.js';
-import { PostgresHistoryStore, createPostgresStore, parsePostgresUrl } from '../../src/store/postgres-store.js';
+import { PostgresHistoryStore, createPostgresStore, parsePostgresUrl, recoverableSql } from '../../src/store/postgres-store.js';
 import { PG_URL, describePg, dropSchema, uniqueSchema, withClient } from '../helpers/postgres.js';
 import { storeContract } from './contract.js';
 import { created, queued, started, step } from './events.js';
@@ -300,6 +300,23 @@ describePg('PostgresHistoryStore', () => {
         await s.append('t1', [started(3, 1)], { expectedLastEventId: 2, generation: 1 });
         expect(await s.listRecoverable(farFuture, 'someone-else')).toEqual([]);
         expect(await s.getLease('t1')).toEqual(held);
+      });
+
+      it('listRecoverable is index-backed, also as a SKIP LOCKED claim (no sequential scan even when the planner is told to avoid one)', async () => {
+        await open();
+        const plan = (sql: string) =>
+          withClient(async (c) => {
+            await c.query('SET enable_seqscan = off');
+            const r = await c.query(`EXPLAIN ${sql}`);
+            return r.rows.map((x: { 'QUERY PLAN': string }) => x['QUERY PLAN']).join('\n');
+          });
+        const base = recoverableSql(`"${schema}"`);
+        for (const sql of [base, `${base} LIMIT 10 FOR UPDATE OF s SKIP LOCKED`]) {
+          const p = await plan(sql);
+          expect(p).toContain('summaries_in_progress');
+          expect(p).toContain('leases_pkey');
+          expect(p).not.toContain('Seq Scan');
+        }
       });
 
       it('a 200 ms lease is live, then expired once the database clock passes it: another owner takes over', async () => {
