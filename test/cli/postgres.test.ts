@@ -10,6 +10,7 @@ import type { HistoryStore } from '../../src/store/history-store.js';
 import { createPostgresStore, type PostgresHistoryStore } from '../../src/store/postgres-store.js';
 import { PG_URL, describePg, dropSchema, uniqueSchema, withClient } from '../helpers/postgres.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
+import { created, step } from '../store/events.js';
 import { oneShotHistory, openTurnHistory, richHistory } from './helpers.js';
 import { appendHistory, cli, cliJSON, ensureBuilt, withLevel } from './run-cli.js';
 
@@ -131,6 +132,34 @@ describePg('turnlog on PostgreSQL', () => {
     expect(missing.code).toBe(3);
 
     expect(await fingerprint(schema)).toBe(before);
+  });
+
+  it('reads a task while another process appends to it: dense ids from 1, never fewer than the summary counted', async () => {
+    await live.append('busy', [created(1)], { expectedLastEventId: 0, generation: 1 });
+    let last = 1;
+    let writing = true;
+    const writer = (async () => {
+      while (writing) {
+        await live.append('busy', [step(last + 1, last)], { expectedLastEventId: last, generation: 1 });
+        last++;
+      }
+    })();
+    try {
+      const seen: number[] = [];
+      for (let i = 0; i < 3; i++) {
+        const r = await cliJSON(['events', 'busy', '--store', url]);
+        expect(r.code).toBe(0);
+        const ids = (r.json.events as { eventId: number }[]).map((e) => e.eventId);
+        expect(ids).toEqual(Array.from({ length: ids.length }, (_, k) => k + 1));
+        expect(ids.length).toBeGreaterThanOrEqual(r.json.lastEventId);
+        seen.push(r.json.lastEventId);
+      }
+      expect([...seen].sort((a, b) => a - b)).toEqual(seen);
+    } finally {
+      writing = false;
+      await writer;
+    }
+    expect((await live.getSummary('busy'))!.lastEventId).toBe(last);
   });
 
   it('import refuses an existing task on PostgreSQL too; --force replaces it', async () => {
