@@ -2,6 +2,7 @@ import { execFile, execFileSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { resolve } from 'node:path';
 import { promisify } from 'node:util';
+import pg from 'pg';
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { isTurnlogError, type ErrorCode } from '../../src/errors.js';
 import { encodeEvent } from '../../src/history/codec.js';
@@ -140,6 +141,31 @@ describePg('PostgresHistoryStore', () => {
         expect(s.exclusive).toBe(false);
         expect(parsePostgresUrl('postgresql://u:pw@h:5/db?schema=x&sslmode=disable')).toEqual({ connectionString: 'postgresql://u:pw@h:5/db?sslmode=disable', schema: 'x' });
         expect(() => parsePostgresUrl('postgres://[::1')).toThrow(/not a valid PostgreSQL URL/);
+      });
+
+      it('works on a pool the caller owns, and leaves it open on close()', async () => {
+        const pool = new pg.Pool({ connectionString: PG_URL, max: 2 });
+        try {
+          const s = createPostgresStore({ pool, schema });
+          await s.open();
+          await s.append('t1', [created(1)], { expectedLastEventId: 0, generation: 1 });
+          await s.close();
+          const r = await pool.query(`SELECT count(*)::int AS n FROM "${schema}".events`);
+          expect(r.rows[0].n).toBe(1);
+        } finally {
+          await pool.end();
+        }
+        expect(() => createPostgresStore({ schema } as never)).toThrow(/exactly one of connectionString or pool/);
+      });
+
+      it('sync: false appends (synchronous_commit off for the transaction) land like durable ones', async () => {
+        const s = createPostgresStore({ connectionString: PG_URL, schema, sync: false });
+        stores.push(s);
+        await s.open();
+        await s.append('t1', [created(1)], { expectedLastEventId: 0, generation: 1 });
+        await s.append('t1', [step(2, 1)], { expectedLastEventId: 1, generation: 1, sync: true });
+        await rejectsWith(s.append('t1', [step(2, 1)], { expectedLastEventId: 1, generation: 1 }), 'TURNLOG_CONCURRENCY');
+        expect((await (await open()).readEvents('t1')).map((e) => e.eventId)).toEqual([1, 2]);
       });
 
       it('close() lets writes already called finish', async () => {
