@@ -42,6 +42,10 @@ export { encodeEvent, decodeEvent, eventToJSON, eventFromJSON } from './history/
 export type * from './store/history-store.js';
 export { MemoryHistoryStore } from './store/memory-store.js';
 export type { LevelHistoryStore, LevelHistoryStoreOptions } from './store/level-store.js';
+// PostgreSQL: `pg` is an optional peer dependency, loaded on open(), never at import.
+export { createPostgresStore, PostgresHistoryStore } from './store/postgres-store.js';
+export type { PostgresStoreOptions, PgPoolLike, PgClientLike } from './store/postgres-store.js';
+export { SCHEMA_VERSION as POSTGRES_SCHEMA_VERSION } from './store/postgres-migrations.js';
 /** Creates (does not open) the default LevelDB store; loads the native module on first call. */
 export async function createLevelStore(
   location: string,

@@ -12,6 +12,7 @@ import { codecChain } from '../history/payload-map.js';
 import type { HistoryStore, ReadOptions } from '../store/history-store.js';
 import { LevelHistoryStore } from '../store/index.js';
 import { inspectStoreDir } from '../store/store-dir.js';
+import { isPostgresUrl, type PostgresHistoryStore } from '../store/postgres-store.js';
 
 /** Documented exit codes (docs/cli.md#exit-codes). */
 export const EXIT = {
@@ -129,11 +130,43 @@ export function positiveInt(value: string): number {
 }
 
 /**
+ * Opens a PostgreSQL store for one command. `?schema=` in the URL (else `TURNLOG_PG_SCHEMA`,
+ * else `turnlog`) names the schema. Reading commands connect read-only
+ * (`default_transaction_read_only`) and never migrate; `create` (import, migrate) migrates.
+ */
+export async function openPostgresCliStore(url: string, options: { create: boolean }): Promise<PostgresHistoryStore> {
+  const { createPostgresStore, parsePostgresUrl } = await import('../store/postgres-store.js');
+  let parsed: ReturnType<typeof parsePostgresUrl>;
+  try {
+    parsed = parsePostgresUrl(url);
+  } catch (err) {
+    throw usageError((err as Error).message);
+  }
+  const { connectionString } = parsed;
+  const schema = parsed.schema ?? (process.env['TURNLOG_PG_SCHEMA'] || undefined);
+  const store = createPostgresStore({
+    connectionString,
+    ...(schema === undefined ? {} : { schema }),
+    max: 2,
+    migrate: options.create,
+    readOnly: !options.create,
+  });
+  try {
+    await store.open();
+  } catch (err) {
+    if (isTurnlogError(err, 'TURNLOG_STORE_NOT_FOUND')) throw new CliError(err.code, err.message, EXIT.notFound, { cause: err });
+    throw err;
+  }
+  return store;
+}
+
+/**
  * Opens the store for one command. Reading commands never create a store (a typo in
  * `--store` would otherwise leave an empty LevelDB behind); `import` does.
  * A store held by a running engine is exit 4 (docs/cli.md#locked-store).
  */
 export async function openCliStore(dir: string, options: { create: boolean }): Promise<HistoryStore> {
+  if (isPostgresUrl(dir)) return openPostgresCliStore(dir, options);
   const abs = resolve(dir);
   // The store refuses these too (store-dir.ts, shared); here they get the CLI's wording.
   const state = await inspectStoreDir(abs);

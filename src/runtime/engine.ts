@@ -68,7 +68,11 @@ import { consoleLogger, type Logger } from './logger.js';
 import { outcomeLogLines } from './outcome-log.js';
 
 export interface EngineOptions {
-  /** A directory for the default LevelDB store, or any HistoryStore. Default `.turnlog`. */
+  /**
+   * A directory for the default LevelDB store, a `postgres://…[?schema=name]` URL (a PostgreSQL
+   * store the engine opens and closes), or any HistoryStore (e.g. `createPostgresStore(…)`,
+   * which the engine opens but, being yours, does not close). Default `.turnlog`.
+   */
   store?: string | HistoryStore;
   /**
    * The workflows this engine runs: a list, or a module namespace (`import * as workflows`)
@@ -318,8 +322,9 @@ export class Engine {
   }
 
   /**
-   * Opens the store, recovers at once (the store's lock proves earlier owners dead), and
-   * starts the periodic scanner. In capture mode (`capture: true` or
+   * Opens the store, recovers at once (an exclusive store's lock proves earlier owners dead; on
+   * a shared store such as PostgreSQL, tasks under a live lease wait for it to expire, then a
+   * periodic scan recovers them), and starts the periodic scanner. In capture mode (`capture: true` or
    * `TURNLOG_SNAPSHOT_CAPTURE=true`) it opens nothing: call `activate()` after restore.
    */
   static async open(options: EngineOptions): Promise<Engine> {
@@ -413,6 +418,11 @@ export class Engine {
 
   async #makeStore(): Promise<HistoryStore> {
     if (typeof this.#storeSpec !== 'string') return this.#storeSpec;
+    if (/^postgres(ql)?:\/\//i.test(this.#storeSpec)) {
+      // A URL is a PostgreSQL store, never a LevelDB directory named `postgres:`.
+      const { createPostgresStore, parsePostgresUrl } = await import('../store/postgres-store.js');
+      return createPostgresStore(parsePostgresUrl(this.#storeSpec));
+    }
     // Loaded on first activation, never at import: native modules cannot be in a startup snapshot.
     const { LevelHistoryStore } = await import('../store/level-store.js');
     return new LevelHistoryStore(this.#storeSpec);

@@ -32,7 +32,7 @@ storeContract(
       },
     };
   },
-  { persistent: true },
+  { persistent: true, callerClock: true },
 );
 
 const lockChild = fileURLToPath(new URL('../fixtures/children/hold-store-lock.mjs', import.meta.url));
