@@ -225,12 +225,15 @@ export function workflowMap(source: WorkflowSource): Map<string, Workflow<any, a
 // ---------------------------------------------------------------------------------------------
 // The replay proper
 
-const CUT_OFF_FAILURE_CODES: ReadonlySet<string> = new Set(['TURNLOG_WORKER_START', 'TURNLOG_WORKER_PROTOCOL', 'TURNLOG_WORKER_CRASHED', 'TURNLOG_WORKFLOW_NOT_FOUND']);
+// TURNLOG_PAYLOAD_TOO_LARGE: the engine's configured limits, which a replay does not know, turned
+// a completed turn (or a checkpoint) into this failure (test: "payload limits" in replay-history.test).
+const CUT_OFF_FAILURE_CODES: ReadonlySet<string> = new Set(['TURNLOG_WORKER_START', 'TURNLOG_WORKER_PROTOCOL', 'TURNLOG_WORKER_CRASHED', 'TURNLOG_WORKFLOW_NOT_FOUND', 'TURNLOG_PAYLOAD_TOO_LARGE']);
 
 /**
  * A TurnFailed the engine wrote itself, not the handler's own end: a worker that failed to start,
- * broke the protocol or crashed too often, an unregistered workflow, or the replayer's
- * `recoveries-exhausted` rule (type `RecoveriesExhausted`: the last attempt died with the engine).
+ * broke the protocol or crashed too often, an unregistered workflow, a payload over the engine's
+ * limits, or the replayer's `recoveries-exhausted` rule (type `RecoveriesExhausted`: the last
+ * attempt died with the engine).
  */
 function failedFromOutside(f: { type: string; code?: string }): boolean {
   return f.type === 'RecoveriesExhausted' || CUT_OFF_FAILURE_CODES.has(f.code ?? '');
