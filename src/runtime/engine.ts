@@ -849,8 +849,9 @@ export class Engine {
     };
     // A zombie's record gets FencedError (never retried, docs/errors.md), not the store's error.
     const fenced = (err: unknown): never => {
-      if (!isStale(err)) throw err;
-      throw new FencedError(t.id, active.turn, active.attempt, `another instance took the task over at generation ${err.current}`, { cause: err });
+      if (isStale(err)) throw new FencedError(t.id, active.turn, active.attempt, `another instance took the task over at generation ${err.current}`, { cause: err });
+      if (active.finalized) throw new FencedError(t.id, active.turn, active.attempt, 'another writer ended the turn', { cause: err });
+      throw err;
     };
     const at = `Task ${t.id}, turn ${active.turn}`;
     return {
@@ -1190,14 +1191,7 @@ export class Engine {
   #fenceTask(t: TaskEntry, err: StaleGenerationError): void {
     const a = t.active;
     const detail = `another instance took task ${t.id} over at generation ${err.current}`;
-    if (a) {
-      a.finalized = true;
-      for (const tm of a.timers) tm.cancel();
-      a.handle?.fence(detail);
-      if (a.handle?.kill) a.handle.kill(detail);
-      else this.#cancelAttempt(a, 'cancel', detail);
-      t.active = undefined;
-    }
+    if (a) this.#stopAttempt(t, a, detail);
     if (this.#tasks.get(t.id) === t) this.#tasks.delete(t.id);
     const turn = a?.turn ?? t.state?.openTurn?.turn ?? t.state?.turn ?? 0;
     const deferred = this.#deferred(t.id, turn, `${detail}; this engine no longer runs it`);
@@ -1214,6 +1208,16 @@ export class Engine {
     });
   }
 
+  /** Stops an attempt that no longer owns its turn (kill a worker, else cancel cooperatively); its records and outcome are refused. */
+  #stopAttempt(t: TaskEntry, a: ActiveAttempt, detail: string): void {
+    a.finalized = true;
+    for (const tm of a.timers) tm.cancel();
+    a.handle?.fence(detail);
+    if (a.handle?.kill) a.handle.kill(detail);
+    else this.#cancelAttempt(a, 'cancel', detail);
+    if (t.active === a) t.active = undefined;
+  }
+
   /** Logs a background failure; a fenced task was logged once already by #fenceTask. */
   #logFailure(message: string, fields: Record<string, unknown>, err: unknown): void {
     if (!isStale(err)) this.#log.error(message, { ...fields, error: err });
@@ -1227,9 +1231,17 @@ export class Engine {
   async #refresh(t: TaskEntry, err: unknown): Promise<void> {
     this.#log.warn('append lost a race with another writer; re-reading the history', { taskId: t.id, code: 'TURNLOG_CONCURRENCY', error: err });
     try {
+      const before = t.state;
       const events = await this.store.readEvents(t.id, { fromEventId: (t.state?.lastEventId ?? 0) + 1 });
       if (events.length) t.state = fold(t.id, events, t.state);
       t.lease = await this.store.getLease(t.id);
+      // The other writer may have ended the turn running here (another engine's cancel finalizes
+      // it under the same generation): stop it, so no step of a finalized turn runs (invariant 7).
+      const a = t.active;
+      const ot = t.state?.openTurn;
+      if (a && (ot?.turn !== a.turn || ot.attempt !== a.attempt)) this.#stopAttempt(t, a, `another writer ended turn ${a.turn} of task ${t.id}`);
+      for (const e of events) if (isTurnTerminal(e)) t.lastTerminal = e;
+      if (before?.openTurn && t.state?.openTurn?.turn !== before.openTurn.turn) this.#afterTerminal(t, before);
     } catch (e) {
       this.#log.error('re-reading the history failed; dropping the cached task', { taskId: t.id, error: e });
       if (!t.active && this.#tasks.get(t.id) === t) this.#tasks.delete(t.id);
