@@ -457,7 +457,9 @@ class ReplayContext<I, S> extends TurnContextImpl<I, S> {
   override step<T>(name: string, fn: (signal: AbortSignal) => Promise<T> | T, options?: StepOptions): Promise<T> {
     return this.#check(`step "${name}"`, (c) => c.kind === 'step' && c.name === name) ?? super.step(name, fn, options);
   }
-  override checkpoint(data: unknown): Promise<void> {
+  override async checkpoint(data: unknown): Promise<void> {
+    // A value the live run refused took no position among the calls: refuse it before the check.
+    this.checkpointPayload(data);
     return this.#check('checkpoint', (c) => c.kind === 'checkpoint') ?? super.checkpoint(data);
   }
   override takeInputs<T = I>(options?: { wait?: boolean }): Promise<T[]> {

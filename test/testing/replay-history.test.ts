@@ -420,6 +420,22 @@ describe('payload limits', () => {
     });
   }
 
+  it('a checkpoint refused as not JSON is no call, live or in replay (it took no position)', async () => {
+    const wf = defineWorkflow({
+      name: 'date-checkpoint',
+      turn: async (ctx, _i: null) => {
+        const refused = await ctx.checkpoint({ at: new Date(0) } as never).then(() => 'no', (err: unknown) => (err as { code?: string }).code);
+        await ctx.step('after', () => 1);
+        return refused;
+      },
+    });
+    const t = await createTestEngine({ workflows: [wf] });
+    engines.push(t);
+    expect(await (await t.engine.start(wf, null, { taskId: 'd1' })).nextTurn()).toMatchObject({ status: 'completed', output: 'TURNLOG_PAYLOAD_ENCODING' });
+    // It was: "the history recorded step "after" at position 1 but the handler did checkpoint".
+    expect((await t.replay('d1')).results[0]).toMatchObject({ status: 'ok', calls: 1 });
+  });
+
   it('a cut-off turn still checks its recorded calls', async () => {
     const wf = defineWorkflow({ name: 'big-out', turn: async (ctx, _i: null) => ctx.step('a', () => 1).then(() => 'x'.repeat(500)) });
     const t = await createTestEngine({ workflows: [wf], limits: { outputBytes: 100 } });
