@@ -52,7 +52,7 @@ export class DefaultPayloadConverter implements PayloadConverter {
     let p: Payload;
     if (value === undefined) {
       p = { metadata: { [ENCODING]: BINARY_NULL }, data: new Uint8Array(0) };
-    } else if (value instanceof Uint8Array) {
+    } else if (isBytes(value)) {
       p = { metadata: { [ENCODING]: BINARY_PLAIN }, data: value };
     } else {
       let json: string | undefined;
@@ -185,6 +185,15 @@ function assertJson(v: unknown, trail: (string | number)[], ancestors: object[])
     }
   }
   ancestors.pop();
+}
+
+/** `instanceof` asks the prototype: a Proxy whose trap throws (or a revoked one) is no bytes, and the walk refuses it. */
+function isBytes(v: unknown): v is Uint8Array {
+  try {
+    return v instanceof Uint8Array;
+  } catch {
+    return false;
+  }
 }
 
 function refuse(trail: (string | number)[], found: string, fix: string): never {

@@ -78,6 +78,22 @@ describe('DefaultPayloadConverter refuses non-JSON values', () => {
     expect(isTurnlogError(caught, 'TURNLOG_PAYLOAD_ENCODING')).toBe(true);
     expect((caught as Error).message).toContain('getter');
   });
+
+  it('turns a Proxy whose getPrototypeOf trap throws, or a revoked Proxy, into TURNLOG_PAYLOAD_ENCODING', () => {
+    // The top-level `instanceof Uint8Array` check ran outside the guarded walk and threw raw.
+    const hostile = new Proxy({}, { getPrototypeOf: () => { throw new Error('trap'); } });
+    const revocable = Proxy.revocable({}, {});
+    revocable.revoke();
+    for (const v of [hostile, revocable.proxy]) {
+      let caught: unknown;
+      try {
+        conv.toPayload(v);
+      } catch (err) {
+        caught = err;
+      }
+      expect(isTurnlogError(caught, 'TURNLOG_PAYLOAD_ENCODING'), String(caught)).toBe(true);
+    }
+  });
 });
 
 describe('payload sizes', () => {
