@@ -853,6 +853,16 @@ export class Engine {
       if (active.finalized) throw new FencedError(t.id, active.turn, active.attempt, 'another writer ended the turn', { cause: err });
       throw err;
     };
+    // A record does not depend on what a same-generation writer appended (a send, a withdraw): when
+    // the re-read history still has this attempt's turn open, it goes on top, once, instead of failing.
+    const record = async (drafts: () => Draft[]): Promise<void> => {
+      try {
+        await this.#append(t, drafts());
+      } catch (err) {
+        if (t.active !== active || !this.#stillOurs(t, active, err)) return fenced(err);
+        await this.#append(t, drafts()).catch(fenced);
+      }
+    };
     const at = `Task ${t.id}, turn ${active.turn}`;
     return {
       recordStep: (rec) =>
@@ -864,7 +874,7 @@ export class Engine {
           if (rec.failure) draft.failure = rec.failure;
           else if (tooLarge) draft.failure = errorToFailure(tooLarge);
           else draft.result = rec.result ?? this.#converter.toPayload(undefined);
-          await this.#append(t, [draft]).catch(fenced);
+          await record(() => [{ ...draft }]);
           if (tooLarge) throw tooLarge;
         }),
       recordCheckpoint: (seq, data) =>
@@ -873,13 +883,16 @@ export class Engine {
           // Nothing can stand at this seq instead, so the whole turn fails (#finishAttempt).
           const tooLarge = this.#oversized('checkpoint', data, `${at}, checkpoint`);
           if (tooLarge) throw (active.refused = tooLarge);
-          await this.#append(t, [{ type: 'Checkpointed', turn: active.turn, seq, data }]).catch(fenced);
+          await record(() => [{ type: 'Checkpointed', turn: active.turn, seq, data }]);
         }),
       takeInputs: (seq) =>
         this.#withLock(t, async () => {
           check();
-          const queue = t.state!.queue;
-          await this.#append(t, [{ type: 'InputsTaken', turn: active.turn, seq, inputIds: queue.map((q) => q.inputId) }]).catch(fenced);
+          let queue = t.state!.queue;
+          await record(() => {
+            queue = t.state!.queue; // after a re-read, the queue as the other writer left it
+            return [{ type: 'InputsTaken', turn: active.turn, seq, inputIds: queue.map((q) => q.inputId) }];
+          });
           const dec = this.#codec?.decode;
           return queue.map((q) => ({ inputId: q.inputId, input: dec ? dec(q.input) : q.input }));
         }),
@@ -950,49 +963,62 @@ export class Engine {
       return;
     }
     t.active = undefined;
-    const s = t.state!;
     const turn = active.turn;
     outcome = this.#withinLimits(t.id, active, outcome);
-    let drafts: Draft[];
-    let leaseOut: Lease | undefined;
-    switch (outcome.kind) {
-      case 'completed': {
-        const d: Draft = { type: 'TurnCompleted', turn, output: outcome.output };
-        if (outcome.state) d.state = outcome.state;
-        drafts = this.#endDrafts(s, d, 'succeeded');
-        break;
+    const build = (s: TaskState): [Draft[], Lease | undefined] => {
+      let drafts: Draft[];
+      let leaseOut: Lease | undefined;
+      switch (outcome.kind) {
+        case 'completed': {
+          const d: Draft = { type: 'TurnCompleted', turn, output: outcome.output };
+          if (outcome.state) d.state = outcome.state;
+          drafts = this.#endDrafts(s, d, 'succeeded');
+          break;
+        }
+        case 'suspended': {
+          const d: Draft = { type: 'TurnSuspended', turn, reason: outcome.reason };
+          if (outcome.output) d.output = outcome.output;
+          if (outcome.state) d.state = outcome.state;
+          drafts = this.#endDrafts(s, d, 'succeeded');
+          break;
+        }
+        case 'failed':
+          drafts = this.#endDrafts(s, { type: 'TurnFailed', turn, failure: outcome.failure }, 'failed');
+          break;
+        case 'cancelled':
+          drafts = this.#endDrafts(s, { type: 'TurnCancelled', turn, reason: cancelReason(s, outcome.reason) }, 'cancelled');
+          break;
+        case 'timed-out':
+          drafts = this.#endDrafts(s, { type: 'TurnTimedOut', turn, cause: 'cooperative' }, 'timed_out');
+          break;
+        case 'exit-for-recovery':
+          drafts = [{ type: 'TurnExitedForRecovery', turn, attempt: active.attempt, reason: outcome.reason }];
+          // Release the lease in the same batch so another instance may take over at once.
+          if (t.lease) leaseOut = { ...t.lease, expiresAt: this.#clock.now() };
+          break;
+        case 'crashed':
+          drafts = [{ type: 'WorkerCrashed', turn, attempt: active.attempt, pid: outcome.pid, exitCode: outcome.exitCode, signal: outcome.signal, message: outcome.message }];
+          break;
+        case 'killed': {
+          const killed: Draft = { type: 'WorkerKilled', turn, pid: outcome.pid, signal: outcome.signal, reason: active.killReason === 'cancel' ? 'cancel grace expired' : 'turn timeout hard cap' };
+          drafts = [killed, ...this.#hardCapDrafts(s, turn, active.killReason ?? 'timeout')];
+          break;
+        }
       }
-      case 'suspended': {
-        const d: Draft = { type: 'TurnSuspended', turn, reason: outcome.reason };
-        if (outcome.output) d.output = outcome.output;
-        if (outcome.state) d.state = outcome.state;
-        drafts = this.#endDrafts(s, d, 'succeeded');
-        break;
-      }
-      case 'failed':
-        drafts = this.#endDrafts(s, { type: 'TurnFailed', turn, failure: outcome.failure }, 'failed');
-        break;
-      case 'cancelled':
-        drafts = this.#endDrafts(s, { type: 'TurnCancelled', turn, reason: cancelReason(s, outcome.reason) }, 'cancelled');
-        break;
-      case 'timed-out':
-        drafts = this.#endDrafts(s, { type: 'TurnTimedOut', turn, cause: 'cooperative' }, 'timed_out');
-        break;
-      case 'exit-for-recovery':
-        drafts = [{ type: 'TurnExitedForRecovery', turn, attempt: active.attempt, reason: outcome.reason }];
-        // Release the lease in the same batch so another instance may take over at once.
-        if (t.lease) leaseOut = { ...t.lease, expiresAt: this.#clock.now() };
-        break;
-      case 'crashed':
-        drafts = [{ type: 'WorkerCrashed', turn, attempt: active.attempt, pid: outcome.pid, exitCode: outcome.exitCode, signal: outcome.signal, message: outcome.message }];
-        break;
-      case 'killed': {
-        const killed: Draft = { type: 'WorkerKilled', turn, pid: outcome.pid, signal: outcome.signal, reason: active.killReason === 'cancel' ? 'cancel grace expired' : 'turn timeout hard cap' };
-        drafts = [killed, ...this.#hardCapDrafts(s, turn, active.killReason ?? 'timeout')];
-        break;
-      }
+      return [drafts, leaseOut];
+    };
+    let s = t.state!;
+    let [drafts, leaseOut] = build(s);
+    try {
+      await this.#append(t, drafts, leaseOut);
+    } catch (err) {
+      // Another writer appended under our generation (a withdraw on a shared store) and the re-read
+      // history still has this attempt's turn open: its outcome goes on top instead of being lost.
+      if (!this.#stillOurs(t, active, err)) throw err;
+      s = t.state!;
+      [drafts, leaseOut] = build(s);
+      await this.#append(t, drafts, leaseOut);
     }
-    await this.#append(t, drafts, leaseOut);
     if (drafts.some(isTurnTerminal)) this.#afterTerminal(t, s);
     else if (outcome.kind === 'exit-for-recovery') this.#deferWaiters(t, s);
     await this.#drive(t);
@@ -1218,6 +1244,12 @@ export class Engine {
     if (t.active === a) t.active = undefined;
   }
 
+  /** After a ConcurrencyError (and its re-read): the history still has this attempt's turn open. */
+  #stillOurs(t: TaskEntry, active: ActiveAttempt, err: unknown): boolean {
+    const ot = t.state?.openTurn;
+    return isTurnlogError(err, 'TURNLOG_CONCURRENCY') && !active.finalized && ot?.turn === active.turn && ot.attempt === active.attempt;
+  }
+
   /** Logs a background failure; a fenced task was logged once already by #fenceTask. */
   #logFailure(message: string, fields: Record<string, unknown>, err: unknown): void {
     if (!isStale(err)) this.#log.error(message, { ...fields, error: err });
@@ -1240,7 +1272,10 @@ export class Engine {
       const a = t.active;
       const ot = t.state?.openTurn;
       if (a && (ot?.turn !== a.turn || ot.attempt !== a.attempt)) this.#stopAttempt(t, a, `another writer ended turn ${a.turn} of task ${t.id}`);
-      for (const e of events) if (isTurnTerminal(e)) t.lastTerminal = e;
+      for (const e of events) {
+        if (isTurnTerminal(e)) t.lastTerminal = e;
+        else if (e.type === 'InputWithdrawn') this.#resolveWaiters(t, [e.inputId], { taskId: t.id, turn: 0, inputIds: [e.inputId], status: 'withdrawn', reason: e.reason });
+      }
       if (before?.openTurn && t.state?.openTurn?.turn !== before.openTurn.turn) this.#afterTerminal(t, before);
     } catch (e) {
       this.#log.error('re-reading the history failed; dropping the cached task', { taskId: t.id, error: e });
