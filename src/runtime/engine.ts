@@ -1372,7 +1372,15 @@ export class Engine {
     }
     for (const id of ids) {
       if (this.#state !== 'open') return;
-      const t = await this.#load(id);
+      // One task that cannot be loaded (an unreadable or corrupt history, an id an older version
+      // accepted) must not stop the others' recovery, nor Engine.open (test: runtime/engine "cannot be loaded").
+      let t: TaskEntry;
+      try {
+        t = await this.#load(id);
+      } catch (err) {
+        this.#log.error('recovery failed: the task cannot be loaded', { taskId: id, error: err });
+        continue;
+      }
       if (t.active) continue;
       await this.#withLock(t, () => this.#drive(t)).catch((err) => this.#logFailure('recovery failed', { taskId: id }, err));
     }
