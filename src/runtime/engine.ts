@@ -1258,7 +1258,8 @@ export class Engine {
   /**
    * A ConcurrencyError: someone else appended under our generation, so the cached state is
    * behind. Re-read the tail so the next call decides on the real history instead of failing
-   * again forever; the failed call itself is not retried (its decision was made on stale state).
+   * again forever. An API call is not retried (decided on stale state); a running attempt's
+   * record or end is, by its caller (#stillOurs), while the turn is still that attempt's.
    */
   async #refresh(t: TaskEntry, err: unknown): Promise<void> {
     this.#log.warn('append lost a race with another writer; re-reading the history', { taskId: t.id, code: 'TURNLOG_CONCURRENCY', error: err });
