@@ -944,8 +944,19 @@ export class Engine {
     };
     // A zombie's record gets FencedError (never retried, docs/errors.md), not the store's error.
     const fenced = (err: unknown): never => {
-      if (!isStale(err)) throw err;
-      throw new FencedError(t.id, active.turn, active.attempt, `another instance took the task over at generation ${err.current}`, { cause: err });
+      if (isStale(err)) throw new FencedError(t.id, active.turn, active.attempt, `another instance took the task over at generation ${err.current}`, { cause: err });
+      if (active.finalized) throw new FencedError(t.id, active.turn, active.attempt, 'another writer ended the turn', { cause: err });
+      throw err;
+    };
+    // A record does not depend on what a same-generation writer appended (a send, a withdraw): when
+    // the re-read history still has this attempt's turn open, it goes on top, once, instead of failing.
+    const record = async (drafts: () => Draft[]): Promise<void> => {
+      try {
+        await this.#append(t, drafts());
+      } catch (err) {
+        if (t.active !== active || !this.#stillOurs(t, active, err)) return fenced(err);
+        await this.#append(t, drafts()).catch(fenced);
+      }
     };
     const at = `Task ${t.id}, turn ${active.turn}`;
     return {
@@ -958,7 +969,7 @@ export class Engine {
           if (rec.failure) draft.failure = rec.failure;
           else if (tooLarge) draft.failure = errorToFailure(tooLarge);
           else draft.result = rec.result ?? this.#converter.toPayload(undefined);
-          await this.#append(t, [draft]).catch(fenced);
+          await record(() => [{ ...draft }]);
           if (tooLarge) throw tooLarge;
         }),
       recordCheckpoint: (seq, data) =>
@@ -967,13 +978,16 @@ export class Engine {
           // Nothing can stand at this seq instead, so the whole turn fails (#finishAttempt).
           const tooLarge = this.#oversized('checkpoint', data, `${at}, checkpoint`);
           if (tooLarge) throw (active.refused = tooLarge);
-          await this.#append(t, [{ type: 'Checkpointed', turn: active.turn, seq, data }]).catch(fenced);
+          await record(() => [{ type: 'Checkpointed', turn: active.turn, seq, data }]);
         }),
       takeInputs: (seq) =>
         this.#withLock(t, async () => {
           check();
-          const queue = t.state!.queue;
-          await this.#append(t, [{ type: 'InputsTaken', turn: active.turn, seq, inputIds: queue.map((q) => q.inputId) }]).catch(fenced);
+          let queue = t.state!.queue;
+          await record(() => {
+            queue = t.state!.queue; // after a re-read, the queue as the other writer left it
+            return [{ type: 'InputsTaken', turn: active.turn, seq, inputIds: queue.map((q) => q.inputId) }];
+          });
           const dec = this.#codec?.decode;
           return queue.map((q) => ({ inputId: q.inputId, input: dec ? dec(q.input) : q.input }));
         }),
@@ -1044,49 +1058,62 @@ export class Engine {
       return;
     }
     t.active = undefined;
-    const s = t.state!;
     const turn = active.turn;
     outcome = this.#withinLimits(t.id, active, outcome);
-    let drafts: Draft[];
-    let leaseOut: Lease | undefined;
-    switch (outcome.kind) {
-      case 'completed': {
-        const d: Draft = { type: 'TurnCompleted', turn, output: outcome.output };
-        if (outcome.state) d.state = outcome.state;
-        drafts = this.#endDrafts(s, d, 'succeeded');
-        break;
+    const build = (s: TaskState): [Draft[], Lease | undefined] => {
+      let drafts: Draft[];
+      let leaseOut: Lease | undefined;
+      switch (outcome.kind) {
+        case 'completed': {
+          const d: Draft = { type: 'TurnCompleted', turn, output: outcome.output };
+          if (outcome.state) d.state = outcome.state;
+          drafts = this.#endDrafts(s, d, 'succeeded');
+          break;
+        }
+        case 'suspended': {
+          const d: Draft = { type: 'TurnSuspended', turn, reason: outcome.reason };
+          if (outcome.output) d.output = outcome.output;
+          if (outcome.state) d.state = outcome.state;
+          drafts = this.#endDrafts(s, d, 'succeeded');
+          break;
+        }
+        case 'failed':
+          drafts = this.#endDrafts(s, { type: 'TurnFailed', turn, failure: outcome.failure }, 'failed');
+          break;
+        case 'cancelled':
+          drafts = this.#endDrafts(s, { type: 'TurnCancelled', turn, reason: cancelReason(s, outcome.reason) }, 'cancelled');
+          break;
+        case 'timed-out':
+          drafts = this.#endDrafts(s, { type: 'TurnTimedOut', turn, cause: 'cooperative' }, 'timed_out');
+          break;
+        case 'exit-for-recovery':
+          drafts = [{ type: 'TurnExitedForRecovery', turn, attempt: active.attempt, reason: outcome.reason }];
+          // Release the lease in the same batch so another instance may take over at once.
+          if (t.lease) leaseOut = { ...t.lease, expiresAt: this.#clock.now() };
+          break;
+        case 'crashed':
+          drafts = [{ type: 'WorkerCrashed', turn, attempt: active.attempt, pid: outcome.pid, exitCode: outcome.exitCode, signal: outcome.signal, message: outcome.message }];
+          break;
+        case 'killed': {
+          const killed: Draft = { type: 'WorkerKilled', turn, pid: outcome.pid, signal: outcome.signal, reason: active.killReason === 'cancel' ? 'cancel grace expired' : 'turn timeout hard cap' };
+          drafts = [killed, ...this.#hardCapDrafts(s, turn, active.killReason ?? 'timeout')];
+          break;
+        }
       }
-      case 'suspended': {
-        const d: Draft = { type: 'TurnSuspended', turn, reason: outcome.reason };
-        if (outcome.output) d.output = outcome.output;
-        if (outcome.state) d.state = outcome.state;
-        drafts = this.#endDrafts(s, d, 'succeeded');
-        break;
-      }
-      case 'failed':
-        drafts = this.#endDrafts(s, { type: 'TurnFailed', turn, failure: outcome.failure }, 'failed');
-        break;
-      case 'cancelled':
-        drafts = this.#endDrafts(s, { type: 'TurnCancelled', turn, reason: cancelReason(s, outcome.reason) }, 'cancelled');
-        break;
-      case 'timed-out':
-        drafts = this.#endDrafts(s, { type: 'TurnTimedOut', turn, cause: 'cooperative' }, 'timed_out');
-        break;
-      case 'exit-for-recovery':
-        drafts = [{ type: 'TurnExitedForRecovery', turn, attempt: active.attempt, reason: outcome.reason }];
-        // Release the lease in the same batch so another instance may take over at once.
-        if (t.lease) leaseOut = { ...t.lease, expiresAt: this.#clock.now() };
-        break;
-      case 'crashed':
-        drafts = [{ type: 'WorkerCrashed', turn, attempt: active.attempt, pid: outcome.pid, exitCode: outcome.exitCode, signal: outcome.signal, message: outcome.message }];
-        break;
-      case 'killed': {
-        const killed: Draft = { type: 'WorkerKilled', turn, pid: outcome.pid, signal: outcome.signal, reason: active.killReason === 'cancel' ? 'cancel grace expired' : 'turn timeout hard cap' };
-        drafts = [killed, ...this.#hardCapDrafts(s, turn, active.killReason ?? 'timeout')];
-        break;
-      }
+      return [drafts, leaseOut];
+    };
+    let s = t.state!;
+    let [drafts, leaseOut] = build(s);
+    try {
+      await this.#append(t, drafts, leaseOut);
+    } catch (err) {
+      // Another writer appended under our generation (a withdraw on a shared store) and the re-read
+      // history still has this attempt's turn open: its outcome goes on top instead of being lost.
+      if (!this.#stillOurs(t, active, err)) throw err;
+      s = t.state!;
+      [drafts, leaseOut] = build(s);
+      await this.#append(t, drafts, leaseOut);
     }
-    await this.#append(t, drafts, leaseOut);
     if (drafts.some(isTurnTerminal)) this.#afterTerminal(t, s);
     else if (outcome.kind === 'exit-for-recovery') this.#deferWaiters(t, s);
     await this.#drive(t);
@@ -1286,14 +1313,7 @@ export class Engine {
   #fenceTask(t: TaskEntry, err: StaleGenerationError): void {
     const a = t.active;
     const detail = `another instance took task ${t.id} over at generation ${err.current}`;
-    if (a) {
-      a.finalized = true;
-      for (const tm of a.timers) tm.cancel();
-      a.handle?.fence(detail);
-      if (a.handle?.kill) a.handle.kill(detail);
-      else this.#cancelAttempt(a, 'cancel', detail);
-      t.active = undefined;
-    }
+    if (a) this.#stopAttempt(t, a, detail);
     if (this.#tasks.get(t.id) === t) this.#tasks.delete(t.id);
     const turn = a?.turn ?? t.state?.openTurn?.turn ?? t.state?.turn ?? 0;
     const deferred = this.#deferred(t.id, turn, `${detail}; this engine no longer runs it`);
@@ -1310,6 +1330,22 @@ export class Engine {
     });
   }
 
+  /** Stops an attempt that no longer owns its turn (kill a worker, else cancel cooperatively); its records and outcome are refused. */
+  #stopAttempt(t: TaskEntry, a: ActiveAttempt, detail: string): void {
+    a.finalized = true;
+    for (const tm of a.timers) tm.cancel();
+    a.handle?.fence(detail);
+    if (a.handle?.kill) a.handle.kill(detail);
+    else this.#cancelAttempt(a, 'cancel', detail);
+    if (t.active === a) t.active = undefined;
+  }
+
+  /** After a ConcurrencyError (and its re-read): the history still has this attempt's turn open. */
+  #stillOurs(t: TaskEntry, active: ActiveAttempt, err: unknown): boolean {
+    const ot = t.state?.openTurn;
+    return isTurnlogError(err, 'TURNLOG_CONCURRENCY') && !active.finalized && ot?.turn === active.turn && ot.attempt === active.attempt;
+  }
+
   /** Logs a background failure; a fenced task was logged once already by #fenceTask. */
   #logFailure(message: string, fields: Record<string, unknown>, err: unknown): void {
     if (!isStale(err)) this.#log.error(message, { ...fields, error: err });
@@ -1318,14 +1354,26 @@ export class Engine {
   /**
    * A ConcurrencyError: someone else appended under our generation, so the cached state is
    * behind. Re-read the tail so the next call decides on the real history instead of failing
-   * again forever; the failed call itself is not retried (its decision was made on stale state).
+   * again forever. An API call is not retried (decided on stale state); a running attempt's
+   * record or end is, by its caller (#stillOurs), while the turn is still that attempt's.
    */
   async #refresh(t: TaskEntry, err: unknown): Promise<void> {
     this.#log.warn('append lost a race with another writer; re-reading the history', { taskId: t.id, code: 'TURNLOG_CONCURRENCY', error: err });
     try {
+      const before = t.state;
       const events = await this.store.readEvents(t.id, { fromEventId: (t.state?.lastEventId ?? 0) + 1 });
       if (events.length) t.state = fold(t.id, events, t.state);
       t.lease = await this.store.getLease(t.id);
+      // The other writer may have ended the turn running here (another engine's cancel finalizes
+      // it under the same generation): stop it, so no step of a finalized turn runs (invariant 7).
+      const a = t.active;
+      const ot = t.state?.openTurn;
+      if (a && (ot?.turn !== a.turn || ot.attempt !== a.attempt)) this.#stopAttempt(t, a, `another writer ended turn ${a.turn} of task ${t.id}`);
+      for (const e of events) {
+        if (isTurnTerminal(e)) t.lastTerminal = e;
+        else if (e.type === 'InputWithdrawn') this.#resolveWaiters(t, [e.inputId], { taskId: t.id, turn: 0, inputIds: [e.inputId], status: 'withdrawn', reason: e.reason });
+      }
+      if (before?.openTurn && t.state?.openTurn?.turn !== before.openTurn.turn) this.#afterTerminal(t, before);
     } catch (e) {
       this.#log.error('re-reading the history failed; dropping the cached task', { taskId: t.id, error: e });
       if (!t.active && this.#tasks.get(t.id) === t) this.#tasks.delete(t.id);
@@ -1454,13 +1502,16 @@ export class Engine {
     for (const id of ids) {
       if (this.#state !== 'open') return;
       if (this.#corrupt.has(id)) continue;
+      // One task that cannot be loaded (an unreadable or corrupt history, an id an older version
+      // accepted) must not stop the others' recovery, nor Engine.open (test: runtime/engine "cannot be loaded").
       let t: TaskEntry;
       try {
         t = await this.#load(id);
       } catch (err) {
         // A corrupt task was logged and marked by #isolate; every other task is still served.
         if (this.#corrupt.has(id)) continue;
-        throw err;
+        this.#log.error('recovery failed: the task cannot be loaded', { taskId: id, error: err });
+        continue;
       }
       if (t.active) continue;
       await this.#withLock(t, () => this.#drive(t)).catch((err) => this.#logFailure('recovery failed', { taskId: id }, err));

@@ -257,14 +257,19 @@ export async function resolveHistory(
 // ---------------------------------------------------------------------------------------------
 // The replay proper
 
-/** Codes of the TurnFailed events the engine writes itself; replay treats those turns as cut off. */
-export const ENGINE_FAILURE_CODES = ['TURNLOG_WORKER_START', 'TURNLOG_WORKER_PROTOCOL', 'TURNLOG_WORKER_CRASHED', 'TURNLOG_WORKFLOW_NOT_FOUND'] as const;
+/**
+ * Codes of the TurnFailed events the engine writes itself; replay treats those turns as cut off.
+ * TURNLOG_PAYLOAD_TOO_LARGE: the engine's configured limits, which a replay does not know, turned
+ * a completed turn (or a checkpoint) into this failure (test: "payload limits" in replay-history.test).
+ */
+export const ENGINE_FAILURE_CODES = ['TURNLOG_WORKER_START', 'TURNLOG_WORKER_PROTOCOL', 'TURNLOG_WORKER_CRASHED', 'TURNLOG_WORKFLOW_NOT_FOUND', 'TURNLOG_PAYLOAD_TOO_LARGE'] as const;
 const CUT_OFF_FAILURE_CODES: ReadonlySet<string> = new Set(ENGINE_FAILURE_CODES);
 
 /**
  * A TurnFailed the engine wrote itself, not the handler's own end: a worker that failed to start,
- * broke the protocol or crashed too often, an unregistered workflow, or the replayer's
- * `recoveries-exhausted` rule (type `RecoveriesExhausted`: the last attempt died with the engine).
+ * broke the protocol or crashed too often, an unregistered workflow, a payload over the engine's
+ * limits, or the replayer's `recoveries-exhausted` rule (type `RecoveriesExhausted`: the last
+ * attempt died with the engine).
  */
 function failedFromOutside(f: { type: string; code?: string }): boolean {
   return f.type === 'RecoveriesExhausted' || CUT_OFF_FAILURE_CODES.has(f.code ?? '');
@@ -580,7 +585,9 @@ class ReplayContext<I, S> extends TurnContextImpl<I, S> {
   override step<T>(name: string, fn: (signal: AbortSignal) => Promise<T> | T, options?: StepOptions): Promise<T> {
     return this.#check(`step "${name}"`, (c) => c.kind === 'step' && c.name === name) ?? super.step(name, fn, options);
   }
-  override checkpoint(data: unknown): Promise<void> {
+  override async checkpoint(data: unknown): Promise<void> {
+    // A value the live run refused took no position among the calls: refuse it before the check.
+    this.checkpointPayload(data);
     return this.#check('checkpoint', (c) => c.kind === 'checkpoint') ?? super.checkpoint(data);
   }
   override takeInputs<T = I>(options?: { wait?: boolean }): Promise<T[]> {
