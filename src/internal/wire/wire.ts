@@ -1,7 +1,9 @@
 /**
- * The little of the protobuf wire format the worker protocol needs: varints, doubles, strings,
- * bytes and nested messages. protocol.ts writes fields in field-number order and omits proto3
- * defaults, so its bytes equal protobufjs' reflected encoder's (test/executor/protocol-codec.test.ts).
+ * The one protobuf wire layer of the hand-written codecs (the worker protocol, the history
+ * fast paths): varints, doubles, strings, bytes and nested messages. Callers write fields in
+ * field-number order with the generated tags (src/internal/wire/fields.ts) and omit proto3
+ * defaults, so the bytes equal protobufjs' reflected encoder's (test/executor/protocol-codec.test.ts,
+ * test/history/codec-encode.test.ts).
  *
  * No protobufjs here on purpose: a worker process loads this file at start-up, and evaluating
  * even `protobufjs/minimal` (a dozen CommonJS files through the ESM loader) costs it 20–40 ms,
@@ -17,6 +19,8 @@ const f64 = new Float64Array(1);
 const f64Bytes = new Uint8Array(f64.buffer);
 const LITTLE_ENDIAN = new Uint8Array(new Uint16Array([1]).buffer)[0] === 1;
 const strictUtf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
+/** protobufjs' reading of stored strings: invalid bytes become U+FFFD (Buffer's utf8Slice). */
+const looseUtf8 = new TextDecoder('utf-8', { fatal: false, ignoreBOM: true });
 /** Below this many bytes a plain loop beats TextDecoder for ASCII strings. */
 const SHORT_STRING = 64;
 /** Room kept in front of a frame for its varint length prefix (a frame is < 2^35 bytes). */
@@ -151,6 +155,22 @@ export class Writer {
     this.buf[p] = v;
   }
 
+  /** Empties the writer for reuse (a shared writer; a throw mid-encode leaves no state behind). */
+  reset(): void {
+    this.pos = PREFIX_ROOM;
+  }
+
+  /** The bytes written, copied into a Buffer of their size; with `delimited`, length-prefixed first. */
+  finish(delimited = false): Buffer {
+    const src = delimited ? this.finishDelimited() : this.buf.subarray(PREFIX_ROOM, this.pos);
+    const n = src.length;
+    const out = Buffer.allocUnsafe(n);
+    // A loop copies small events faster than `set`.
+    if (n <= 256) for (let i = 0; i < n; i++) out[i] = src[i]!;
+    else out.set(src);
+    return out;
+  }
+
   /** The frame: varint length prefix, then the body. */
   finishDelimited(): Buffer {
     const len = this.pos - PREFIX_ROOM;
@@ -165,49 +185,50 @@ export class Writer {
     return this.buf.subarray(start, this.pos);
   }
 
-  // proto3 fields: a default value (0, '', false, empty bytes) is not written; null/undefined neither.
-  uint32Field(field: number, v: number | null | undefined): void {
+  // proto3 fields by tag ((field << 3) | wire type, from fields.ts): a default value (0, '',
+  // false, empty bytes) is not written; null/undefined neither.
+  uint32Field(tag: number, v: number | null | undefined): void {
     if (v != null && v !== 0) {
-      this.tag(field, VARINT);
+      this.uint32(tag);
       this.uint32(v);
     }
   }
-  int32Field(field: number, v: number | null | undefined): void {
+  int32Field(tag: number, v: number | null | undefined): void {
     if (v != null && v !== 0) {
-      this.tag(field, VARINT);
+      this.uint32(tag);
       this.int32(v);
     }
   }
-  doubleField(field: number, v: number | null | undefined): void {
+  doubleField(tag: number, v: number | null | undefined): void {
     if (v != null && !Object.is(v, 0)) {
-      this.tag(field, FIXED64);
+      this.uint32(tag);
       this.double(v);
     }
   }
-  boolField(field: number, v: boolean | null | undefined): void {
+  boolField(tag: number, v: boolean | null | undefined): void {
     if (v != null && v !== false) {
-      this.tag(field, VARINT);
+      this.uint32(tag);
       this.bool(v);
     }
   }
-  stringField(field: number, v: string | null | undefined): void {
+  stringField(tag: number, v: string | null | undefined): void {
     if (v != null && v !== '') {
-      this.tag(field, LEN);
+      this.uint32(tag);
       this.string(v);
     }
   }
   /** `repeated string`: every element, empty ones included. */
-  stringsField(field: number, vs: readonly string[] | null | undefined): void {
+  stringsField(tag: number, vs: readonly string[] | null | undefined): void {
     if (vs) {
-      for (const v of vs) {
-        this.tag(field, LEN);
-        this.string(v);
+      for (let i = 0; i < vs.length; i++) {
+        this.uint32(tag);
+        this.string(vs[i]!);
       }
     }
   }
   /** An empty message (`{}`): tag and a zero length. */
-  emptyField(field: number): void {
-    this.tag(field, LEN);
+  emptyField(tag: number): void {
+    this.uint32(tag);
     this.#ensure(1);
     this.buf[this.pos++] = 0;
   }
@@ -220,9 +241,13 @@ export class Reader {
   /** End of the message being read: no field may reach past it. */
   limit: number;
 
-  constructor(buf: Uint8Array) {
+  readonly #utf8: typeof strictUtf8;
+
+  /** `strict`: invalid UTF-8 throws (worker frames); otherwise it becomes U+FFFD (stored history, as protobufjs). */
+  constructor(buf: Uint8Array, strict = true) {
     this.buf = buf;
     this.limit = buf.length;
+    this.#utf8 = strict ? strictUtf8 : looseUtf8;
   }
 
   /** Reads the nested message that starts here (its length first) with `read`, within its bounds. */
@@ -299,7 +324,7 @@ export class Reader {
     return v;
   }
 
-  /** Strict UTF-8: invalid bytes throw, a leading BOM stays. */
+  /** UTF-8 (strict or not, see the constructor); a leading BOM stays. */
   string(): string {
     const end = this.end();
     const b = this.buf;
@@ -309,12 +334,12 @@ export class Reader {
       let s = '';
       for (; p < end; p++) {
         const c = b[p]!;
-        if (c >= 0x80) return s + strictUtf8.decode(b.subarray(p, end));
+        if (c >= 0x80) return s + this.#utf8.decode(b.subarray(p, end));
         s += String.fromCharCode(c);
       }
       return s;
     }
-    return strictUtf8.decode(b.subarray(p, end));
+    return this.#utf8.decode(b.subarray(p, end));
   }
 
   /** Skips a field of an unknown number (or of a known one with an unexpected wire type). */
