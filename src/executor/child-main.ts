@@ -17,7 +17,8 @@ import { pathToFileURL } from 'node:url';
 import { FencedError, TurnlogError } from '../errors.js';
 import type { Payload } from '../history/events.js';
 import { errorToFailure, failureToError } from '../history/failure.js';
-import { DefaultPayloadConverter, type PayloadConverter } from '../history/payload.js';
+import type { PayloadConverter } from '../history/payload.js';
+import { moduleConverter, payloadPipeline } from '../history/pipeline.js';
 import { TurnContextImpl, runHandler, type TurnHost, type TurnSpec } from '../workflow/context.js';
 import type { Workflow } from '../workflow/define-workflow.js';
 import { workflowList } from '../workflow/workflow-source.js';
@@ -64,7 +65,7 @@ interface Turn {
 markIsolatedWorker();
 
 /** The workflows module's `payloadConverter` export, if any (it must match the engine's). */
-let converter: PayloadConverter = new DefaultPayloadConverter();
+let converter: PayloadConverter = payloadPipeline().converter;
 const pipe = new Socket({ fd: PROTOCOL_FD, readable: true, writable: true });
 const reader = new FrameReader();
 const workflows = new Map<string, Workflow<any, any, any, any>>();
@@ -288,8 +289,9 @@ async function warmUp(): Promise<void> {
 
 /** Named exports, arrays and a default export: the same reading as the engine's (workflow-source.ts); and a `payloadConverter`. */
 function collect(mod: Record<string, unknown>): void {
-  const c = mod['payloadConverter'] as PayloadConverter | undefined;
-  if (c && typeof c.toPayload === 'function' && typeof c.fromPayload === 'function') converter = c;
+  const c = moduleConverter(mod);
+  // Workers see plain payloads (codecs run in the engine), so the pipeline is the converter alone.
+  if (c) converter = payloadPipeline({ converter: c }).converter;
   for (const w of workflowList(mod)) workflows.set(w.name, w);
 }
 
