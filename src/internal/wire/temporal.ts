@@ -54,16 +54,20 @@ export function readPayload(r: Reader): Payload {
   while (r.more()) {
     const t = r.uint32();
     if (t === P.metadata) {
+      // The entry inline (no closure per entry: this is the hot decode path).
       let key = '';
       let value = EMPTY_BYTES;
-      r.nested((r) => {
-        while (r.more()) {
-          const u = r.uint32();
-          if (u === MapEntry.key) key = r.string();
-          else if (u === MapEntry.value) value = r.bytes();
-          else r.skip(u & 7);
-        }
-      });
+      const end = r.end();
+      const outer = r.limit;
+      r.limit = end;
+      while (r.more()) {
+        const u = r.uint32();
+        if (u === MapEntry.key) key = r.string();
+        else if (u === MapEntry.value) value = r.bytes();
+        else r.skip(u & 7);
+      }
+      if (r.pos !== end) throw new RangeError('index out of range');
+      r.limit = outer;
       setOwn(metadata, key, value);
     } else if (t === P.data) {
       data = r.bytes();
