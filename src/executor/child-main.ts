@@ -17,8 +17,7 @@ import { pathToFileURL } from 'node:url';
 import { FencedError, TurnlogError } from '../errors.js';
 import type { Payload } from '../history/events.js';
 import { errorToFailure, failureToError } from '../history/failure.js';
-import type { PayloadConverter } from '../history/payload.js';
-import { moduleConverter, payloadPipeline } from '../history/pipeline.js';
+import { DefaultPayloadConverter, moduleConverter, type PayloadConverter } from '../history/payload.js';
 import { TurnContextImpl, runHandler, type TurnHost, type TurnSpec } from '../workflow/context.js';
 import type { Workflow } from '../workflow/define-workflow.js';
 import { workflowList } from '../workflow/workflow-source.js';
@@ -65,7 +64,7 @@ interface Turn {
 markIsolatedWorker();
 
 /** The workflows module's `payloadConverter` export, if any (it must match the engine's). */
-let converter: PayloadConverter = payloadPipeline().converter;
+let converter: PayloadConverter = new DefaultPayloadConverter();
 const pipe = new Socket({ fd: PROTOCOL_FD, readable: true, writable: true });
 const reader = new FrameReader();
 const workflows = new Map<string, Workflow<any, any, any, any>>();
@@ -289,9 +288,9 @@ async function warmUp(): Promise<void> {
 
 /** Named exports, arrays and a default export: the same reading as the engine's (workflow-source.ts); and a `payloadConverter`. */
 function collect(mod: Record<string, unknown>): void {
+  // Workers see plain payloads (codecs run in the engine): their pipeline is the converter alone.
   const c = moduleConverter(mod);
-  // Workers see plain payloads (codecs run in the engine), so the pipeline is the converter alone.
-  if (c) converter = payloadPipeline({ converter: c }).converter;
+  if (c) converter = c;
   for (const w of workflowList(mod)) workflows.set(w.name, w);
 }
 

@@ -12,8 +12,7 @@ import type { EntryMode, FailureInfo, Payload, RetryPolicy, WorkflowKind } from 
 import type { QueuedInput, RecordedCall } from '../history/state.js';
 import type { AttemptOutcome, CancelKind, StepRecord, TurnSpec } from '../workflow/context.js';
 import * as pb from '../internal/wire/fields.js';
-import { EMPTY_BYTES as EMPTY, readFailure, readPayload, writeFailure, writePayload } from '../internal/wire/temporal.js';
-import { LEN, Reader, Writer } from '../internal/wire/wire.js';
+import { EMPTY_BYTES as EMPTY, LEN, Reader, Writer, readFailure, readPayload, writeFailure, writePayload } from '../internal/wire/wire.js';
 
 /** Bumped for any change a peer of the other version would misread. */
 export const PROTOCOL_VERSION = 1;

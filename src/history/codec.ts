@@ -7,8 +7,7 @@
 import { HistoryCorruptError, HistoryFormatError, TurnlogError } from '../errors.js';
 import { lookupType } from '../internal/proto/root.js';
 import * as pb from '../internal/wire/fields.js';
-import { CODE_PREFIX, EMPTY_BYTES as EMPTY, readFailure, readPayload, setOwn, writeFailure, writePayload } from '../internal/wire/temporal.js';
-import { Reader, Writer } from '../internal/wire/wire.js';
+import { CODE_PREFIX, EMPTY_BYTES as EMPTY, Reader, Writer, readFailure, readPayload, setOwn, writeFailure, writePayload } from '../internal/wire/wire.js';
 import {
   HISTORY_FORMAT_VERSION,
   type CancelScope,

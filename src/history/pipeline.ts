@@ -3,11 +3,16 @@
  * stored payloads, failures and events), built once by {@link payloadPipeline}. The engine, the
  * inline executor, process workers, replay testing (in-process and worker threads) and the CLI
  * each obtain theirs through that function, so a custom converter or codec list reaches all of
- * them alike (docs/workflows.md#custom-payload-converters). Light: a worker process loads it.
+ * them alike (docs/workflows.md#custom-payload-converters). A process worker needs only the
+ * converter (codecs run in the engine), so it takes {@link moduleConverter} without this module:
+ * every module it loads at start-up costs it about 1 ms.
  */
 import type { FailureInfo, HistoryEvent, Payload } from './events.js';
 import { codecChain, type CodecChain } from './payload-map.js';
 import { DefaultPayloadConverter, type PayloadCodec, type PayloadConverter } from './payload.js';
+
+// Defined in payload.ts, which a worker loads anyway (child-main imports it from there).
+export { moduleConverter } from './payload.js';
 
 /** What a pipeline is built from. Every field is optional: the default is JSON, no codecs. */
 export interface PayloadPipelineOptions {
@@ -59,13 +64,4 @@ export function payloadPipeline(options: PayloadPipelineOptions = {}): PayloadPi
     decodeEvent: chain ? chain.decodeEvent : same,
     fromStored: <T>(p: Payload) => converter.fromPayload<T>(chain ? chain.decode(p) : p),
   };
-}
-
-/**
- * The `payloadConverter` export of a workflows module, if it has a usable one: how process
- * workers, replay worker threads, `replayHistory` with a module and `turnlog replay` find it.
- */
-export function moduleConverter(mod: Record<string, unknown>): PayloadConverter | undefined {
-  const c = mod['payloadConverter'] as PayloadConverter | undefined;
-  return c && typeof c.toPayload === 'function' && typeof c.fromPayload === 'function' ? c : undefined;
 }

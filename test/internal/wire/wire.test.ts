@@ -1,4 +1,4 @@
-// The one hand encoding of Payload and Failure (src/internal/wire/temporal.ts), shared by the
+// The one hand encoding of Payload and Failure (src/internal/wire/wire.ts), shared by the
 // worker protocol and the history fast paths: byte for byte what protobufjs' reflected encoder
 // writes for history/codec.ts's own mapping, encoded_attributes (field 20) included.
 import fc from 'fast-check';
@@ -7,8 +7,7 @@ import { decodeEvent, decodeFailure, encodeEvent, encodeEventGeneric, failureToP
 import type { FailureInfo, HistoryEvent, Payload } from '../../../src/history/events.js';
 import { decodeWorkerMessage, encodeWorkerMessage } from '../../../src/executor/protocol.js';
 import { lookupType } from '../../../src/internal/proto/root.js';
-import { readFailure, writeFailure } from '../../../src/internal/wire/temporal.js';
-import { Reader, Writer } from '../../../src/internal/wire/wire.js';
+import { Reader, Writer, readFailure, writeFailure } from '../../../src/internal/wire/wire.js';
 import { failureArbitrary } from '../../helpers/arbitraries.js';
 
 const RUNS = { seed: 1717, numRuns: 200 };
