@@ -120,7 +120,7 @@ export async function loadCodecsModule(path: string): Promise<{ codecs: PayloadC
   const list = mod['payloadCodecs'] ?? mod['default'];
   if (converter && list === undefined) return { codecs: [], converter };
   if (!Array.isArray(list) || list.length === 0 || !list.every(isCodec)) {
-    throw usageError(`Module ${abs} exports no payload codecs. Export them as \`export const payloadCodecs = [codec]\` (the array the engine gets as payloadCodecs), or as a default array.`);
+    throw usageError(`Module ${abs} exports no payload codecs. Export them as \`export const payloadCodecs = [codec]\` (the array the engine gets as payloadCodecs), or as a default array; or export only the engine's payloadConverter.`);
   }
   return { codecs: list, converter };
 }
