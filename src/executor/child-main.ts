@@ -17,7 +17,7 @@ import { pathToFileURL } from 'node:url';
 import { FencedError, TurnlogError } from '../errors.js';
 import type { Payload } from '../history/events.js';
 import { errorToFailure, failureToError } from '../history/failure.js';
-import { DefaultPayloadConverter, type PayloadConverter } from '../history/payload.js';
+import { DefaultPayloadConverter, moduleConverter, type PayloadConverter } from '../history/payload.js';
 import { TurnContextImpl, runHandler, type TurnHost, type TurnSpec } from '../workflow/context.js';
 import type { Workflow } from '../workflow/define-workflow.js';
 import { workflowList } from '../workflow/workflow-source.js';
@@ -288,8 +288,9 @@ async function warmUp(): Promise<void> {
 
 /** Named exports, arrays and a default export: the same reading as the engine's (workflow-source.ts); and a `payloadConverter`. */
 function collect(mod: Record<string, unknown>): void {
-  const c = mod['payloadConverter'] as PayloadConverter | undefined;
-  if (c && typeof c.toPayload === 'function' && typeof c.fromPayload === 'function') converter = c;
+  // Workers see plain payloads (codecs run in the engine): their pipeline is the converter alone.
+  const c = moduleConverter(mod);
+  if (c) converter = c;
   for (const w of workflowList(mod)) workflows.set(w.name, w);
 }
 

@@ -97,6 +97,16 @@ export class DefaultPayloadConverter implements PayloadConverter {
 export const defaultPayloadConverter: PayloadConverter = new DefaultPayloadConverter();
 
 /**
+ * The `payloadConverter` export of a workflows module, if it has a usable one: how process
+ * workers, replay worker threads, `replayHistory` with a module and `turnlog replay` find it.
+ */
+export function moduleConverter(mod: Record<string, unknown>): PayloadConverter | undefined {
+  const c = mod['payloadConverter'] as PayloadConverter | undefined;
+  return c && typeof c.toPayload === 'function' && typeof c.fromPayload === 'function' ? c : undefined;
+}
+
+
+/**
  * Size limits of payloads, in bytes, measured with {@link payloadSize} on the converted payload
  * (before any PayloadCodec). See docs/workflows.md#payload-limits.
  */

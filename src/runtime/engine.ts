@@ -36,14 +36,14 @@ import { errorToFailure } from '../history/failure.js';
 import { nextLease } from '../history/lease.js';
 import {
   DEFAULT_PAYLOAD_LIMITS,
-  DefaultPayloadConverter,
   MAX_PAYLOAD_BYTES,
   payloadSize,
   type PayloadCodec,
   type PayloadConverter,
   type PayloadLimits,
 } from '../history/payload.js';
-import { codecChain, type CodecChain } from '../history/payload-map.js';
+import type { CodecChain } from '../history/payload-map.js';
+import { payloadPipeline } from '../history/pipeline.js';
 import type { TaskState } from '../history/state.js';
 import { encodeHistoryFile, type HistoryFileFormat } from '../history/history-file.js';
 import { decodeState, encodeState } from '../history/state-codec.js';
@@ -296,7 +296,9 @@ export class Engine {
       if (this.#workflows.has(wf.name)) throw invalidArgument(`Workflow ${wf.name} is registered twice; names must be unique.`);
       this.#workflows.set(wf.name, wf);
     }
-    this.#converter = options.payloadConverter ?? new DefaultPayloadConverter();
+    // One pipeline (history/pipeline.ts): the converter and codecs every path of this engine uses.
+    const pipeline = payloadPipeline({ converter: options.payloadConverter, codecs: options.payloadCodecs, encodeFailureAttributes: options.encodeFailureAttributes });
+    this.#converter = pipeline.converter;
     for (const wf of list) {
       if (wf.payloads === 'custom' && !options.payloadConverter) {
         throw invalidArgument(`Workflow ${wf.name} is defined with payloads: 'custom', but the engine has no payloadConverter. Pass Engine.open({ payloadConverter }), or drop payloads: 'custom' to use JSON.`);
@@ -306,7 +308,7 @@ export class Engine {
     this.#ownerOption = options.owner;
     this.#instanceOption = options.instance;
     this.#clock = options.clock ?? systemClock;
-    this.#codec = codecChain(options.payloadCodecs ?? [], options.encodeFailureAttributes === undefined ? {} : { encodeFailureAttributes: options.encodeFailureAttributes });
+    this.#codec = pipeline.chain;
     this.#leaseMs = positive('leaseMs', options.leaseMs ?? 60_000);
     this.#scanIntervalMs = options.scanIntervalMs ?? 30_000;
     this.#shutdownGraceMs = options.shutdownGraceMs ?? 25_000;

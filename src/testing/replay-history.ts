@@ -12,8 +12,8 @@ import { FencedError, NonDeterminismError, ReplayStalledError, TurnlogError, inv
 import type { HistoryEvent, Payload, TurnExitedForRecovery, TurnTerminalEvent } from '../history/events.js';
 import { isTurnTerminal } from '../history/events.js';
 import { parseHistoryFile } from '../history/history-file.js';
-import { DefaultPayloadConverter, type PayloadCodec, type PayloadConverter } from '../history/payload.js';
-import { codecChain } from '../history/payload-map.js';
+import type { PayloadCodec, PayloadConverter } from '../history/payload.js';
+import { moduleConverter, payloadPipeline } from '../history/pipeline.js';
 import type { OpenTurn, RecordedCall, TaskState } from '../history/state.js';
 import { fold } from '../replay/fold.js';
 import {
@@ -111,8 +111,9 @@ export interface ReplayReport {
  */
 export async function replayHistory(options: ReplayHistoryOptions): Promise<ReplayReport> {
   const { taskId, events } = await resolveHistory(options.history, options.taskId);
-  const chain = codecChain(options.payloadCodecs ?? []);
-  const decoded = chain ? events.map(chain.decodeEvent) : events;
+  // Codecs here; the converter where the workflows are (this thread, or the worker's module).
+  const codecs = payloadPipeline({ codecs: options.payloadCodecs });
+  const decoded = codecs.chain ? events.map(codecs.decodeEvent) : events;
   const timeoutMs = timeoutOf(options.timeoutMs);
   const { workflows } = options;
   const isModule = typeof workflows === 'string' || workflows instanceof URL;
@@ -123,8 +124,10 @@ export async function replayHistory(options: ReplayHistoryOptions): Promise<Repl
     // The worker takes the module's own `payloadConverter` export, as process workers do.
     return replayInWorker({ taskId, events: decoded, module: moduleHref(workflows), timeoutMs, onTurn: options.onTurn });
   }
-  const wfs = workflowMap(isModule ? ((await import(moduleHref(workflows))) as Record<string, unknown>) : workflows);
-  return replayEvents(taskId, decoded, wfs, options.onTurn, timeoutMs, undefined, options.payloadConverter);
+  const mod = isModule ? ((await import(moduleHref(workflows))) as Record<string, unknown>) : undefined;
+  const wfs = workflowMap(mod ?? (workflows as WorkflowSource));
+  // A module's own `payloadConverter` export applies as in a worker, unless one is passed.
+  return replayEvents(taskId, decoded, wfs, options.onTurn, timeoutMs, undefined, options.payloadConverter ?? (mod && moduleConverter(mod)));
 }
 
 function moduleHref(m: string | URL): string {
@@ -201,8 +204,10 @@ export async function replayHistories(
   if (worker && !isModule) {
     throw invalidArgument(`Folder ${folder}: isolate: 'worker' loads the workflows in a worker thread, so pass workflows as a module path or file URL, not as objects.`);
   }
-  const wfs = worker ? undefined : workflowMap(isModule ? ((await import(moduleHref(workflows))) as Record<string, unknown>) : workflows);
-  const chain = codecChain(options.payloadCodecs ?? []);
+  const mod = !worker && isModule ? ((await import(moduleHref(workflows))) as Record<string, unknown>) : undefined;
+  const wfs = worker ? undefined : workflowMap(mod ?? (workflows as WorkflowSource));
+  const converter = options.payloadConverter ?? (mod && moduleConverter(mod));
+  const codecs = payloadPipeline({ codecs: options.payloadCodecs });
   const report: ReplayHistoriesReport = { files: files.length, tasks: 0, turns: 0, reports: [] };
   const failures: ReplayFailure[] = [];
   for (const file of files) {
@@ -215,9 +220,9 @@ export async function replayHistories(
     }
     for (const t of tasks) {
       try {
-        const events = chain ? t.events.map(chain.decodeEvent) : t.events;
+        const events = codecs.chain ? t.events.map(codecs.decodeEvent) : t.events;
         const r = wfs
-          ? await replayEvents(t.taskId, events, wfs, undefined, timeoutMs, undefined, options.payloadConverter)
+          ? await replayEvents(t.taskId, events, wfs, undefined, timeoutMs, undefined, converter)
           : await replayInWorker({ taskId: t.taskId, events, module: moduleHref(workflows as string | URL), timeoutMs, onTurn: undefined });
         report.reports.push({ ...r, file });
         report.tasks++;
@@ -292,7 +297,7 @@ export function replayEvents(
   progress?: ReplayProgress,
   converter?: PayloadConverter,
 ): Promise<ReplayReport> {
-  return withSettleTracking(() => replayTracked(taskId, events, workflows, onTurn, timeoutMs, progress, converter ?? new DefaultPayloadConverter()));
+  return withSettleTracking(() => replayTracked(taskId, events, workflows, onTurn, timeoutMs, progress, payloadPipeline({ converter }).converter));
 }
 
 async function replayTracked(
