@@ -256,6 +256,7 @@ export class Engine {
   readonly #defaultExecutor: ExecutorKind;
   readonly #clock: Clock;
   readonly #codec: CodecChain | undefined;
+  readonly #encodesFailureText: boolean;
   readonly #converter: PayloadConverter;
   readonly #limits: Readonly<PayloadLimits>;
   readonly #leaseMs: number;
@@ -303,6 +304,7 @@ export class Engine {
     this.#instanceOption = options.instance;
     this.#clock = options.clock ?? systemClock;
     this.#codec = codecChain(options.payloadCodecs ?? [], options.encodeFailureAttributes === undefined ? {} : { encodeFailureAttributes: options.encodeFailureAttributes });
+    this.#encodesFailureText = this.#codec !== undefined && options.encodeFailureAttributes !== false;
     this.#leaseMs = positive('leaseMs', options.leaseMs ?? 60_000);
     this.#scanIntervalMs = options.scanIntervalMs ?? 30_000;
     this.#shutdownGraceMs = options.shutdownGraceMs ?? 25_000;
@@ -1067,9 +1069,14 @@ export class Engine {
         // Release the lease in the same batch so another instance may take over at once.
         if (t.lease) leaseOut = { ...t.lease, expiresAt: this.#clock.now() };
         break;
-      case 'crashed':
-        drafts = [{ type: 'WorkerCrashed', turn, attempt: active.attempt, pid: outcome.pid, exitCode: outcome.exitCode, signal: outcome.signal, message: outcome.message }];
+      case 'crashed': {
+        // A stderr tail quotes uncaught errors (messages, stacks): with failure text encoded by the
+        // codecs it is not stored in plain text; the worker's stderr is in the engine's log anyway.
+        const tail = outcome.stderrTail;
+        const message = !tail ? outcome.message : this.#encodesFailureText ? `${outcome.message}; stderr not stored (payload codecs encode failure text), see the engine's log` : `${outcome.message}; last stderr:\n${tail}`;
+        drafts = [{ type: 'WorkerCrashed', turn, attempt: active.attempt, pid: outcome.pid, exitCode: outcome.exitCode, signal: outcome.signal, message }];
         break;
+      }
       case 'killed': {
         const killed: Draft = { type: 'WorkerKilled', turn, pid: outcome.pid, signal: outcome.signal, reason: active.killReason === 'cancel' ? 'cancel grace expired' : 'turn timeout hard cap' };
         drafts = [killed, ...this.#hardCapDrafts(s, turn, active.killReason ?? 'timeout')];
