@@ -567,7 +567,8 @@ export class Engine {
         throw new TurnlogError('TURNLOG_INPUT_NOT_FOUND', `Task ${taskId} has no queued input ${inputId} (it may have been taken by a turn already).`);
       }
       await this.#append(t, [{ type: 'InputWithdrawn', inputId, reason }]);
-      this.#resolveWaiters(t, [inputId], { taskId, turn: 0, inputIds: [inputId], status: 'withdrawn', reason });
+      // The reason as stored (well-formed), so a waiter reads what a reload reads.
+      this.#resolveWaiters(t, [inputId], { taskId, turn: 0, inputIds: [inputId], status: 'withdrawn', reason: reason.toWellFormed() });
     });
   }
 
