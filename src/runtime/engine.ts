@@ -260,6 +260,7 @@ export class Engine {
   readonly #defaultExecutor: ExecutorKind;
   readonly #clock: Clock;
   readonly #codec: CodecChain | undefined;
+  readonly #encodesFailureText: boolean;
   readonly #converter: PayloadConverter;
   readonly #limits: Readonly<PayloadLimits>;
   readonly #leaseMs: number;
@@ -309,6 +310,7 @@ export class Engine {
     this.#instanceOption = options.instance;
     this.#clock = options.clock ?? systemClock;
     this.#codec = pipeline.chain;
+    this.#encodesFailureText = this.#codec !== undefined && options.encodeFailureAttributes !== false;
     this.#leaseMs = positive('leaseMs', options.leaseMs ?? 60_000);
     this.#scanIntervalMs = options.scanIntervalMs ?? 30_000;
     this.#shutdownGraceMs = options.shutdownGraceMs ?? 25_000;
@@ -577,7 +579,8 @@ export class Engine {
         throw new TurnlogError('TURNLOG_INPUT_NOT_FOUND', `Task ${taskId} has no queued input ${inputId} (it may have been taken by a turn already).`);
       }
       await this.#append(t, [{ type: 'InputWithdrawn', inputId, reason }]);
-      this.#resolveWaiters(t, [inputId], { taskId, turn: 0, inputIds: [inputId], status: 'withdrawn', reason });
+      // The reason as stored (well-formed), so a waiter reads what a reload reads.
+      this.#resolveWaiters(t, [inputId], { taskId, turn: 0, inputIds: [inputId], status: 'withdrawn', reason: reason.toWellFormed() });
     });
   }
 
@@ -1093,9 +1096,14 @@ export class Engine {
           // Release the lease in the same batch so another instance may take over at once.
           if (t.lease) leaseOut = { ...t.lease, expiresAt: this.#clock.now() };
           break;
-        case 'crashed':
-          drafts = [{ type: 'WorkerCrashed', turn, attempt: active.attempt, pid: outcome.pid, exitCode: outcome.exitCode, signal: outcome.signal, message: outcome.message }];
+        case 'crashed': {
+          // A stderr tail quotes uncaught errors (messages, stacks): with failure text encoded by the
+          // codecs it is not stored in plain text; the worker's stderr is in the engine's log anyway.
+          const tail = outcome.stderrTail;
+          const message = !tail ? outcome.message : this.#encodesFailureText ? `${outcome.message}; stderr not stored (payload codecs encode failure text), see the engine's log` : `${outcome.message}; last stderr:\n${tail}`;
+          drafts = [{ type: 'WorkerCrashed', turn, attempt: active.attempt, pid: outcome.pid, exitCode: outcome.exitCode, signal: outcome.signal, message }];
           break;
+        }
         case 'killed': {
           const killed: Draft = { type: 'WorkerKilled', turn, pid: outcome.pid, signal: outcome.signal, reason: active.killReason === 'cancel' ? 'cancel grace expired' : 'turn timeout hard cap' };
           drafts = [killed, ...this.#hardCapDrafts(s, turn, active.killReason ?? 'timeout')];

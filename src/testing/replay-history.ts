@@ -45,7 +45,10 @@ export interface ReplayHistoryOptions {
   taskId?: string;
   /** The engine's payload codecs, when the history was written with some (encryption, compression). */
   payloadCodecs?: readonly PayloadCodec[];
-  /** The engine's `payloadConverter`, when it has one. Default: the JSON converter. */
+  /**
+   * The engine's `payloadConverter`, when it has one. Default: the JSON converter. With
+   * `isolate: 'worker'` it must be the module's `payloadConverter` export (that is what the worker uses).
+   */
   payloadConverter?: PayloadConverter;
   /** Called after each turn replays cleanly (the CLI prints per-turn lines with it). */
   onTurn?: (result: TurnReplayResult) => void;
@@ -122,12 +125,26 @@ export async function replayHistory(options: ReplayHistoryOptions): Promise<Repl
       throw invalidArgument(`Task ${taskId}: isolate: 'worker' loads the workflows in a worker thread, so pass workflows as a module path or file URL, not as objects.`);
     }
     // The worker takes the module's own `payloadConverter` export, as process workers do.
+    await checkWorkerConverter(`Task ${taskId}`, moduleHref(workflows), options.payloadConverter);
     return replayInWorker({ taskId, events: decoded, module: moduleHref(workflows), timeoutMs, onTurn: options.onTurn });
   }
   const mod = isModule ? ((await import(moduleHref(workflows))) as Record<string, unknown>) : undefined;
   const wfs = workflowMap(mod ?? (workflows as WorkflowSource));
   // A module's own `payloadConverter` export applies as in a worker, unless one is passed.
   return replayEvents(taskId, decoded, wfs, options.onTurn, timeoutMs, undefined, options.payloadConverter ?? (mod && moduleConverter(mod)));
+}
+
+/**
+ * In a worker thread the replay uses the module's `payloadConverter` export (functions cannot
+ * cross threads): a different converter given by the caller is refused, never silently ignored.
+ */
+async function checkWorkerConverter(subject: string, href: string, converter: PayloadConverter | undefined): Promise<void> {
+  if (converter === undefined) return;
+  const exported = ((await import(href)) as Record<string, unknown>)['payloadConverter'];
+  if (exported === converter) return;
+  throw invalidArgument(
+    `${subject}: isolate: 'worker' replays with the workflows module's own \`payloadConverter\` export (a converter cannot cross into the worker thread), and ${href} ${exported === undefined ? 'exports none' : 'exports a different one'}. Export the converter as \`payloadConverter\` from the module, or replay with isolate: 'none'.`,
+  );
 }
 
 function moduleHref(m: string | URL): string {
@@ -204,6 +221,7 @@ export async function replayHistories(
   if (worker && !isModule) {
     throw invalidArgument(`Folder ${folder}: isolate: 'worker' loads the workflows in a worker thread, so pass workflows as a module path or file URL, not as objects.`);
   }
+  if (worker) await checkWorkerConverter(`Folder ${folder}`, moduleHref(workflows as string | URL), options.payloadConverter);
   const mod = !worker && isModule ? ((await import(moduleHref(workflows))) as Record<string, unknown>) : undefined;
   const wfs = worker ? undefined : workflowMap(mod ?? (workflows as WorkflowSource));
   const converter = options.payloadConverter ?? (mod && moduleConverter(mod));
