@@ -127,6 +127,22 @@ describe('README.md and docs/*.md links', () => {
     expect(broken, `Broken links:\n${broken.join('\n')}`).toEqual([]);
   });
 
+  // A file path in prose (`src/history/codec.ts`, `test/store/contract.ts`) is a promise too.
+  it('every repository path named in backticks exists', () => {
+    const missing: string[] = [];
+    for (const page of pages) {
+      for (const { line, n, inFence } of proseLines(readFileSync(join(ROOT, page), 'utf8'))) {
+        if (inFence) continue;
+        for (const m of line.matchAll(/`((?:src|test|bench|examples|proto|scripts)\/[^`\s]+)`/g)) {
+          const path = m[1]!.replace(/[.,:;]$/, '');
+          if (/[<>*]/.test(path)) continue; // a pattern (`test/fixtures/histories/<scenario>.json`), not a file
+          if (!existsSync(join(ROOT, path))) missing.push(`${page}:${n} ${path}`);
+        }
+      }
+    }
+    expect(missing, 'paths the docs name that do not exist').toEqual([]);
+  });
+
   it('the README links every page of docs/', () => {
     const readme = readFileSync(join(ROOT, 'README.md'), 'utf8');
     const missing = pages.filter((p) => p !== 'README.md' && !readme.includes(`](${p})`));
