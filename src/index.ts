@@ -55,6 +55,20 @@ export async function createLevelStore(
   return new LevelHistoryStore(location, options);
 }
 
+/**
+ * Opens a store as the engine would: a `postgres://…[?schema=name]` URL is a PostgreSQL store,
+ * a directory a LevelDB store (created only when missing or empty, docs/storage.md), and a
+ * store object is opened as is. Loads LevelDB on the call, never at import.
+ * @example const store = await openStore('.turnlog'); // read it while no engine holds it
+ */
+export async function openStore(
+  pathOrStore: string | import('./store/history-store.js').HistoryStore,
+  options?: import('./store/level-store.js').LevelHistoryStoreOptions,
+): Promise<import('./store/history-store.js').HistoryStore> {
+  const store = await import('./store/index.js');
+  return store.openStore(pathOrStore, options);
+}
+
 // replay
 export { fold, decide, explainDecision } from './replay/index.js';
 export type { Decision, DecisionRule } from './replay/decision.js';
