@@ -48,6 +48,7 @@ export const PAGE_HTML = `<!doctype html>
   .mark.kill, .mark.crash { background:#fbe5e2; color:var(--bad); }
   .mark.timeout { background:#fbf1dc; color:var(--warn); }
   .mark.recovery { background:#e3ecfd; color:var(--info); }
+  .recovery-line { margin-top:2px; }
   .mark.steer { background:#efe6fb; color:#6b3fb3; }
   ol.events { list-style:none; padding:0; margin:0; background:#fff; border:1px solid var(--line); border-radius:6px; }
   ol.events li { padding:4px 10px; border-bottom:1px solid var(--line); }
@@ -164,7 +165,9 @@ function renderTurn(t, data) {
     t.markerEventId !== null ? el('span', { class: 'mark timeout' }, 'timeout marker (event ' + t.markerEventId + ')') : null,
     t.kills ? el('span', { class: 'mark kill' }, 'worker killed ×' + t.kills) : null,
     t.crashes ? el('span', { class: 'mark crash' }, 'worker crashed ×' + t.crashes) : null,
-    ...rec.map((r) => el('span', { class: 'mark recovery', 'data-rule': r.rule, title: r.reason }, 'recovery: rule ' + r.rule + ' (event ' + r.eventId + ')')));
+    ...rec.map((r) => el('div', { class: 'recovery-line' },
+      el('span', { class: 'mark recovery', 'data-rule': r.rule }, 'recovery: rule ' + r.rule + ' (event ' + r.eventId + ')'),
+      el('span', { class: 'summary' }, ' ' + r.reason))));
 }
 
 function renderTask(data) {
