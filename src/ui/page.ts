@@ -116,6 +116,10 @@ async function getJSON(url) {
   return body;
 }
 
+function taskMeta(t) {
+  return [statusBadge(t), ' ' + t.workflow + ' · turn ' + t.turn + ' · ' + t.lastEventId + ' events'];
+}
+
 async function loadTasks() {
   const params = new URLSearchParams();
   if ($('status').value) params.set('status', $('status').value);
@@ -126,7 +130,7 @@ async function loadTasks() {
     list.replaceChildren(...page.tasks.map((t) => {
       const li = el('li', { 'data-task': t.taskId, class: t.taskId === selected ? 'selected' : '' },
         el('div', { class: 'id' }, t.taskId),
-        el('div', { class: 'meta' }, statusBadge(t), ' ' + t.workflow + ' · turn ' + t.turn + ' · ' + t.lastEventId + ' events'));
+        el('div', { class: 'meta' }, ...taskMeta(t)));
       li.onclick = () => { location.hash = encodeURIComponent(t.taskId); };
       return li;
     }));
@@ -147,7 +151,7 @@ function markClass(type, e) {
 
 function renderTurn(t, data) {
   const rec = data.recoveries.filter((r) => r.turn === t.turn);
-  const outcome = t.outcome ? t.outcome.type.replace('Turn', '').toLowerCase() + ' after ' + dur(t.outcome.durationMs) + (t.outcome.detail ? ': ' + t.outcome.detail : '') : null;
+  const outcome = t.outcome ? t.outcome.type.replace('Turn', '').replace(/([a-z])([A-Z])/g, '$1 $2').toLowerCase() + ' after ' + dur(t.outcome.durationMs) + (t.outcome.detail ? ': ' + t.outcome.detail : '') : null;
   return el('section', { class: 'turn', 'data-turn': String(t.turn) },
     el('div', { class: 'head' },
       el('strong', {}, 'Turn ' + t.turn),
@@ -211,6 +215,9 @@ async function loadTask() {
     const key = (d) => { const h = d.closest('[data-event],[data-step]'); return h ? (h.dataset.event || 's:' + h.dataset.step) : ''; };
     const open = new Set([...document.querySelectorAll('#detail details[open]')].map(key));
     renderTask(data);
+    // The list refreshes every 2 s; keep the open task's entry in step with its timeline.
+    const meta = document.querySelector('#tasks li[data-task="' + CSS.escape(id) + '"] .meta');
+    if (meta) meta.replaceChildren(...taskMeta(data.task));
     for (const d of document.querySelectorAll('#detail details')) if (open.has(key(d))) d.open = true;
     if (data.task.status !== 'completed') taskTimer = setTimeout(loadTask, 500);
   } catch (err) {

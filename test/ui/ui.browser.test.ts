@@ -1,7 +1,8 @@
 /**
  * The timeline page in headless Chromium against the built CLI (`turnlog ui` in a child
  * process). PostgreSQL: an engine in another process runs a turn and the page follows it live;
- * a SIGKILLed engine's turn, recovered by a second engine, shows the recovery with its rule.
+ * a worker SIGKILLed at the hard cap shows the kill; a SIGKILLed engine's turn, recovered by a
+ * second engine, shows the recovery with its rule.
  * LevelDB: a store no engine holds shows its list and a timeline with kills and recoveries.
  */
 import { spawn, type ChildProcess } from 'node:child_process';
@@ -80,7 +81,7 @@ describeBrowser('turnlog ui (headless Chromium)', () => {
     for (const c of cleanups.splice(0).reverse()) await c();
   });
 
-  it.skipIf(!pgEnabled)('PostgreSQL: follows a running turn live, then shows a SIGKILLed engine’s turn recovered with its rule', async () => {
+  it.skipIf(!pgEnabled)('PostgreSQL: follows a running turn live, shows a hard-cap kill, and a SIGKILLed engine’s turn recovered with its rule', async () => {
     ensureBuilt();
     const schema = uniqueSchema('turnlog_ui');
     cleanups.push(() => dropSchema(schema));
@@ -120,6 +121,17 @@ describeBrowser('turnlog ui (headless Chromium)', () => {
     expect(await page.locator('.turn[data-turn="1"] .outcome').textContent()).toMatch(/^completed after /);
     expect(await page.locator('.turn[data-turn="1"] [data-step]').evaluateAll((rows) => rows.map((r) => r.getAttribute('data-step')))).toEqual(['plan', 'wait-for-gate', 'answer']);
     await shot(page, 'ui-timeline.png');
+
+    // runaway-1: the process worker hung in a busy loop and was SIGKILLed at the hard cap.
+    await openTask(page, 'runaway-1');
+    await page.waitForSelector('ol.events li.kill[data-type="WorkerKilled"]', WAIT);
+    await page.waitForSelector('.turn[data-turn="1"] .outcome', WAIT);
+    expect(await page.locator('.turn[data-turn="1"] .outcome').textContent()).toMatch(/^timed out after .*: hard_cap$/);
+    expect(await page.locator('.turn[data-turn="1"] .mark.kill').textContent()).toBe('worker killed ×1');
+    expect(await page.locator('.turn[data-turn="1"] .mark.timeout').count()).toBe(1);
+    // The open task's list entry follows its timeline without waiting for the list refresh.
+    await page.waitForSelector('#tasks li[data-task="runaway-1"] .badge.completed', WAIT);
+    await shot(page, 'ui-kill.png');
 
     await openTask(page, 't1');
     await page.waitForSelector('.turn[data-turn="1"] .mark.recovery[data-rule="recover"]', WAIT);
