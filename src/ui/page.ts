@@ -3,6 +3,7 @@
  * build step). It polls the JSON API: the list every 2 s, an open task every 500 ms until
  * the task completes. Everything from the store is inserted with textContent, never as HTML.
  */
+/** The whole page (HTML, CSS and JS), served at `/` by `startUiServer`. */
 export const PAGE_HTML = `<!doctype html>
 <html lang="en">
 <head>
