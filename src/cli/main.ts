@@ -15,6 +15,7 @@ import { registerMigrate } from './commands/migrate.js';
 import { registerReplay } from './commands/replay.js';
 import { registerShow } from './commands/show.js';
 import { registerStats } from './commands/stats.js';
+import { registerUi } from './commands/ui.js';
 import { registerWhy } from './commands/why.js';
 import { DEFAULT_STORE, EXIT, errorJSON, toCliError, type ExitCode } from './context.js';
 
@@ -37,6 +38,7 @@ export function createProgram(): Command {
   registerStats(program);
   registerReplay(program);
   registerMigrate(program);
+  registerUi(program);
   // Subcommands inherit the override so usage errors anywhere reach run()'s mapping.
   for (const c of program.commands) c.exitOverride();
   return program;

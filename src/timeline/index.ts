@@ -1,0 +1,3 @@
+/** The timeline model shared by `turnlog show` and `turnlog ui` (pure, no I/O). */
+export * from './build.js';
+export * from './format.js';
