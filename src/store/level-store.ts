@@ -49,7 +49,7 @@ import {
   workflowIndexPrefix,
 } from './keys.js';
 import { decodeSummary, encodeLease, encodeSummary } from './records.js';
-import { decodeCursorBytes, encodeCursor, pageLimit, readBounds } from './paging.js';
+import { decodeCursorBytes, encodeCursor, pageLimit, iterateInPages, readBounds } from './paging.js';
 import {
   EMPTY_HEAD,
   applyAppend,
@@ -84,7 +84,6 @@ interface HeadEntry {
   keys: TaskKeys;
 }
 
-const READ_PAGE = 256;
 const FORMAT_META = 'format';
 
 type State = 'new' | 'opening' | 'open' | 'closing' | 'closed';
@@ -481,17 +480,8 @@ export class LevelHistoryStore implements HistoryStore {
     return entries.map(([k, v]) => this.#decode(taskId, k, v));
   }
 
-  async *iterateEvents(taskId: string, options: ReadOptions = {}): AsyncIterable<HistoryEvent> {
-    const { from, to, limit } = readBounds(options);
-    let next = from;
-    let left = limit;
-    while (left > 0 && next <= to) {
-      const page = await this.readEvents(taskId, { fromEventId: next, toEventId: to, limit: Math.min(READ_PAGE, left) });
-      if (page.length === 0) return;
-      for (const e of page) yield e;
-      next = page[page.length - 1]!.eventId + 1;
-      left -= page.length;
-    }
+  iterateEvents(taskId: string, options: ReadOptions = {}): AsyncIterable<HistoryEvent> {
+    return iterateInPages((o) => this.readEvents(taskId, o), options);
   }
 
   #cached(taskId: string): TaskHead | undefined {

@@ -1,5 +1,6 @@
 /** Read ranges and list cursors shared by the stores. */
 import { invalidArgument } from '../errors.js';
+import type { HistoryEvent } from '../history/events.js';
 import type { ReadOptions } from './history-store.js';
 
 export const DEFAULT_PAGE = 100;
@@ -31,4 +32,24 @@ export function decodeCursor(cursor: string): string {
 
 export function decodeCursorBytes(cursor: string): Buffer {
   return Buffer.from(cursor, 'base64url');
+}
+
+/** Events per page when a store streams a long history (`iterateEvents`). */
+export const READ_PAGE = 256;
+
+/** Streams `[from, to]` in pages of `readEvents`, so a long history is never loaded whole. */
+export async function* iterateInPages(
+  readEvents: (options: ReadOptions) => Promise<HistoryEvent[]>,
+  options: ReadOptions,
+): AsyncIterable<HistoryEvent> {
+  const { from, to, limit } = readBounds(options);
+  let next = from;
+  let left = limit;
+  while (left > 0 && next <= to) {
+    const page = await readEvents({ fromEventId: next, toEventId: to, limit: Math.min(READ_PAGE, left) });
+    if (page.length === 0) return;
+    for (const e of page) yield e;
+    next = page[page.length - 1]!.eventId + 1;
+    left -= page.length;
+  }
 }

@@ -19,7 +19,7 @@ import type {
   TaskPage,
 } from './history-store.js';
 import { checkTaskId } from './keys.js';
-import { decodeCursor, encodeCursor, pageLimit, readBounds } from './paging.js';
+import { decodeCursor, encodeCursor, pageLimit, iterateInPages, readBounds } from './paging.js';
 import { SCHEMA_VERSION, appliedVersions, migrate, quoteSchema, type SqlClient } from './postgres-migrations.js';
 import { applyAppend, applyClaim, applyRelease, applyRenew, withMark, type TaskHead } from './task-head.js';
 
@@ -56,7 +56,6 @@ export interface PostgresStoreOptions {
   sync?: boolean;
 }
 
-const READ_PAGE = 256;
 // The database clock in ms, as bigint so comparisons with leases.expires_at can use its index.
 const DB_NOW = `floor(extract(epoch from clock_timestamp()) * 1000)::bigint`;
 
@@ -511,17 +510,8 @@ export class PostgresHistoryStore implements HistoryStore {
     });
   }
 
-  async *iterateEvents(taskId: string, options: ReadOptions = {}): AsyncIterable<HistoryEvent> {
-    const { from, to, limit } = readBounds(options);
-    let next = from;
-    let left = limit;
-    while (left > 0 && next <= to) {
-      const page = await this.readEvents(taskId, { fromEventId: next, toEventId: to, limit: Math.min(READ_PAGE, left) });
-      if (page.length === 0) return;
-      for (const e of page) yield e;
-      next = page[page.length - 1]!.eventId + 1;
-      left -= page.length;
-    }
+  iterateEvents(taskId: string, options: ReadOptions = {}): AsyncIterable<HistoryEvent> {
+    return iterateInPages((o) => this.readEvents(taskId, o), options);
   }
 
   async getSummary(taskId: string): Promise<TaskSummary | undefined> {
