@@ -10,7 +10,7 @@ import { fileURLToPath, pathToFileURL } from 'node:url';
 import { FencedError, PayloadTooLargeError, TurnlogError, invalidArgument } from '../errors.js';
 import type { FailureInfo, Payload, WorkflowKind } from '../history/events.js';
 import { errorToFailure } from '../history/failure.js';
-import type { Logger } from '../runtime/logger.js';
+import type { Logger } from '../logger.js';
 import type { AttemptOutcome, CancelKind, TurnHost, TurnSpec } from '../workflow/context.js';
 import type { Workflow } from '../workflow/define-workflow.js';
 import { workflowMap } from '../workflow/workflow-source.js';

@@ -63,8 +63,9 @@ import { isWorkflow, workflowList, type WorkflowSource } from '../workflow/workf
 import { turnSpecFor } from '../workflow/turn-spec.js';
 import { sleep, systemClock, type Clock, type Timer } from './clock.js';
 import { FaultInjector } from './fault.js';
-import { TaskHandle, type TurnResult } from '../client/task-handle.js';
-import { consoleLogger, type Logger } from './logger.js';
+import { TaskHandle } from '../client/task-handle.js';
+import type { SendOptions, StartOptions, TaskClient, TaskDescription, TurnResult } from '../client/task-client.js';
+import { consoleLogger, type Logger } from '../logger.js';
 import { outcomeLogLines } from './outcome-log.js';
 
 export interface EngineOptions {
@@ -130,6 +131,8 @@ export interface EngineOptions {
   capture?: boolean;
 }
 
+export type { SendOptions, StartOptions, TaskDescription } from '../client/task-client.js';
+
 export interface ActivateOptions {
   /** Deployment identity for this activation (e.g. bound to a restored session). */
   owner?: string;
@@ -143,53 +146,6 @@ export interface ActivateOptions {
 export function isCaptureMode(options: { capture?: boolean }, env: NodeJS.ProcessEnv = process.env): boolean {
   if (options.capture !== undefined) return options.capture;
   return (env['TURNLOG_SNAPSHOT_CAPTURE'] ?? '').toLowerCase() === 'true';
-}
-
-export interface StartOptions {
-  /** Caller-chosen task id; default a random one. Starting an existing task sends it the input. */
-  taskId?: string;
-  /** Caller-chosen input id; an id the task already has is not sent twice. */
-  inputId?: string;
-  /** Precondition: the task's last input id must be this (vacuous for a new task). */
-  ifLastInputId?: string;
-}
-
-export interface SendOptions {
-  inputId?: string;
-  ifLastInputId?: string;
-}
-
-/** A task as the engine sees it now. */
-export interface TaskDescription {
-  taskId: string;
-  workflow: string;
-  kind: 'one-shot' | 'multi-turn';
-  status: TaskState['status'];
-  outcome?: TaskOutcome;
-  turn: number;
-  lastEventId: number;
-  queuedInputIds: string[];
-  openTurn?: {
-    turn: number;
-    attempt: number;
-    entryMode: string;
-    running: boolean;
-    deadline: number;
-    timeoutMarked: boolean;
-    cancelRequested: boolean;
-  };
-  lastInputId?: string;
-  /** The durable per-task state as of the last completed or suspended turn (decoded). */
-  state?: unknown;
-  /** The last turn's output, decoded, if it produced one. */
-  lastOutput?: unknown;
-  decision: Decision;
-  /**
-   * Set when the task's stored records cannot be read: the engine isolated it (decision rule
-   * `corrupt`), runs nothing for it and refuses its APIs with HistoryCorruptError. The other
-   * fields come from the task's summary.
-   */
-  corrupt?: { key: string; code: string; message: string };
 }
 
 interface Deferred<T> {
@@ -244,7 +200,7 @@ type Draft = DistributiveOmit<HistoryEvent, 'eventId' | 'generation' | 'time'>;
  * console.log(await task.nextTurn());
  * await engine.shutdown();
  */
-export class Engine {
+export class Engine implements TaskClient {
   readonly #storeSpec: string | HistoryStore;
   #store: HistoryStore | undefined;
   #owner: string | undefined;

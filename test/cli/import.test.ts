@@ -10,7 +10,7 @@ import { encodeHistoryFile, parseHistoryFile } from '../../src/history/history-f
 import { decodeState } from '../../src/history/state-codec.js';
 import { fold } from '../../src/replay/fold.js';
 import { Engine } from '../../src/runtime/engine.js';
-import { silentLogger } from '../../src/runtime/logger.js';
+import { silentLogger } from '../../src/logger.js';
 import { LevelHistoryStore } from '../../src/store/index.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
 import { ManualClock } from '../../src/runtime/clock.js';

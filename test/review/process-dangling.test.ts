@@ -5,7 +5,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { Engine } from '../../src/runtime/engine.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
 import { ProcessExecutor } from '../../src/executor/process-executor.js';
-import { silentLogger } from '../../src/runtime/logger.js';
+import { silentLogger } from '../../src/logger.js';
 import { dangling, reviewEcho } from '../fixtures/review/dangling.js';
 
 const MODULE = fileURLToPath(new URL('../../dist/test/fixtures/review/dangling.js', import.meta.url));

@@ -12,7 +12,7 @@ import type { HistoryEvent, Payload } from '../../src/history/events.js';
 import type { PayloadCodec } from '../../src/history/payload.js';
 import { fold } from '../../src/replay/fold.js';
 import { Engine } from '../../src/runtime/engine.js';
-import { silentLogger } from '../../src/runtime/logger.js';
+import { silentLogger } from '../../src/logger.js';
 import type { HistoryStore } from '../../src/store/history-store.js';
 import { LevelHistoryStore } from '../../src/store/level-store.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';

@@ -8,7 +8,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { Engine } from '../../src/runtime/engine.js';
 import { SESSION_ENV, SnapshotLifecycle, type ActivationPhase, type SnapshotLifecycleOptions } from '../../src/runtime/lifecycle.js';
 import { systemClock, type Clock, type Timer, type TimerOptions } from '../../src/runtime/clock.js';
-import { silentLogger } from '../../src/runtime/logger.js';
+import { silentLogger } from '../../src/logger.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
 import { LevelHistoryStore } from '../../src/store/level-store.js';
 import { isTurnlogError } from '../../src/errors.js';

@@ -11,7 +11,7 @@ import { ReplayStalledError, isTurnlogError } from '../../src/errors.js';
 import type { HistoryEvent } from '../../src/history/events.js';
 import { ManualClock } from '../../src/runtime/clock.js';
 import { Engine } from '../../src/runtime/engine.js';
-import { silentLogger } from '../../src/runtime/logger.js';
+import { silentLogger } from '../../src/logger.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
 import { replayHistory } from '../../src/testing/index.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
