@@ -34,16 +34,8 @@ import {
 } from '../history/events.js';
 import { errorToFailure } from '../history/failure.js';
 import { nextLease } from '../history/lease.js';
-import {
-  DEFAULT_PAYLOAD_LIMITS,
-  DefaultPayloadConverter,
-  MAX_PAYLOAD_BYTES,
-  payloadSize,
-  type PayloadCodec,
-  type PayloadConverter,
-  type PayloadLimits,
-} from '../history/payload.js';
-import { codecChain, type CodecChain } from '../history/payload-map.js';
+import { payloadSize, type PayloadConverter, type PayloadLimits } from '../history/payload.js';
+import type { CodecChain } from '../history/payload-map.js';
 import type { TaskState } from '../history/state.js';
 import { encodeHistoryFile, type HistoryFileFormat } from '../history/history-file.js';
 import { decodeState, encodeState } from '../history/state-codec.js';
@@ -59,94 +51,17 @@ import { assertOutsideWorker } from '../executor/isolation.js';
 import type { AttemptOutcome, CancelKind, TurnHost, TurnSpec } from '../workflow/context.js';
 import { resolvePolicy, type Workflow } from '../workflow/define-workflow.js';
 import type { PayloadMode } from '../workflow/json.js';
-import { isWorkflow, workflowList, type WorkflowSource } from '../workflow/workflow-source.js';
 import { turnSpecFor } from '../workflow/turn-spec.js';
 import { sleep, systemClock, type Clock, type Timer } from './clock.js';
 import { FaultInjector } from './fault.js';
 import { TaskHandle } from '../client/task-handle.js';
 import type { SendOptions, StartOptions, TaskClient, TaskDescription, TurnResult } from '../client/task-client.js';
-import { consoleLogger, type Logger } from '../logger.js';
+import type { Logger } from '../logger.js';
 import { outcomeLogLines } from './outcome-log.js';
-
-export interface EngineOptions {
-  /** A directory for the default LevelDB store, or any HistoryStore. Default `.turnlog`. */
-  store?: string | HistoryStore;
-  /**
-   * The workflows this engine runs: a list, or a module namespace (`import * as workflows`)
-   * whose exports include workflows (other exports are ignored).
-   */
-  workflows: WorkflowSource;
-  /** Stable identity of this deployment (survives restarts). Default `<hostname>|turnlog`. */
-  owner?: string;
-  /** This process's identity. Default `engine-<pid>-<random>`. */
-  instance?: string;
-  /** Lease duration while a turn runs; renewed every half. Default 60 s. */
-  leaseMs?: number;
-  /** Periodic recovery scan. Default 30 s; 0 disables (recovery still runs at open). */
-  scanIntervalMs?: number;
-  /** How long shutdown waits for running turns before leaving them to recovery. Default 25 s. */
-  shutdownGraceMs?: number;
-  clock?: Clock;
-  /** Codecs (encryption, compression) applied to every payload at the store boundary. */
-  payloadCodecs?: readonly PayloadCodec[];
-  /**
-   * Converts values to payloads and back. Default: the JSON converter, which refuses values JSON
-   * would change. Workflows defined with `payloads: 'custom'` need one; process workers use the
-   * `payloadConverter` export of the workflows module (docs/workflows.md#custom-payload-converters).
-   */
-  payloadConverter?: PayloadConverter;
-  /**
-   * Payload size limits in bytes, checked before anything is appended or sent to a worker.
-   * Default 4 MiB each; at most 16 MiB each. See docs/workflows.md#payload-limits.
-   */
-  limits?: Partial<PayloadLimits>;
-  /**
-   * With payload codecs: store failure messages and stacks as an encoded payload (Temporal's
-   * `encoded_attributes`), the message reading `Encoded failure`. Default true; false keeps
-   * them readable without the codec (they then bypass it, encryption included).
-   */
-  encodeFailureAttributes?: boolean;
-  /** Executor for workflows that do not name one. Default `inline`. */
-  defaultExecutor?: ExecutorKind;
-  /** Executors by kind; `inline` is built in. */
-  executors?: Partial<Record<ExecutorKind, Executor>>;
-  /** Write a folded-state snapshot every N events so recovery reads only the tail. Default 1000. */
-  snapshotEvery?: number;
-  /**
-   * Where the engine logs. Default `consoleLogger` (warn and error to stderr). Every turn outcome
-   * other than success is logged once with taskId, turn, attempt and code (docs/workflows.md#logging).
-   */
-  logger?: Logger;
-  /** Idle tasks kept in memory. Default 10,000. */
-  maxCachedTasks?: number;
-  /**
-   * Retention: delete a completed task's history once its last update is this old (checked on
-   * every recovery scan). Default: keep histories forever.
-   */
-  retentionMs?: number;
-  /**
-   * Capture mode for memory snapshots: register workflows, open nothing. Default:
-   * `TURNLOG_SNAPSHOT_CAPTURE=true` in the environment. See docs/snapshots.md.
-   */
-  capture?: boolean;
-}
+import { checkId, isCaptureMode, resolveOptions, type ActivateOptions, type EngineOptions } from './options.js';
 
 export type { SendOptions, StartOptions, TaskDescription } from '../client/task-client.js';
-
-export interface ActivateOptions {
-  /** Deployment identity for this activation (e.g. bound to a restored session). */
-  owner?: string;
-  /** Instance identity; default a new one per activation. */
-  instance?: string;
-  /** Called before each activation phase; a throw fails activation there (fault injection, tracing). */
-  onPhase?: (phase: 'open' | 'recovery' | 'scanner') => void | Promise<void>;
-}
-
-/** Capture mode: an explicit option wins; else `TURNLOG_SNAPSHOT_CAPTURE=true`. */
-export function isCaptureMode(options: { capture?: boolean }, env: NodeJS.ProcessEnv = process.env): boolean {
-  if (options.capture !== undefined) return options.capture;
-  return (env['TURNLOG_SNAPSHOT_CAPTURE'] ?? '').toLowerCase() === 'true';
-}
+export { isCaptureMode, type ActivateOptions, type EngineOptions } from './options.js';
 
 interface Deferred<T> {
   resolve(v: T): void;
@@ -207,7 +122,7 @@ export class Engine implements TaskClient {
   #instance: string | undefined;
   readonly #ownerOption: string | undefined;
   readonly #instanceOption: string | undefined;
-  readonly #workflows = new Map<string, Workflow<any, any, any, any>>();
+  readonly #workflows: Map<string, Workflow<any, any, any, any>>;
   readonly #executors = new Map<ExecutorKind, Executor>();
   readonly #defaultExecutor: ExecutorKind;
   readonly #clock: Clock;
@@ -231,44 +146,23 @@ export class Engine implements TaskClient {
   #state: 'inactive' | 'activating' | 'open' | 'quiescing' | 'closed' = 'inactive';
 
   private constructor(options: EngineOptions) {
-    if (!options || typeof options.workflows !== 'object' || options.workflows === null) {
-      throw invalidArgument('Engine.open needs { workflows }: a list of the workflows this engine runs, or their module (import * as workflows).');
-    }
-    const source = options.workflows;
-    if (Array.isArray(source)) {
-      source.forEach((wf: unknown, i) => {
-        if (!isWorkflow(wf)) throw invalidArgument(`workflows[${i}] is not a workflow (got ${wf === null ? 'null' : typeof wf}). Pass values made by defineWorkflow().`);
-      });
-    }
-    const list = workflowList(source);
-    if (!Array.isArray(source) && list.length === 0) {
-      throw invalidArgument(`The workflows module passed to Engine.open exports no workflows (exports: ${Object.keys(source).join(', ') || 'none'}). Export them by name or as a default array.`);
-    }
-    for (const wf of list) {
-      if (this.#workflows.has(wf.name)) throw invalidArgument(`Workflow ${wf.name} is registered twice; names must be unique.`);
-      this.#workflows.set(wf.name, wf);
-    }
-    this.#converter = options.payloadConverter ?? new DefaultPayloadConverter();
-    for (const wf of list) {
-      if (wf.payloads === 'custom' && !options.payloadConverter) {
-        throw invalidArgument(`Workflow ${wf.name} is defined with payloads: 'custom', but the engine has no payloadConverter. Pass Engine.open({ payloadConverter }), or drop payloads: 'custom' to use JSON.`);
-      }
-    }
-    this.#storeSpec = options.store ?? '.turnlog';
-    this.#ownerOption = options.owner;
-    this.#instanceOption = options.instance;
-    this.#clock = options.clock ?? systemClock;
-    this.#codec = codecChain(options.payloadCodecs ?? [], options.encodeFailureAttributes === undefined ? {} : { encodeFailureAttributes: options.encodeFailureAttributes });
-    this.#leaseMs = positive('leaseMs', options.leaseMs ?? 60_000);
-    this.#scanIntervalMs = options.scanIntervalMs ?? 30_000;
-    this.#shutdownGraceMs = options.shutdownGraceMs ?? 25_000;
-    this.#snapshotEvery = options.snapshotEvery ?? 1000;
-    this.#maxCached = options.maxCachedTasks ?? 10_000;
-    if (options.retentionMs !== undefined) positive('retentionMs', options.retentionMs);
-    this.#retentionMs = options.retentionMs;
-    this.#log = options.logger ?? consoleLogger;
-    this.#defaultExecutor = options.defaultExecutor ?? 'inline';
-    this.#limits = resolveLimits(options.limits);
+    const o = resolveOptions(options);
+    this.#workflows = o.workflows;
+    this.#converter = o.converter;
+    this.#storeSpec = o.storeSpec;
+    this.#ownerOption = o.ownerOption;
+    this.#instanceOption = o.instanceOption;
+    this.#clock = o.clock;
+    this.#codec = o.codec;
+    this.#leaseMs = o.leaseMs;
+    this.#scanIntervalMs = o.scanIntervalMs;
+    this.#shutdownGraceMs = o.shutdownGraceMs;
+    this.#snapshotEvery = o.snapshotEvery;
+    this.#maxCached = o.maxCached;
+    this.#retentionMs = o.retentionMs;
+    this.#log = o.log;
+    this.#defaultExecutor = o.defaultExecutor;
+    this.#limits = o.limits;
     this.#executors.set('inline', new InlineExecutor(this.#workflows, this.#converter));
     for (const [kind, ex] of Object.entries(options.executors ?? {})) if (ex) this.#executors.set(kind as ExecutorKind, ex);
   }
@@ -1492,33 +1386,6 @@ function cancelReason(s: TaskState, fallback: string): string {
 /** Any store's fencing rejection (by code, so a third-party store's error counts too). */
 function isStale(err: unknown): err is StaleGenerationError {
   return isTurnlogError(err, 'TURNLOG_STALE_GENERATION');
-}
-
-function resolveLimits(given: Partial<PayloadLimits> | undefined): Readonly<PayloadLimits> {
-  const limits = { ...DEFAULT_PAYLOAD_LIMITS, ...given };
-  for (const key of Object.keys(DEFAULT_PAYLOAD_LIMITS) as (keyof PayloadLimits)[]) {
-    const v = limits[key];
-    if (!Number.isInteger(v) || v < 1 || v > MAX_PAYLOAD_BYTES) {
-      throw invalidArgument(`limits.${key} must be an integer from 1 to ${MAX_PAYLOAD_BYTES} (16 MiB), got ${String(v)}. Keep larger data outside the task and pass a reference.`);
-    }
-  }
-  for (const key of Object.keys(given ?? {})) {
-    if (!(key in DEFAULT_PAYLOAD_LIMITS)) throw invalidArgument(`limits.${key} is not a payload limit; use ${Object.keys(DEFAULT_PAYLOAD_LIMITS).join(', ')}.`);
-  }
-  return Object.freeze(limits);
-}
-
-function positive(name: string, v: number): number {
-  if (typeof v !== 'number' || !(v > 0)) throw invalidArgument(`${name} must be a positive number of milliseconds, got ${String(v)}.`);
-  return v;
-}
-
-function checkId(what: string, id: string): void {
-  if (typeof id !== 'string' || id.length === 0 || id.length > 200 || /[\u0000-\u001f]/.test(id)) {
-    throw invalidArgument(`${what} must be a non-empty string of at most 200 printable characters, got ${JSON.stringify(id)}.`);
-  }
-  // Before anything is written: a lone surrogate has no UTF-8 form, so the stored id would differ.
-  if (!id.isWellFormed()) throw invalidArgument(`${illFormedText(what, id)}.`);
 }
 
 /** What every API of an isolated task throws. */
