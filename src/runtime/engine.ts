@@ -24,12 +24,10 @@ import {
 import {
   HISTORY_FORMAT_VERSION,
   isTurnTerminal,
-  type DistributiveOmit,
   type ExecutorKind,
   type HistoryEvent,
   type Lease,
   type Payload,
-  type TaskOutcome,
   type TurnTerminalEvent,
 } from '../history/events.js';
 import { errorToFailure } from '../history/failure.js';
@@ -58,6 +56,7 @@ import { TaskHandle } from '../client/task-handle.js';
 import type { SendOptions, StartOptions, TaskClient, TaskDescription, TurnResult } from '../client/task-client.js';
 import type { Logger } from '../logger.js';
 import { outcomeLogLines } from './outcome-log.js';
+import { finalizeDrafts, hardCapDrafts, oversized, outcomeDrafts, turnStartDrafts, withinLimits, type Draft } from './drafts.js';
 import { checkId, isCaptureMode, resolveOptions, type ActivateOptions, type EngineOptions } from './options.js';
 
 export type { SendOptions, StartOptions, TaskDescription } from '../client/task-client.js';
@@ -105,7 +104,6 @@ class TaskEntry {
   constructor(readonly id: string) {}
 }
 
-type Draft = DistributiveOmit<HistoryEvent, 'eventId' | 'generation' | 'time'>;
 
 /**
  * Opens with `Engine.open()`.
@@ -359,14 +357,6 @@ export class Engine implements TaskClient {
     const size = payloadSize(payload);
     if (size > this.#limits.inputBytes) throw new PayloadTooLargeError('input', size, this.#limits.inputBytes, subject);
     return payload;
-  }
-
-  /** The handler's payload over its limit, as the error to record; undefined when it fits. */
-  #oversized(field: 'stepResult' | 'checkpoint' | 'state' | 'output', p: Payload | undefined, subject: string): PayloadTooLargeError | undefined {
-    if (!p) return undefined;
-    const size = payloadSize(p);
-    const limit = this.#limits[`${field}Bytes`];
-    return size > limit ? new PayloadTooLargeError(field, size, limit, subject) : undefined;
   }
 
   /** True if the task has ever received `inputId`. Scans the history (only for caller-chosen ids). */
@@ -641,9 +631,7 @@ export class Engine implements TaskClient {
           return;
         case 'finalize-turn': {
           const before = preview;
-          const drafts: Draft[] = [...pending, this.#terminalDraft(decision, preview)];
-          if (decision.completeTask) drafts.push({ type: 'TaskCompleted', outcome: decision.completeTask });
-          await this.#append(t, drafts);
+          await this.#append(t, finalizeDrafts(decision, preview, pending));
           this.#afterTerminal(t, before);
           pending = [];
           continue;
@@ -663,21 +651,6 @@ export class Engine implements TaskClient {
     }
   }
 
-  #terminalDraft(d: Extract<Decision, { kind: 'finalize-turn' }>, s: TaskState): Draft {
-    switch (d.terminal) {
-      case 'TurnCancelled':
-        return { type: 'TurnCancelled', turn: d.turn, reason: cancelReason(s, d.reason) };
-      case 'TurnTimedOut':
-        return { type: 'TurnTimedOut', turn: d.turn, cause: d.cause ?? 'recovery_backstop' };
-      case 'TurnFailed':
-        return {
-          type: 'TurnFailed',
-          turn: d.turn,
-          failure: { message: d.reason, type: d.rule === 'worker-crashes-exhausted' ? 'WorkerCrashed' : 'RecoveriesExhausted', code: d.rule === 'worker-crashes-exhausted' ? 'TURNLOG_WORKER_CRASHED' : 'TURNLOG_TURN_FAILED', nonRetryable: true },
-        };
-    }
-  }
-
   async #startAttempt(
     t: TaskEntry,
     d: Extract<Decision, { kind: 'rerun' | 'start-turn' }>,
@@ -689,54 +662,21 @@ export class Engine implements TaskClient {
     // An exclusive store proves other instances dead: their leases count as expired.
     const current = t.lease && this.store.exclusive && t.lease.instance !== this.instance ? { ...t.lease, expiresAt: 0 } : t.lease;
     const lease = nextLease(t.id, current, { owner: this.owner, instance: this.instance, durationMs: this.#leaseMs, now }, preview.highestGeneration || 1);
-    const drafts: Draft[] = [...pending];
-    if (!t.lease || lease.generation !== t.lease.generation || lease.instance !== t.lease.instance) {
-      drafts.push({
-        type: 'LeaseClaimed',
-        owner: lease.owner,
-        instance: lease.instance,
-        previousGeneration: t.lease?.generation ?? 0,
-        reason: d.kind === 'rerun' ? 'recovery' : 'turn-start',
-        expiresAt: lease.expiresAt,
-      });
-    }
-    const open = preview.openTurn;
     // Throws before anything is written when the workflow's executor is not configured.
     const executor = this.#executorFor(policy.executor);
     // A worker taken now lets TurnStarted name its pid (0: it waits for a free worker).
     const reservation = executor.reserve?.(t.id, preview.kind);
     const pid = policy.executor === 'inline' ? process.pid : (reservation?.pid ?? 0);
-    if (d.kind === 'rerun') {
-      drafts.push({
-        type: 'TurnStarted',
-        turn: d.turn,
-        attempt: d.attempt,
-        inputIds: open!.inputIds,
-        entryMode: 'recovered',
-        steered: open!.steered,
-        owner: this.owner,
-        instance: this.instance,
-        executor: policy.executor,
-        pid,
-        turnStartedAt: open!.turnStartedAt,
-        deadline: open!.deadline,
-      });
-    } else {
-      drafts.push({
-        type: 'TurnStarted',
-        turn: d.turn,
-        attempt: 1,
-        inputIds: d.inputIds,
-        entryMode: d.entryMode,
-        steered: d.steered,
-        owner: this.owner,
-        instance: this.instance,
-        executor: policy.executor,
-        pid,
-        turnStartedAt: now,
-        deadline: now + policy.turnTimeoutMs,
-      });
-    }
+    const drafts = turnStartDrafts(d, preview, pending, {
+      owner: this.owner,
+      instance: this.instance,
+      executor: policy.executor,
+      pid,
+      now,
+      turnTimeoutMs: policy.turnTimeoutMs,
+      lease,
+      previous: t.lease,
+    });
     try {
       await this.#append(t, drafts, lease, now);
     } catch (err) {
@@ -794,7 +734,7 @@ export class Engine implements TaskClient {
           check();
           const draft: Draft = { type: 'StepCompleted', turn: active.turn, attempt: active.attempt, seq: rec.seq, name: rec.name, durationMs: rec.durationMs };
           // An oversized result is recorded as the step's failure instead (same seq, no gap), and thrown.
-          const tooLarge = rec.failure ? undefined : this.#oversized('stepResult', rec.result, `${at}, step "${rec.name}" result`);
+          const tooLarge = rec.failure ? undefined : oversized(this.#limits, 'stepResult', rec.result, `${at}, step "${rec.name}" result`);
           if (rec.failure) draft.failure = rec.failure;
           else if (tooLarge) draft.failure = errorToFailure(tooLarge);
           else draft.result = rec.result ?? this.#converter.toPayload(undefined);
@@ -805,7 +745,7 @@ export class Engine implements TaskClient {
         this.#withLock(t, async () => {
           check();
           // Nothing can stand at this seq instead, so the whole turn fails (#finishAttempt).
-          const tooLarge = this.#oversized('checkpoint', data, `${at}, checkpoint`);
+          const tooLarge = oversized(this.#limits, 'checkpoint', data, `${at}, checkpoint`);
           if (tooLarge) throw (active.refused = tooLarge);
           await this.#append(t, [{ type: 'Checkpointed', turn: active.turn, seq, data }]).catch(fenced);
         }),
@@ -855,26 +795,10 @@ export class Engine implements TaskClient {
       for (const tm of active.timers) tm.cancel();
       t.active = undefined;
       const before = t.state!;
-      await this.#append(t, this.#hardCapDrafts(before, active.turn, why));
+      await this.#append(t, hardCapDrafts(before, active.turn, why));
       this.#afterTerminal(t, before);
       await this.#drive(t);
     }).catch((err) => this.#logFailure('hard cap failed', { taskId: t.id }, err));
-  }
-
-  /** How a turn cut off at the hard cap ends: timed out (hard cap), or cancelled after a cancel's grace. */
-  #hardCapDrafts(s: TaskState, turn: number, why: 'timeout' | 'cancel'): Draft[] {
-    return why === 'timeout'
-      ? this.#endDrafts(s, { type: 'TurnTimedOut', turn, cause: 'hard_cap' }, 'timed_out')
-      : this.#endDrafts(s, { type: 'TurnCancelled', turn, reason: cancelReason(s, 'cancel grace expired') }, 'cancelled');
-  }
-
-  /** The terminal draft plus TaskCompleted when this ends the task. */
-  #endDrafts(s: TaskState, terminal: Draft, outcome: TaskOutcome): Draft[] {
-    const drafts = [terminal];
-    const ot = s.openTurn;
-    if (s.kind === 'one-shot') drafts.push({ type: 'TaskCompleted', outcome });
-    else if (ot?.cancelRequested?.scope === 'task') drafts.push({ type: 'TaskCompleted', outcome: 'cancelled' });
-    return drafts;
   }
 
   async #finishAttempt(t: TaskEntry, active: ActiveAttempt, outcome: AttemptOutcome): Promise<void> {
@@ -885,63 +809,12 @@ export class Engine implements TaskClient {
     }
     t.active = undefined;
     const s = t.state!;
-    const turn = active.turn;
-    outcome = this.#withinLimits(t.id, active, outcome);
-    let drafts: Draft[];
-    let leaseOut: Lease | undefined;
-    switch (outcome.kind) {
-      case 'completed': {
-        const d: Draft = { type: 'TurnCompleted', turn, output: outcome.output };
-        if (outcome.state) d.state = outcome.state;
-        drafts = this.#endDrafts(s, d, 'succeeded');
-        break;
-      }
-      case 'suspended': {
-        const d: Draft = { type: 'TurnSuspended', turn, reason: outcome.reason };
-        if (outcome.output) d.output = outcome.output;
-        if (outcome.state) d.state = outcome.state;
-        drafts = this.#endDrafts(s, d, 'succeeded');
-        break;
-      }
-      case 'failed':
-        drafts = this.#endDrafts(s, { type: 'TurnFailed', turn, failure: outcome.failure }, 'failed');
-        break;
-      case 'cancelled':
-        drafts = this.#endDrafts(s, { type: 'TurnCancelled', turn, reason: cancelReason(s, outcome.reason) }, 'cancelled');
-        break;
-      case 'timed-out':
-        drafts = this.#endDrafts(s, { type: 'TurnTimedOut', turn, cause: 'cooperative' }, 'timed_out');
-        break;
-      case 'exit-for-recovery':
-        drafts = [{ type: 'TurnExitedForRecovery', turn, attempt: active.attempt, reason: outcome.reason }];
-        // Release the lease in the same batch so another instance may take over at once.
-        if (t.lease) leaseOut = { ...t.lease, expiresAt: this.#clock.now() };
-        break;
-      case 'crashed':
-        drafts = [{ type: 'WorkerCrashed', turn, attempt: active.attempt, pid: outcome.pid, exitCode: outcome.exitCode, signal: outcome.signal, message: outcome.message }];
-        break;
-      case 'killed': {
-        const killed: Draft = { type: 'WorkerKilled', turn, pid: outcome.pid, signal: outcome.signal, reason: active.killReason === 'cancel' ? 'cancel grace expired' : 'turn timeout hard cap' };
-        drafts = [killed, ...this.#hardCapDrafts(s, turn, active.killReason ?? 'timeout')];
-        break;
-      }
-    }
+    outcome = withinLimits(this.#limits, t.id, active, outcome);
+    const { drafts, lease: leaseOut } = outcomeDrafts(s, active, outcome, t.lease, this.#clock.now());
     await this.#append(t, drafts, leaseOut);
     if (drafts.some(isTurnTerminal)) this.#afterTerminal(t, s);
     else if (outcome.kind === 'exit-for-recovery') this.#deferWaiters(t, s);
     await this.#drive(t);
-  }
-
-  /** A completed or suspended outcome whose output or state is over its limit becomes a failure. */
-  #withinLimits(taskId: string, active: ActiveAttempt, o: AttemptOutcome): AttemptOutcome {
-    if (o.kind !== 'completed' && o.kind !== 'suspended' && o.kind !== 'failed') return o;
-    const at = `Task ${taskId}, turn ${active.turn}`;
-    const refused =
-      active.refused ??
-      (o.kind === 'failed'
-        ? undefined
-        : (this.#oversized('output', o.output, `${at}, ${o.kind === 'suspended' ? 'suspend output' : 'output'}`) ?? this.#oversized('state', o.state, `${at}, ctx.state`)));
-    return refused ? { kind: 'failed', failure: errorToFailure(refused) } : o;
   }
 
   /** After a turn's terminal: resolve the waiters of its inputs; on task completion, settle the queue. */
@@ -1377,11 +1250,6 @@ export class Engine implements TaskClient {
 }
 
 const RECENT_RESULTS = 64;
-
-/** A cancelled turn records the reason its cancel was requested with, however it ended. */
-function cancelReason(s: TaskState, fallback: string): string {
-  return s.openTurn?.cancelRequested?.reason ?? s.cancelRequested?.reason ?? fallback;
-}
 
 /** Any store's fencing rejection (by code, so a third-party store's error counts too). */
 function isStale(err: unknown): err is StaleGenerationError {
