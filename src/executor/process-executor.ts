@@ -11,7 +11,7 @@ import { FencedError, PayloadTooLargeError, TurnlogError, invalidArgument } from
 import type { FailureInfo, Payload, WorkflowKind } from '../history/events.js';
 import { errorToFailure } from '../history/failure.js';
 import type { Logger } from '../logger.js';
-import type { AttemptOutcome, CancelKind, TurnHost, TurnSpec } from '../workflow/context.js';
+import type { AttemptOutcome, CancelKind, TurnHost, TurnSpec } from '../attempt/host.js';
 import type { Workflow } from '../workflow/define-workflow.js';
 import { workflowMap } from '../workflow/workflow-source.js';
 import type { AttemptHandle, Executor, Reservation } from './executor.js';

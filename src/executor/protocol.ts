@@ -10,7 +10,7 @@
 import { TurnlogError } from '../errors.js';
 import type { EntryMode, FailureInfo, Payload, RetryPolicy, WorkflowKind } from '../history/events.js';
 import type { QueuedInput, RecordedCall } from '../history/state.js';
-import type { AttemptOutcome, CancelKind, StepRecord, TurnSpec } from '../workflow/context.js';
+import type { AttemptOutcome, CancelKind, StepRecord, TurnSpec } from '../attempt/host.js';
 import { FIXED64, LEN, Reader, VARINT, Writer } from './wire.js';
 
 /** Bumped for any change a peer of the other version would misread. */

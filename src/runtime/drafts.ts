@@ -11,7 +11,7 @@ import type { PayloadLimits } from '../history/payload.js';
 import { payloadSize } from '../history/payload.js';
 import type { TaskState } from '../history/state.js';
 import type { Decision } from '../replay/decision.js';
-import type { AttemptOutcome } from '../workflow/context.js';
+import type { AttemptOutcome } from '../attempt/host.js';
 
 /** An event before the appender numbers, fences and stamps it. */
 export type Draft = DistributiveOmit<HistoryEvent, 'eventId' | 'generation' | 'time'>;

@@ -5,7 +5,7 @@
  * is written; the appender writes. See docs/timeouts.md and docs/recovery.md.
  */
 import type { StaleGenerationError } from '../errors.js';
-import type { CancelKind } from '../workflow/context.js';
+import type { CancelKind } from '../attempt/host.js';
 import { systemClock, type Timer } from './clock.js';
 import { isStale, logFailure, type Appender } from './appender.js';
 import { hardCapDrafts, type HardCapReason } from './drafts.js';

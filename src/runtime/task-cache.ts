@@ -10,7 +10,7 @@ import { decodeState } from '../history/state-codec.js';
 import { fold } from '../replay/index.js';
 import type { CorruptMark } from '../store/history-store.js';
 import type { AttemptHandle } from '../executor/executor.js';
-import type { CancelKind } from '../workflow/context.js';
+import type { CancelKind } from '../attempt/host.js';
 import type { TurnResult } from '../client/task-client.js';
 import type { Timer } from './clock.js';
 import type { Runtime } from './runtime.js';
@@ -114,7 +114,7 @@ export class TaskCache {
   /**
    * The task's entry, loaded from the store on first use. The entry is pinned until the next
    * macrotask: its caller's continuation (microtasks) takes the lock or registers a waiter
-   * first, so another task's load cannot evict it in between (test: review/engine-races).
+   * first, so another task's load cannot evict it in between (test: runtime/engine-races).
    */
   async load(taskId: string): Promise<TaskEntry> {
     const cached = this.#tasks.get(taskId);
@@ -170,7 +170,7 @@ export class TaskCache {
     for (const [id, t] of this.#tasks) {
       if (this.#tasks.size < this.#rt.maxCached * 0.9) break;
       // A busy entry may be about to start a turn: evicting it would let a fresh entry
-      // "recover" that turn while it runs (test: review/engine-races).
+      // "recover" that turn while it runs (test: runtime/engine-races).
       if (!t.active && t.waiters.size === 0 && t.turnWaiters.length === 0 && t.busy === 0) this.#tasks.delete(id);
     }
   }

@@ -14,7 +14,7 @@ import { silentLogger } from '../../src/logger.js';
 import { LevelHistoryStore } from '../../src/store/index.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
 import { ManualClock } from '../../src/runtime/clock.js';
-import { T0, historyBuilder } from '../helpers/build-history.js';
+import { T0, historyBuilder } from '../../src/testing/history-builder.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
 import { cli, cliJSON, ensureBuilt, withLevel } from './run-cli.js';
 

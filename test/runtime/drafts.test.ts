@@ -16,8 +16,8 @@ import {
   withinLimits,
   type Draft,
 } from '../../src/runtime/drafts.js';
-import type { AttemptOutcome } from '../../src/workflow/context.js';
-import { historyBuilder, T0 } from '../helpers/build-history.js';
+import type { AttemptOutcome } from '../../src/attempt/host.js';
+import { historyBuilder, T0 } from '../../src/testing/history-builder.js';
 
 const p = (v: unknown): Payload => defaultPayloadConverter.toPayload(v);
 const oneShot = () => fold('task-1', historyBuilder().created({ kind: 'one-shot' }).input('q').turnStarted().build());

@@ -15,7 +15,7 @@ import type { HistoryStore } from '../../src/store/history-store.js';
 import { eventKey, summaryKey } from '../../src/store/keys.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
-import { historyBuilder } from '../helpers/build-history.js';
+import { historyBuilder } from '../../src/testing/history-builder.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
 
 const engines: Engine[] = [];

@@ -9,7 +9,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { ProcessExecutor } from '../../src/executor/process-executor.js';
 import { stepThenSpinLong } from '../fixtures/workflows/fencing.js';
 import type { AttemptHandle, Executor } from '../../src/executor/executor.js';
-import type { AttemptOutcome } from '../../src/workflow/context.js';
+import type { AttemptOutcome } from '../../src/attempt/host.js';
 import { Engine } from '../../src/runtime/engine.js';
 import type { Logger } from '../../src/logger.js';
 import { silentLogger } from '../../src/logger.js';

@@ -14,7 +14,7 @@ import { LevelHistoryStore } from '../../src/store/level-store.js';
 import { isTurnlogError } from '../../src/errors.js';
 import { isTurnTerminal, type HistoryEvent } from '../../src/history/events.js';
 import { fold } from '../../src/replay/index.js';
-import { historyBuilder } from '../helpers/build-history.js';
+import { historyBuilder } from '../../src/testing/history-builder.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
 
 const TASK = 'chat';

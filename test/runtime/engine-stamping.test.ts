@@ -1,5 +1,5 @@
 /**
- * Review of src/runtime/engine.ts #materialize stamping drafts in place (eventId, generation,
+ * Review of src/runtime/appender.ts #materialize stamping drafts in place (eventId, generation,
  * time written on the draft objects). Checked: the only double materialization is #preview then
  * #append of the same pending drafts (same ids; the append's generation/time win, as before);
  * no draft is re-stamped after it was handed to the store; fold keeps only payloads/failures of

@@ -1,5 +1,5 @@
 /**
- * Review of src/runtime/engine.ts #load/#pin/#evictIdle (busy counter, setImmediate unpin).
+ * Review of src/runtime/task-cache.ts load/#pin/#evictIdle (busy counter, setImmediate unpin).
  * Checked: every caller of #load takes the lock or registers its waiter synchronously after the
  * await, so the pin (until the next macrotask) covers the gap; active, busy and waited-on entries
  * are never evicted. Regression guard: with a cache of 2 entries and many concurrent tasks and
