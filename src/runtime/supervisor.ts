@@ -2,7 +2,7 @@
  * Attempt supervision: the deadline (tier 1 marker and cooperative cancel), the hard cap
  * (tier 3: kill a worker or abandon an inline turn), lease renewal, fencing of a zombie
  * attempt, and stopping every attempt at shutdown. Timers schedule; drafts.ts decides what
- * is written; the appender writes. See docs/timeouts.md and docs/recovery.md.
+ * is written; the appender writes. See docs/workflows.md and docs/recovery.md.
  */
 import type { StaleGenerationError } from '../errors.js';
 import type { CancelKind } from '../attempt/host.js';
