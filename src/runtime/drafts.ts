@@ -24,6 +24,15 @@ export function cancelReason(s: TaskState, fallback: string): string {
   return s.openTurn?.cancelRequested?.reason ?? s.cancelRequested?.reason ?? fallback;
 }
 
+/** A cancel request as a draft, or undefined when there is nothing (more) to cancel. */
+export function cancelDraft(s: TaskState, scope: 'task' | 'turn', reason: string): Draft | undefined {
+  if (s.status === 'completed') return undefined;
+  if (s.cancelRequested || s.openTurn?.cancelRequested?.scope === 'task') return undefined;
+  if (scope === 'turn' && !s.openTurn) return undefined;
+  if (scope === 'turn' && s.openTurn?.cancelRequested) return undefined;
+  return { type: 'CancelRequested', scope, turn: s.openTurn?.turn ?? 0, reason };
+}
+
 /** The terminal event of a turn the replayer decided to finalize (recovery, backstop, cancel). */
 export function terminalDraft(d: Extract<Decision, { kind: 'finalize-turn' }>, s: TaskState): Draft {
   switch (d.terminal) {

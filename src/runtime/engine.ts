@@ -30,7 +30,7 @@ import type { PayloadMode } from '../workflow/json.js';
 import { TaskHandle } from '../client/task-handle.js';
 import type { SendOptions, StartOptions, TaskClient, TaskDescription, TurnResult } from '../client/task-client.js';
 import { Appender } from './appender.js';
-import type { Draft } from './drafts.js';
+import { cancelDraft } from './drafts.js';
 import { Driver } from './driver.js';
 import { FaultInjector } from './fault.js';
 import { checkId, isCaptureMode, resolveOptions, type ActivateOptions, type EngineOptions, type EngineSettings } from './options.js';
@@ -307,11 +307,8 @@ export class Engine implements TaskClient {
     await this.#cache.withLock(t, async (t) => {
       const s = t.state;
       if (!s) throw notFound(taskId);
-      if (s.status === 'completed') return;
-      if (s.cancelRequested || s.openTurn?.cancelRequested?.scope === 'task') return;
-      if (scope === 'turn' && !s.openTurn) return;
-      if (scope === 'turn' && s.openTurn?.cancelRequested) return;
-      const draft: Draft = { type: 'CancelRequested', scope, turn: s.openTurn?.turn ?? 0, reason };
+      const draft = cancelDraft(s, scope, reason);
+      if (!draft) return;
       const active = t.active;
       if (active) {
         await this.#appender.append(t, [draft]);

@@ -7,6 +7,7 @@ import { DEFAULT_PAYLOAD_LIMITS } from '../../src/history/payload.js';
 import { decide } from '../../src/replay/decide.js';
 import { fold } from '../../src/replay/fold.js';
 import {
+  cancelDraft,
   endDrafts,
   finalizeDrafts,
   hardCapDrafts,
@@ -149,5 +150,24 @@ describe('withinLimits', () => {
     expect(withinLimits(limits, 'task-1', a, { kind: 'completed', output: p(1) })).toMatchObject({ kind: 'failed', failure: { code: 'TURNLOG_PAYLOAD_TOO_LARGE' } });
     expect(withinLimits(limits, 'task-1', a, { kind: 'failed', failure: { message: 'own', type: 'Error' } })).toMatchObject({ kind: 'failed', failure: { code: 'TURNLOG_PAYLOAD_TOO_LARGE' } });
     expect(withinLimits(limits, 'task-1', { turn: 1 }, { kind: 'completed', output: p(1) }).kind).toBe('completed');
+  });
+});
+
+describe('cancelDraft', () => {
+  const suspended = () => fold('task-1', historyBuilder().created({ kind: 'multi-turn' }).input('q').turnStarted().completed('a').build());
+  const done = () => fold('task-1', historyBuilder().created({ kind: 'one-shot' }).input('q').turnStarted().completed('a').build());
+  it.each([
+    { name: 'task cancel of a running turn', state: multi, scope: 'task' as const, expected: { scope: 'task', turn: 1 } },
+    { name: 'turn cancel of a running turn', state: multi, scope: 'turn' as const, expected: { scope: 'turn', turn: 1 } },
+    { name: 'task cancel of a suspended task (no open turn: turn 0)', state: suspended, scope: 'task' as const, expected: { scope: 'task', turn: 0 } },
+    { name: 'turn cancel with no open turn: nothing', state: suspended, scope: 'turn' as const, expected: undefined },
+    { name: 'a completed task: nothing', state: done, scope: 'task' as const, expected: undefined },
+    { name: 'a second turn cancel: nothing', state: multiTurnCancel, scope: 'turn' as const, expected: undefined },
+    { name: 'a task cancel after a turn cancel escalates', state: multiTurnCancel, scope: 'task' as const, expected: { scope: 'task', turn: 1 } },
+    { name: 'anything after a task cancel: nothing', state: multiTaskCancel, scope: 'turn' as const, expected: undefined },
+  ])('$name', ({ state, scope, expected }) => {
+    const d = cancelDraft(state(), scope, 'why');
+    if (expected === undefined) expect(d).toBeUndefined();
+    else expect(d).toEqual({ type: 'CancelRequested', reason: 'why', ...expected });
   });
 });
