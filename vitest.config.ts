@@ -7,5 +7,7 @@ export default defineConfig({
     testTimeout: 60_000,
     hookTimeout: 60_000,
     pool: 'forks',
+    // Probes PostgreSQL once: its suites skip with one printed line when it is unreachable.
+    globalSetup: ['test/helpers/postgres-setup.ts'],
   },
 });

@@ -42,6 +42,10 @@ export { encodeEvent, decodeEvent, eventToJSON, eventFromJSON } from './history/
 export type * from './store/history-store.js';
 export { MemoryHistoryStore } from './store/memory-store.js';
 export type { LevelHistoryStore, LevelHistoryStoreOptions } from './store/level-store.js';
+// PostgreSQL: `pg` is an optional peer dependency, loaded on open(), never at import.
+export { createPostgresStore, PostgresHistoryStore } from './store/postgres-store.js';
+export type { PostgresStoreOptions, PgPoolLike, PgClientLike } from './store/postgres-store.js';
+export { SCHEMA_VERSION as POSTGRES_SCHEMA_VERSION } from './store/postgres-migrations.js';
 /** Creates (does not open) the default LevelDB store; loads the native module on first call. */
 export async function createLevelStore(
   location: string,
@@ -49,6 +53,20 @@ export async function createLevelStore(
 ): Promise<import('./store/level-store.js').LevelHistoryStore> {
   const { LevelHistoryStore } = await import('./store/level-store.js');
   return new LevelHistoryStore(location, options);
+}
+
+/**
+ * Opens a store as the engine would: a `postgres://…[?schema=name]` URL is a PostgreSQL store,
+ * a directory a LevelDB store (created only when missing or empty, docs/storage.md), and a
+ * store object is opened as is. Loads LevelDB on the call, never at import.
+ * @example const store = await openStore('.turnlog'); // read it while no engine holds it
+ */
+export async function openStore(
+  pathOrStore: string | import('./store/history-store.js').HistoryStore,
+  options?: import('./store/level-store.js').LevelHistoryStoreOptions,
+): Promise<import('./store/history-store.js').HistoryStore> {
+  const store = await import('./store/index.js');
+  return store.openStore(pathOrStore, options);
 }
 
 // replay

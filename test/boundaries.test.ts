@@ -30,7 +30,9 @@ const ROOMS: Record<Room, readonly Room[]> = {
   attempt: ['errors', 'history', 'workflow'],
   // Types only: the client API a remote client can implement too (no runtime, no cycle).
   client: ['errors', 'history', 'replay'],
-  executor: ['errors', 'history', 'attempt', 'workflow', 'logger'],
+  // internal/: the shared wire layer (internal/wire/) of the worker protocol (main's one wire layer
+  // for history fast paths and worker frames; it loads no protobufjs, test/executor/worker-modules).
+  executor: ['errors', 'history', 'internal', 'attempt', 'workflow', 'logger'],
   runtime: ['errors', 'history', 'replay', 'store', 'attempt', 'workflow', 'executor', 'client', 'logger'],
   testing: ['errors', 'history', 'replay', 'store', 'attempt', 'workflow', 'runtime', 'logger'],
   // Exception: the CLI's `replay` command runs replay testing (testing/), and `show`/`why`
@@ -41,7 +43,8 @@ const ROOMS: Record<Room, readonly Room[]> = {
 
 /** Packages (not node: builtins) each room may import; every other room imports none. */
 const PACKAGES: Partial<Record<Room, RegExp>> = {
-  store: /^(level|classic-level)$/,
+  // pg: the PostgreSQL store's optional peer, loaded by import() of a variable the scan cannot read.
+  store: /^(level|classic-level|pg)$/,
   internal: /^protobufjs(\/|$)/,
   runtime: /^nanoid$/,
   cli: /^commander$/,
@@ -50,9 +53,23 @@ const PACKAGES: Partial<Record<Room, RegExp>> = {
 /** Rooms that must not touch node: builtins at all (pure or loaded everywhere). */
 const NO_BUILTINS: readonly Room[] = ['errors', 'replay', 'client', 'workflow', 'internal'];
 
-/** The executor's child side runs inside workers: it may reach only these (plus executor/ wire and protocol). */
-const CHILD_SIDE = ['src/executor/child-main.ts', 'src/executor/protocol.ts', 'src/executor/wire.ts'];
-const CHILD_ROOMS: readonly Room[] = ['errors', 'history', 'attempt', 'workflow'];
+/** The executor's child side runs inside workers: it may reach only these (plus executor/ protocol). */
+const CHILD_SIDE = ['src/executor/child-main.ts', 'src/executor/protocol.ts'];
+// internal/: the wire layer (internal/wire/wire.ts, fields.ts) the protocol encodes frames with.
+const CHILD_ROOMS: readonly Room[] = ['errors', 'history', 'internal', 'attempt', 'workflow'];
+
+/**
+ * Type-only imports allowed against the table, each named: erased at compile time, they load
+ * nothing and make no runtime cycle, so they add no edge. The wire layer encodes history's
+ * Payload and FailureInfo shapes, which history/events.ts defines (history imports the layer).
+ */
+const TYPE_ONLY: readonly { file: string; spec: string }[] = [{ file: 'src/internal/wire/wire.ts', spec: '../../history/events.js' }];
+
+function isTypeOnlyImport(code: string, spec: string): boolean {
+  const quoted = spec.replace(/[.*+?^${}()|[\]\\/]/g, '\\$&');
+  const all = [...code.matchAll(new RegExp(`(?:^|\\s|;)(import|export)\\s+(type\\s)?[^'"]*?from\\s*['"]${quoted}['"]`, 'g'))];
+  return all.length > 0 && all.every((m) => m[2] !== undefined);
+}
 
 function tsFiles(dir: string): string[] {
   return readdirSync(dir).flatMap((f) => {
@@ -85,7 +102,12 @@ describe('boundaries: which room of src/ may import which', () => {
     for (const file of files) {
       const from = roomOf(file);
       const rel = relative(root, file);
-      for (const spec of importsOf(codeOf(file))) {
+      const code = codeOf(file);
+      for (const spec of importsOf(code)) {
+        if (TYPE_ONLY.some((x) => x.file === rel && x.spec === spec)) {
+          if (!isTypeOnlyImport(code, spec)) bad.push(`${rel} imports ${spec} for more than types (only \`import type\` is excepted)`);
+          continue;
+        }
         if (spec.startsWith('node:')) {
           if (NO_BUILTINS.includes(from)) bad.push(`${rel} imports ${spec} (${from}/ uses no Node builtins)`);
           continue;
@@ -121,5 +143,9 @@ describe('boundaries: which room of src/ may import which', () => {
     expect(ROOMS.client.includes('runtime')).toBe(false);
     expect(importsOf(`import { Engine } from '../runtime/engine.js';`)).toEqual(['../runtime/engine.js']);
     expect(edges.size).toBeGreaterThan(5); // the import scan found the graph
+    // A type-only exception stays type-only: a value import from the same module is refused.
+    expect(isTypeOnlyImport(`import type { Payload } from '../../history/events.js';`, '../../history/events.js')).toBe(true);
+    expect(isTypeOnlyImport(`import { isTurnTerminal } from '../../history/events.js';`, '../../history/events.js')).toBe(false);
+    expect(isTypeOnlyImport(`import type { Payload } from '../../history/events.js';\nimport { isTurnTerminal } from '../../history/events.js';`, '../../history/events.js')).toBe(false);
   });
 });

@@ -1,5 +1,5 @@
 // Every error code is documented (docs/errors.md has a `## CODE` anchor), and codes are unique.
-import { readFileSync } from 'node:fs';
+import { readdirSync, readFileSync } from 'node:fs';
 import { describe, expect, it } from 'vitest';
 import { isTurnlogError, TaskConflictError, TurnlogError } from '../src/errors.js';
 
@@ -16,6 +16,24 @@ describe('error codes', () => {
 
   it.each(codes)('%s is documented in docs/errors.md', (code) => {
     expect(docs).toContain(`## ${code}\n`);
+  });
+
+  // The CLI's --json error document promises a code of docs/errors.md, or one cli.md describes.
+  it('every code the CLI reports is documented (TURNLOG_* in errors.md, the others in cli.md#errors)', () => {
+    const cli = ['src/cli/context.ts', 'src/cli/main.ts', ...readdirSync('src/cli/commands').map((f) => `src/cli/commands/${f}`)]
+      .map((f) => readFileSync(f, 'utf8'))
+      .join('\n');
+    const reported = new Set([
+      ...[...cli.matchAll(/new CliError\(\s*'([A-Z_]+)'/g)].map((m) => m[1]!),
+      ...[...cli.matchAll(/code: '([A-Z_]+)'/g)].map((m) => m[1]!),
+    ]);
+    expect([...reported]).toEqual(expect.arrayContaining(['TURNLOG_CODECS_MODULE', 'TURNLOG_WORKFLOWS_MODULE', 'USAGE', 'INTERNAL', 'UNFINISHED']));
+    const cliDoc = readFileSync('docs/cli.md', 'utf8');
+    const errorsSection = cliDoc.slice(cliDoc.indexOf('<a id="errors"></a>'), cliDoc.indexOf('## Commands'));
+    for (const code of reported) {
+      if (code.startsWith('TURNLOG_')) expect(docs, code).toContain(`## ${code}\n`);
+      else expect(errorsSection, code).toContain(`\`${code}\``);
+    }
   });
 
   it('isTurnlogError recognises errors by brand, also across realms, and filters by code', () => {

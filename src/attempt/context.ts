@@ -194,16 +194,23 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     return `tl_${digest.slice(0, 32)}`;
   }
 
-  async checkpoint(data: unknown): Promise<void> {
-    // Converted before taking a seq: a refused checkpoint leaves no gap in the recorded calls.
-    let payload: Payload;
+  /**
+   * @internal `data` as a checkpoint payload, or the refusal `checkpoint()` throws before it takes
+   * a seq (the replay tester calls it first too, so a refused checkpoint is no call there either).
+   */
+  checkpointPayload(data: unknown): Payload {
     try {
-      payload = encodeFor(this.#converter, data, 'checkpoint', `Task ${this.taskId}, turn ${this.turn}, checkpoint`);
+      return encodeFor(this.#converter, data, 'checkpoint', `Task ${this.taskId}, turn ${this.turn}, checkpoint`);
     } catch (err) {
       // Too large fails the turn, as the engine's own limit does; not JSON only throws.
       if (err instanceof PayloadTooLargeError) this.#tooLarge ??= err;
       throw err;
     }
+  }
+
+  async checkpoint(data: unknown): Promise<void> {
+    // Converted before taking a seq: a refused checkpoint leaves no gap in the recorded calls.
+    const payload = this.checkpointPayload(data);
     const seq = ++this.#seq;
     const recorded = this.#spec.calls[seq - 1];
     if (recorded) {

@@ -42,7 +42,7 @@ export type AttemptOutcome =
   | { kind: 'cancelled'; reason: string }
   | { kind: 'timed-out' }
   | { kind: 'exit-for-recovery'; reason: string }
-  | { kind: 'crashed'; pid: number; exitCode: number | null; signal: string | null; message: string }
+  | { kind: 'crashed'; pid: number; exitCode: number | null; signal: string | null; message: string; stderrTail?: string }
   | { kind: 'killed'; pid: number; signal: string };
 
 export interface StepRecord {

@@ -7,11 +7,12 @@ import { pathToFileURL } from 'node:url';
 import { InvalidArgumentError, type Command } from 'commander';
 import { TurnlogError, isHistoryUnreadable, isTurnlogError } from '../errors.js';
 import type { HistoryEvent } from '../history/events.js';
-import type { PayloadCodec } from '../history/payload.js';
-import { codecChain } from '../history/payload-map.js';
+import type { PayloadCodec, PayloadConverter } from '../history/payload.js';
+import { moduleConverter, payloadPipeline, type PayloadPipeline } from '../history/pipeline.js';
 import type { HistoryStore, ReadOptions } from '../store/history-store.js';
 import { LevelHistoryStore } from '../store/index.js';
 import { inspectStoreDir } from '../store/store-dir.js';
+import { isPostgresUrl, type PostgresHistoryStore } from '../store/postgres-store.js';
 
 /** Documented exit codes (docs/cli.md#exit-codes). */
 export const EXIT = {
@@ -101,6 +102,14 @@ function isCodec(v: unknown): v is PayloadCodec {
 
 /** The codecs a `--codecs` module exports: `payloadCodecs` (an array), or a default array. */
 export async function loadCodecs(path: string): Promise<PayloadCodec[]> {
+  return (await loadCodecsModule(path)).codecs;
+}
+
+/**
+ * A `--codecs` module: its codecs, and its `payloadConverter` export if any (the engine's, for
+ * `payloads: 'custom'` workflows). A module with a converter and no codecs is fine.
+ */
+export async function loadCodecsModule(path: string): Promise<{ codecs: PayloadCodec[]; converter: PayloadConverter | undefined }> {
   const abs = resolve(path);
   let mod: Record<string, unknown>;
   try {
@@ -108,16 +117,20 @@ export async function loadCodecs(path: string): Promise<PayloadCodec[]> {
   } catch (err) {
     throw new CliError('TURNLOG_CODECS_MODULE', `Cannot load codecs module ${abs}: ${(err as Error).message}. Pass the compiled JavaScript module that exports payloadCodecs.`, EXIT.error, { cause: err });
   }
+  const converter = moduleConverter(mod);
   const list = mod['payloadCodecs'] ?? mod['default'];
+  if (converter && list === undefined) return { codecs: [], converter };
   if (!Array.isArray(list) || list.length === 0 || !list.every(isCodec)) {
-    throw usageError(`Module ${abs} exports no payload codecs. Export them as \`export const payloadCodecs = [codec]\` (the array the engine gets as payloadCodecs), or as a default array.`);
+    throw usageError(`Module ${abs} exports no payload codecs. Export them as \`export const payloadCodecs = [codec]\` (the array the engine gets as payloadCodecs), or as a default array; or export only the engine's payloadConverter.`);
   }
-  return list;
+  return { codecs: list, converter };
 }
 
 /** What a command body gets: the global options, and `decodeEvent` undoing `--codecs` (identity without). */
 export interface StoreContext extends GlobalOptions {
   decodeEvent: (e: HistoryEvent) => HistoryEvent;
+  /** The `--codecs` module's codecs and converter (JSON without), for display. */
+  pipeline: PayloadPipeline;
   payloadCodecs: readonly PayloadCodec[];
 }
 
@@ -129,11 +142,43 @@ export function positiveInt(value: string): number {
 }
 
 /**
+ * Opens a PostgreSQL store for one command. `?schema=` in the URL (else `TURNLOG_PG_SCHEMA`,
+ * else `turnlog`) names the schema. Reading commands connect read-only
+ * (`default_transaction_read_only`) and never migrate; `create` (import, migrate) migrates.
+ */
+export async function openPostgresCliStore(url: string, options: { create: boolean }): Promise<PostgresHistoryStore> {
+  const { createPostgresStore, parsePostgresUrl } = await import('../store/postgres-store.js');
+  let parsed: ReturnType<typeof parsePostgresUrl>;
+  try {
+    parsed = parsePostgresUrl(url);
+  } catch (err) {
+    throw usageError((err as Error).message);
+  }
+  const { connectionString } = parsed;
+  const schema = parsed.schema ?? (process.env['TURNLOG_PG_SCHEMA'] || undefined);
+  const store = createPostgresStore({
+    connectionString,
+    ...(schema === undefined ? {} : { schema }),
+    max: 2,
+    migrate: options.create,
+    readOnly: !options.create,
+  });
+  try {
+    await store.open();
+  } catch (err) {
+    if (isTurnlogError(err, 'TURNLOG_STORE_NOT_FOUND')) throw new CliError(err.code, err.message, EXIT.notFound, { cause: err });
+    throw err;
+  }
+  return store;
+}
+
+/**
  * Opens the store for one command. Reading commands never create a store (a typo in
  * `--store` would otherwise leave an empty LevelDB behind); `import` does.
  * A store held by a running engine is exit 4 (docs/cli.md#locked-store).
  */
 export async function openCliStore(dir: string, options: { create: boolean }): Promise<HistoryStore> {
+  if (isPostgresUrl(dir)) return openPostgresCliStore(dir, options);
   const abs = resolve(dir);
   // The store refuses these too (store-dir.ts, shared); here they get the CLI's wording.
   const state = await inspectStoreDir(abs);
@@ -211,9 +256,10 @@ export async function withStore<T>(
   body: (store: HistoryStore, g: StoreContext) => Promise<T>,
 ): Promise<T> {
   const g0 = globals(cmd);
-  const payloadCodecs = g0.codecs === undefined ? [] : await loadCodecs(g0.codecs);
-  const chain = codecChain(payloadCodecs);
-  const g: StoreContext = { ...g0, payloadCodecs, decodeEvent: chain ? chain.decodeEvent : (e) => e };
+  const loaded = g0.codecs === undefined ? { codecs: [], converter: undefined } : await loadCodecsModule(g0.codecs);
+  const payloadCodecs = loaded.codecs;
+  const pipeline = payloadPipeline({ codecs: payloadCodecs, converter: loaded.converter });
+  const g: StoreContext = { ...g0, payloadCodecs, pipeline, decodeEvent: pipeline.decodeEvent };
   const store = await openCliStore(g.store, { create: options.create ?? false });
   try {
     return await body(store, g);

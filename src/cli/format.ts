@@ -3,7 +3,7 @@
  * line per history event. Pure; commands decide where the text goes.
  */
 import type { FailureInfo, HistoryEvent, Payload } from '../history/events.js';
-import { defaultPayloadConverter, payloadEncoding } from '../history/payload.js';
+import { defaultPayloadConverter, payloadEncoding, type PayloadConverter } from '../history/payload.js';
 
 /** Renders rows under headers, columns padded to the widest cell; the last column is not padded. */
 export function table(headers: readonly string[], rows: readonly (readonly string[])[]): string {
@@ -71,13 +71,13 @@ function base64(b: Uint8Array): string {
   return Buffer.from(b.buffer, b.byteOffset, b.byteLength).toString('base64');
 }
 
-/** Decodes a payload with the default converter for display; never throws. */
-export function payloadToJSON(p: Payload): PayloadJSON {
+/** Decodes a payload for display (default converter: JSON); never throws. */
+export function payloadToJSON(p: Payload, converter: PayloadConverter = defaultPayloadConverter): PayloadJSON {
   const encoding = payloadEncoding(p);
   if (encoding === 'binary/plain') return { encoding, base64: base64(p.data) };
   if (encoding === 'binary/null') return { encoding, value: null };
   try {
-    return { encoding, value: defaultPayloadConverter.fromPayload(p) };
+    return { encoding, value: converter.fromPayload(p) };
   } catch (err) {
     // Payloads written through a PayloadCodec (compression, encryption) need the engine's codec.
     return { encoding, undecodable: (err as Error).message, base64: base64(p.data) };
@@ -85,8 +85,8 @@ export function payloadToJSON(p: Payload): PayloadJSON {
 }
 
 /** A one-line preview of a payload, truncated to `max` characters (0: no limit). */
-export function payloadPreview(p: Payload, max: number): string {
-  const j = payloadToJSON(p);
+export function payloadPreview(p: Payload, max: number, converter?: PayloadConverter): string {
+  const j = payloadToJSON(p, converter);
   if ('undecodable' in j) return `<${j.encoding || 'no encoding'}, ${p.data.length} bytes>`;
   if ('base64' in j) return `<${p.data.length} bytes>`;
   if (j.encoding === 'binary/null') return 'undefined';
@@ -98,16 +98,16 @@ function isPayload(v: unknown): v is Payload {
 }
 
 /** An event as plain JSON with every payload decoded (`turnlog events --json`). */
-export function eventToDisplayJSON(e: HistoryEvent): Record<string, unknown> {
-  return decodePayloads(e) as Record<string, unknown>;
+export function eventToDisplayJSON(e: HistoryEvent, converter?: PayloadConverter): Record<string, unknown> {
+  return decodePayloads(e, converter) as Record<string, unknown>;
 }
 
-function decodePayloads(v: unknown): unknown {
-  if (isPayload(v)) return payloadToJSON(v);
-  if (Array.isArray(v)) return v.map(decodePayloads);
+function decodePayloads(v: unknown, converter: PayloadConverter | undefined): unknown {
+  if (isPayload(v)) return payloadToJSON(v, converter);
+  if (Array.isArray(v)) return v.map((x) => decodePayloads(x, converter));
   if (typeof v === 'object' && v !== null) {
     const out: Record<string, unknown> = {};
-    for (const [k, x] of Object.entries(v)) out[k] = decodePayloads(x);
+    for (const [k, x] of Object.entries(v)) out[k] = decodePayloads(x, converter);
     return out;
   }
   return v;
@@ -134,8 +134,8 @@ export function terminalWord(type: string): string {
 }
 
 /** One human line describing an event (without id and time), previews cut to `max`. */
-export function describeEvent(e: HistoryEvent, max: number): string {
-  const pv = (p: Payload | undefined): string => (p === undefined ? '' : payloadPreview(p, max));
+export function describeEvent(e: HistoryEvent, max: number, converter?: PayloadConverter): string {
+  const pv = (p: Payload | undefined): string => (p === undefined ? '' : payloadPreview(p, max, converter));
   switch (e.type) {
     case 'TaskCreated':
       return `task created: workflow ${e.workflow} (${e.kind}), turn timeout ${duration(e.policy.turnTimeoutMs)}, grace ${duration(e.policy.graceMs)}, ${e.policy.executor} executor, format v${e.formatVersion}`;

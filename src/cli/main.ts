@@ -11,6 +11,7 @@ import { registerEvents } from './commands/events.js';
 import { registerExport } from './commands/export.js';
 import { registerImport } from './commands/import.js';
 import { registerList } from './commands/list.js';
+import { registerMigrate } from './commands/migrate.js';
 import { registerReplay } from './commands/replay.js';
 import { registerShow } from './commands/show.js';
 import { registerStats } from './commands/stats.js';
@@ -22,7 +23,7 @@ export function createProgram(): Command {
   const program = new Command('turnlog')
     .description('Inspect, export and import turnlog histories.')
     .version(packageVersion(), '-V, --version', 'print the installed turnlog version')
-    .option('--store <dir>', `store directory (default: $TURNLOG_STORE or ${DEFAULT_STORE})`)
+    .option('--store <dir|url>', `store directory or postgres:// URL (default: $TURNLOG_STORE or ${DEFAULT_STORE})`)
     .option('--json', 'machine-readable output on stdout (one JSON document)')
     .option('--codecs <module>', 'JavaScript module exporting payloadCodecs: decode encoded (encrypted) payloads and failures for display and replay')
     .showHelpAfterError('(run turnlog --help for usage)')
@@ -35,6 +36,7 @@ export function createProgram(): Command {
   registerImport(program);
   registerStats(program);
   registerReplay(program);
+  registerMigrate(program);
   // Subcommands inherit the override so usage errors anywhere reach run()'s mapping.
   for (const c of program.commands) c.exitOverride();
   return program;

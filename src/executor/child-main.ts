@@ -17,7 +17,7 @@ import { pathToFileURL } from 'node:url';
 import { FencedError, TurnlogError } from '../errors.js';
 import type { Payload } from '../history/events.js';
 import { errorToFailure, failureToError } from '../history/failure.js';
-import { DefaultPayloadConverter, type PayloadConverter } from '../history/payload.js';
+import { DefaultPayloadConverter, moduleConverter, type PayloadConverter } from '../history/payload.js';
 import { TurnContextImpl, runHandler } from '../attempt/context.js';
 import type { TurnHost, TurnSpec } from '../attempt/host.js';
 import type { Workflow } from '../workflow/define-workflow.js';
@@ -289,8 +289,9 @@ async function warmUp(): Promise<void> {
 
 /** Named exports, arrays and a default export: the same reading as the engine's (workflow-source.ts); and a `payloadConverter`. */
 function collect(mod: Record<string, unknown>): void {
-  const c = mod['payloadConverter'] as PayloadConverter | undefined;
-  if (c && typeof c.toPayload === 'function' && typeof c.fromPayload === 'function') converter = c;
+  // Workers see plain payloads (codecs run in the engine): their pipeline is the converter alone.
+  const c = moduleConverter(mod);
+  if (c) converter = c;
   for (const w of workflowList(mod)) workflows.set(w.name, w);
 }
 

@@ -462,12 +462,14 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
       return;
     }
     const tail = w.stderrTail.slice(-5).join('\n');
+    // The tail apart: the engine stores it only when failure text is not codec-encoded.
     this.#finish({
       kind: 'crashed',
       pid: w.pid,
       exitCode,
       signal,
-      message: `Worker ${w.pid} of task ${this.#spec.taskId} exited (${signal ? `signal ${signal}` : `code ${exitCode}`}) without ending turn ${this.#spec.turn}${tail ? `; last stderr:\n${tail}` : ''}`,
+      message: `Worker ${w.pid} of task ${this.#spec.taskId} exited (${signal ? `signal ${signal}` : `code ${exitCode}`}) without ending turn ${this.#spec.turn}`,
+      ...(tail ? { stderrTail: tail } : {}),
     });
   }
 

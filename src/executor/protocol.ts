@@ -11,7 +11,8 @@ import { TurnlogError } from '../errors.js';
 import type { EntryMode, FailureInfo, Payload, RetryPolicy, WorkflowKind } from '../history/events.js';
 import type { QueuedInput, RecordedCall } from '../history/state.js';
 import type { AttemptOutcome, CancelKind, StepRecord, TurnSpec } from '../attempt/host.js';
-import { FIXED64, LEN, Reader, VARINT, Writer } from './wire.js';
+import * as pb from '../internal/wire/fields.js';
+import { EMPTY_BYTES as EMPTY, LEN, Reader, Writer, readFailure, readPayload, writeFailure, writePayload } from '../internal/wire/wire.js';
 
 /** Bumped for any change a peer of the other version would misread. */
 export const PROTOCOL_VERSION = 1;
@@ -56,163 +57,29 @@ export type WorkerMessage =
   | { type: 'heartbeat' }
   | { type: 'terminal'; outcome: TerminalOutcome };
 
-// Index = proto enum number; 0 is UNSPECIFIED (same numbering as history.proto).
-const KINDS: readonly (WorkflowKind | undefined)[] = [undefined, 'one-shot', 'multi-turn'];
-const ENTRY_MODES: readonly (EntryMode | undefined)[] = [undefined, 'fresh', 'resumed', 'recovered'];
-const CANCEL_KINDS: readonly (CancelKind | undefined)[] = [undefined, 'timeout', 'cancel', 'shutdown'];
-
-const EMPTY: Uint8Array = new Uint8Array(0);
-/** Failure.source carries the error code (as history/codec.ts writes it). */
-const CODE_PREFIX = 'turnlog:';
-const MAX_DEPTH = 100;
-
-// Tags: (field number << 3) | wire type. Field numbers are worker.proto's (and Temporal's for
-// Payload and Failure); the comments name the field.
-const T = (field: number, wireType: number): number => (field << 3) | wireType;
+// Enum tables and tags are generated from worker.proto and history.proto (fields.ts).
+const KINDS: readonly (WorkflowKind | undefined)[] = pb.WORKFLOW_KINDS;
+const ENTRY_MODES: readonly (EntryMode | undefined)[] = pb.ENTRY_MODES;
+const CANCEL_KINDS: readonly (CancelKind | undefined)[] = pb.WORKER_CANCEL_KINDS;
+const EF = pb.EngineFrame;
+const RUN = pb.EngineFrame_Run;
+const CALL = pb.EngineFrame_Call;
+const STEP_CALL = pb.EngineFrame_StepCall;
+const TAKEN = pb.EngineFrame_TakenInput;
+const WF = pb.WorkerFrame;
+const RETRY = pb.RetryPolicy;
 
 // ---------------------------------------------------------------------------------------------
-// Shared messages: temporal.api.common.v1.Payload, temporal.api.failure.v1.Failure
+// Shared messages: the taken input
 
-function writePayload(w: Writer, field: number, p: Payload): void {
-  w.tag(field, LEN);
+function writeTaken(w: Writer, tag: number, q: { inputId: string; input: Payload; steering?: boolean; eventId?: number; time?: number }): void {
+  w.uint32(tag);
   const at = w.fork();
-  const md = p.metadata;
-  if (md != null) {
-    for (const k of Object.keys(md)) {
-      // metadata: map<string, bytes> = 1; each entry is a message {key = 1; value = 2}
-      w.tag(1, LEN);
-      const e = w.fork();
-      w.tag(1, LEN);
-      w.string(k);
-      w.tag(2, LEN);
-      w.bytes(md[k]!);
-      w.ldelim(e);
-    }
-  }
-  if (p.data != null && p.data.length) {
-    w.tag(2, LEN); // data
-    w.bytes(p.data);
-  }
-  w.ldelim(at);
-}
-
-function readPayload(r: Reader): Payload {
-  const metadata: Record<string, Uint8Array> = {};
-  let data = EMPTY;
-  while (r.more()) {
-    const t = r.uint32();
-    if (t === T(1, LEN)) {
-      let key = '';
-      let value = EMPTY;
-      r.nested((r) => {
-        while (r.more()) {
-          const u = r.uint32();
-          if (u === T(1, LEN)) key = r.string();
-          else if (u === T(2, LEN)) value = r.bytes();
-          else r.skip(u & 7);
-        }
-      });
-      if (key === '__proto__') Object.defineProperty(metadata, key, { value, enumerable: true, writable: true, configurable: true });
-      else metadata[key] = value;
-    } else if (t === T(2, LEN)) {
-      data = r.bytes();
-    } else {
-      r.skip(t & 7);
-    }
-  }
-  return { metadata, data };
-}
-
-/** Same mapping as history/codec.ts failureToProto (type in ApplicationFailureInfo, code in source). */
-function writeFailure(w: Writer, field: number, f: FailureInfo, depth = 0): void {
-  if (depth > MAX_DEPTH) throw new Error('max depth exceeded');
-  w.tag(field, LEN);
-  const at = w.fork();
-  w.stringField(1, f.message); // message
-  w.stringField(2, f.code === undefined ? 'turnlog' : CODE_PREFIX + f.code); // source
-  w.stringField(3, f.stack ?? ''); // stack_trace
-  if (f.cause) writeFailure(w, 4, f.cause, depth + 1); // cause
-  w.tag(5, LEN); // application_failure_info
-  const info = w.fork();
-  w.stringField(1, f.type); // type
-  w.boolField(2, f.nonRetryable ?? false); // non_retryable
-  if (f.details) {
-    w.tag(3, LEN); // details: Payloads { repeated Payload payloads = 1 }
-    const d = w.fork();
-    writePayload(w, 1, f.details);
-    w.ldelim(d);
-  }
-  w.ldelim(info);
-  w.ldelim(at);
-}
-
-/** Same mapping as history/codec.ts failureFromProto. */
-function readFailure(r: Reader, depth = 0): FailureInfo {
-  if (depth > MAX_DEPTH) throw new Error('max depth exceeded');
-  let message = '';
-  let source = '';
-  let stack = '';
-  let cause: FailureInfo | undefined;
-  let type = '';
-  let nonRetryable = false;
-  let details: Payload | undefined;
-  while (r.more()) {
-    const t = r.uint32();
-    switch (t) {
-      case T(1, LEN):
-        message = r.string();
-        continue;
-      case T(2, LEN):
-        source = r.string();
-        continue;
-      case T(3, LEN):
-        stack = r.string();
-        continue;
-      case T(4, LEN):
-        cause = r.nested((r) => readFailure(r, depth + 1));
-        continue;
-      case T(5, LEN):
-        r.nested((r) => {
-          while (r.more()) {
-            const u = r.uint32();
-            if (u === T(1, LEN)) type = r.string();
-            else if (u === T(2, VARINT)) nonRetryable = r.bool();
-            else if (u === T(3, LEN)) {
-              let first: Payload | undefined;
-              r.nested((r) => {
-                while (r.more()) {
-                  const v = r.uint32();
-                  if (v === T(1, LEN)) {
-                    const p = r.nested(readPayload);
-                    first ??= p;
-                  } else r.skip(v & 7);
-                }
-              });
-              details = first;
-            } else r.skip(u & 7);
-          }
-        });
-        continue;
-    }
-    r.skip(t & 7);
-  }
-  const f: FailureInfo = { message, type: type || 'Error' };
-  if (stack) f.stack = stack;
-  if (nonRetryable) f.nonRetryable = true;
-  if (source.startsWith(CODE_PREFIX)) f.code = source.slice(CODE_PREFIX.length);
-  if (details) f.details = details;
-  if (cause) f.cause = cause;
-  return f;
-}
-
-function writeTaken(w: Writer, field: number, q: { inputId: string; input: Payload; steering?: boolean; eventId?: number; time?: number }): void {
-  w.tag(field, LEN);
-  const at = w.fork();
-  w.stringField(1, q.inputId);
-  writePayload(w, 2, q.input);
-  w.boolField(3, q.steering);
-  w.uint32Field(4, q.eventId);
-  w.doubleField(5, q.time); // time_ms
+  w.stringField(TAKEN.inputId, q.inputId);
+  writePayload(w, TAKEN.input, q.input);
+  w.boolField(TAKEN.steering, q.steering);
+  w.uint32Field(TAKEN.eventId, q.eventId);
+  w.doubleField(TAKEN.timeMs, q.time);
   w.ldelim(at);
 }
 
@@ -221,19 +88,19 @@ function readTaken(r: Reader): QueuedInput {
   while (r.more()) {
     const t = r.uint32();
     switch (t) {
-      case T(1, LEN):
+      case TAKEN.inputId:
         q.inputId = r.string();
         continue;
-      case T(2, LEN):
+      case TAKEN.input:
         q.input = r.nested(readPayload);
         continue;
-      case T(3, VARINT):
+      case TAKEN.steering:
         q.steering = r.bool();
         continue;
-      case T(4, VARINT):
+      case TAKEN.eventId:
         q.eventId = r.uint32();
         continue;
-      case T(5, FIXED64):
+      case TAKEN.timeMs:
         q.time = r.double();
         continue;
     }
@@ -250,41 +117,41 @@ export function encodeEngineMessage(m: EngineMessage): Uint8Array {
   let at: number;
   switch (m.type) {
     case 'run':
-      w.tag(1, LEN);
+      w.uint32(EF.run);
       at = w.fork();
       writeRun(w, m.spec, m.pendingInputs);
       w.ldelim(at);
       break;
     case 'cancel':
-      w.tag(2, LEN);
+      w.uint32(EF.cancel);
       at = w.fork();
-      w.int32Field(1, CANCEL_KINDS.indexOf(m.kind));
-      w.stringField(2, m.reason);
+      w.int32Field(pb.EngineFrame_Cancel.kind, CANCEL_KINDS.indexOf(m.kind));
+      w.stringField(pb.EngineFrame_Cancel.reason, m.reason);
       w.ldelim(at);
       break;
     case 'record-ack':
-      w.tag(3, LEN);
+      w.uint32(EF.recordAck);
       at = w.fork();
-      w.uint32Field(1, m.seq);
-      if (m.error) writeFailure(w, 2, m.error);
+      w.uint32Field(pb.EngineFrame_RecordAck.seq, m.seq);
+      if (m.error) writeFailure(w, pb.EngineFrame_RecordAck.error, m.error);
       w.ldelim(at);
       break;
     case 'take-inputs-reply':
-      w.tag(4, LEN);
+      w.uint32(EF.takeInputsReply);
       at = w.fork();
-      w.uint32Field(1, m.seq);
-      for (const q of m.inputs) writeTaken(w, 2, { inputId: q.inputId, input: q.input });
-      if (m.error) writeFailure(w, 3, m.error);
+      w.uint32Field(pb.EngineFrame_TakeInputsReply.seq, m.seq);
+      for (const q of m.inputs) writeTaken(w, pb.EngineFrame_TakeInputsReply.inputs, { inputId: q.inputId, input: q.input });
+      if (m.error) writeFailure(w, pb.EngineFrame_TakeInputsReply.error, m.error);
       w.ldelim(at);
       break;
     case 'pending-inputs':
-      w.tag(5, LEN);
+      w.uint32(EF.pendingInputs);
       at = w.fork();
-      w.uint32Field(1, m.count);
+      w.uint32Field(pb.EngineFrame_PendingInputs.count, m.count);
       w.ldelim(at);
       break;
     case 'shutdown':
-      w.emptyField(6);
+      w.emptyField(EF.shutdown);
       break;
   }
   return w.finishDelimited();
@@ -298,20 +165,20 @@ export function decodeEngineMessage(bytes: Uint8Array): EngineMessage {
     while (r.more()) {
       const t = r.uint32();
       switch (t) {
-        case T(1, LEN): {
+        case EF.run: {
           let pendingInputs = 0;
           const spec = r.nested((r) => readRun(r, (n) => (pendingInputs = n)));
           m = { type: 'run', spec, pendingInputs };
           continue;
         }
-        case T(2, LEN): {
+        case EF.cancel: {
           let kind = 0;
           let reason = '';
           r.nested((r) => {
             while (r.more()) {
               const u = r.uint32();
-              if (u === T(1, VARINT)) kind = r.int32();
-              else if (u === T(2, LEN)) reason = r.string();
+              if (u === pb.EngineFrame_Cancel.kind) kind = r.int32();
+              else if (u === pb.EngineFrame_Cancel.reason) reason = r.string();
               else r.skip(u & 7);
             }
           });
@@ -320,48 +187,48 @@ export function decodeEngineMessage(bytes: Uint8Array): EngineMessage {
           m = { type: 'cancel', kind: k, reason };
           continue;
         }
-        case T(3, LEN): {
+        case EF.recordAck: {
           const ack: EngineMessage = { type: 'record-ack', seq: 0 };
           r.nested((r) => {
             while (r.more()) {
               const u = r.uint32();
-              if (u === T(1, VARINT)) ack.seq = r.uint32();
-              else if (u === T(2, LEN)) ack.error = r.nested(readFailure);
+              if (u === pb.EngineFrame_RecordAck.seq) ack.seq = r.uint32();
+              else if (u === pb.EngineFrame_RecordAck.error) ack.error = r.nested(readFailure);
               else r.skip(u & 7);
             }
           });
           m = ack;
           continue;
         }
-        case T(4, LEN): {
+        case EF.takeInputsReply: {
           const reply: EngineMessage = { type: 'take-inputs-reply', seq: 0, inputs: [] };
           r.nested((r) => {
             while (r.more()) {
               const u = r.uint32();
-              if (u === T(1, VARINT)) reply.seq = r.uint32();
-              else if (u === T(2, LEN)) {
+              if (u === pb.EngineFrame_TakeInputsReply.seq) reply.seq = r.uint32();
+              else if (u === pb.EngineFrame_TakeInputsReply.inputs) {
                 const q = r.nested(readTaken);
                 reply.inputs.push({ inputId: q.inputId, input: q.input });
-              } else if (u === T(3, LEN)) reply.error = r.nested(readFailure);
+              } else if (u === pb.EngineFrame_TakeInputsReply.error) reply.error = r.nested(readFailure);
               else r.skip(u & 7);
             }
           });
           m = reply;
           continue;
         }
-        case T(5, LEN): {
+        case EF.pendingInputs: {
           let count = 0;
           r.nested((r) => {
             while (r.more()) {
               const u = r.uint32();
-              if (u === T(1, VARINT)) count = r.uint32();
+              if (u === pb.EngineFrame_PendingInputs.count) count = r.uint32();
               else r.skip(u & 7);
             }
           });
           m = { type: 'pending-inputs', count };
           continue;
         }
-        case T(6, LEN):
+        case EF.shutdown:
           r.nested(skipAll);
           m = { type: 'shutdown' };
           continue;
@@ -381,65 +248,65 @@ function skipAll(r: Reader): void {
 }
 
 function writeRun(w: Writer, s: TurnSpec, pendingInputs: number): void {
-  w.stringField(1, s.taskId);
-  w.stringField(2, s.workflow);
-  w.int32Field(3, KINDS.indexOf(s.kind));
-  w.uint32Field(4, s.turn);
-  w.uint32Field(5, s.attempt);
-  w.int32Field(6, ENTRY_MODES.indexOf(s.entryMode));
-  w.boolField(7, s.steered);
-  w.stringField(8, s.inputId);
-  writePayload(w, 9, s.input);
-  if (s.state) writePayload(w, 10, s.state);
-  for (const c of s.calls) writeCall(w, 11, c);
-  for (const q of s.taken) writeTaken(w, 12, q);
-  if (s.checkpoint) writePayload(w, 13, s.checkpoint);
-  w.doubleField(14, s.turnStartedAt); // turn_started_at_ms
-  w.doubleField(15, s.deadline); // deadline_ms
-  w.uint32Field(16, s.recoveryCount);
+  w.stringField(RUN.taskId, s.taskId);
+  w.stringField(RUN.workflow, s.workflow);
+  w.int32Field(RUN.kind, KINDS.indexOf(s.kind));
+  w.uint32Field(RUN.turn, s.turn);
+  w.uint32Field(RUN.attempt, s.attempt);
+  w.int32Field(RUN.entryMode, ENTRY_MODES.indexOf(s.entryMode));
+  w.boolField(RUN.steered, s.steered);
+  w.stringField(RUN.inputId, s.inputId);
+  writePayload(w, RUN.input, s.input);
+  if (s.state) writePayload(w, RUN.state, s.state);
+  for (const c of s.calls) writeCall(w, RUN.calls, c);
+  for (const q of s.taken) writeTaken(w, RUN.taken, q);
+  if (s.checkpoint) writePayload(w, RUN.checkpoint, s.checkpoint);
+  w.doubleField(RUN.turnStartedAtMs, s.turnStartedAt);
+  w.doubleField(RUN.deadlineMs, s.deadline);
+  w.uint32Field(RUN.recoveryCount, s.recoveryCount);
   const p = s.stepRetry;
   if (p != null) {
-    w.tag(17, LEN); // step_retry: turnlog.v1.RetryPolicy
+    w.uint32(RUN.stepRetry);
     const at = w.fork();
-    w.uint32Field(1, p.maxAttempts);
-    w.doubleField(2, p.initialIntervalMs);
-    w.doubleField(3, p.backoffCoefficient);
-    w.doubleField(4, p.maxIntervalMs);
-    w.stringsField(5, p.nonRetryableTypes);
+    w.uint32Field(RETRY.maxAttempts, p.maxAttempts);
+    w.doubleField(RETRY.initialIntervalMs, p.initialIntervalMs);
+    w.doubleField(RETRY.backoffCoefficient, p.backoffCoefficient);
+    w.doubleField(RETRY.maxIntervalMs, p.maxIntervalMs);
+    w.stringsField(RETRY.nonRetryableTypes, p.nonRetryableTypes);
     w.ldelim(at);
   }
-  w.boolField(18, s.timeoutExceeded);
-  w.boolField(19, s.cancelRequested);
-  w.uint32Field(20, pendingInputs);
+  w.boolField(RUN.timeoutExceeded, s.timeoutExceeded);
+  w.boolField(RUN.cancelRequested, s.cancelRequested);
+  w.uint32Field(RUN.pendingInputs, pendingInputs);
 }
 
-function writeCall(w: Writer, field: number, c: RecordedCall): void {
-  w.tag(field, LEN);
+function writeCall(w: Writer, tag: number, c: RecordedCall): void {
+  w.uint32(tag);
   const at = w.fork();
-  w.uint32Field(1, c.seq);
-  w.uint32Field(2, c.eventId);
+  w.uint32Field(CALL.seq, c.seq);
+  w.uint32Field(CALL.eventId, c.eventId);
   let inner: number;
   switch (c.kind) {
     case 'step':
-      w.tag(3, LEN);
+      w.uint32(CALL.step);
       inner = w.fork();
-      w.stringField(1, c.name);
-      w.uint32Field(2, c.attempt);
-      if (c.result) writePayload(w, 3, c.result);
-      if (c.failure) writeFailure(w, 4, c.failure);
-      w.doubleField(5, c.durationMs);
+      w.stringField(STEP_CALL.name, c.name);
+      w.uint32Field(STEP_CALL.attempt, c.attempt);
+      if (c.result) writePayload(w, STEP_CALL.result, c.result);
+      if (c.failure) writeFailure(w, STEP_CALL.failure, c.failure);
+      w.doubleField(STEP_CALL.durationMs, c.durationMs);
       w.ldelim(inner);
       break;
     case 'checkpoint':
-      w.tag(4, LEN);
+      w.uint32(CALL.checkpoint);
       inner = w.fork();
-      writePayload(w, 1, c.data);
+      writePayload(w, pb.EngineFrame_CheckpointCall.data, c.data);
       w.ldelim(inner);
       break;
     case 'take-inputs':
-      w.tag(5, LEN);
+      w.uint32(CALL.takeInputs);
       inner = w.fork();
-      w.stringsField(1, c.inputIds);
+      w.stringsField(pb.EngineFrame_TakeInputsCall.inputIds, c.inputIds);
       w.ldelim(inner);
       break;
   }
@@ -475,76 +342,76 @@ function readRun(r: Reader, setPending: (n: number) => void): TurnSpec {
   while (r.more()) {
     const t = r.uint32();
     switch (t) {
-      case T(1, LEN):
+      case RUN.taskId:
         spec.taskId = r.string();
         continue;
-      case T(2, LEN):
+      case RUN.workflow:
         spec.workflow = r.string();
         continue;
-      case T(3, VARINT):
+      case RUN.kind:
         kind = r.int32();
         continue;
-      case T(4, VARINT):
+      case RUN.turn:
         spec.turn = r.uint32();
         continue;
-      case T(5, VARINT):
+      case RUN.attempt:
         spec.attempt = r.uint32();
         continue;
-      case T(6, VARINT):
+      case RUN.entryMode:
         entryMode = r.int32();
         continue;
-      case T(7, VARINT):
+      case RUN.steered:
         spec.steered = r.bool();
         continue;
-      case T(8, LEN):
+      case RUN.inputId:
         spec.inputId = r.string();
         continue;
-      case T(9, LEN):
+      case RUN.input:
         spec.input = r.nested(readPayload);
         continue;
-      case T(10, LEN):
+      case RUN.state:
         state = r.nested(readPayload);
         continue;
-      case T(11, LEN):
+      case RUN.calls:
         spec.calls.push(r.nested(readCall));
         continue;
-      case T(12, LEN):
+      case RUN.taken:
         spec.taken.push(r.nested(readTaken));
         continue;
-      case T(13, LEN):
+      case RUN.checkpoint:
         checkpoint = r.nested(readPayload);
         continue;
-      case T(14, FIXED64):
+      case RUN.turnStartedAtMs:
         spec.turnStartedAt = r.double();
         continue;
-      case T(15, FIXED64):
+      case RUN.deadlineMs:
         spec.deadline = r.double();
         continue;
-      case T(16, VARINT):
+      case RUN.recoveryCount:
         spec.recoveryCount = r.uint32();
         continue;
-      case T(17, LEN):
+      case RUN.stepRetry:
         stepRetry = { maxAttempts: 0, initialIntervalMs: 0, backoffCoefficient: 0, maxIntervalMs: 0, nonRetryableTypes: [] };
         r.nested((r) => {
           while (r.more()) {
             const u = r.uint32();
-            if (u === T(1, VARINT)) stepRetry.maxAttempts = r.uint32();
-            else if (u === T(2, FIXED64)) stepRetry.initialIntervalMs = r.double();
-            else if (u === T(3, FIXED64)) stepRetry.backoffCoefficient = r.double();
-            else if (u === T(4, FIXED64)) stepRetry.maxIntervalMs = r.double();
-            else if (u === T(5, LEN)) stepRetry.nonRetryableTypes.push(r.string());
+            if (u === RETRY.maxAttempts) stepRetry.maxAttempts = r.uint32();
+            else if (u === RETRY.initialIntervalMs) stepRetry.initialIntervalMs = r.double();
+            else if (u === RETRY.backoffCoefficient) stepRetry.backoffCoefficient = r.double();
+            else if (u === RETRY.maxIntervalMs) stepRetry.maxIntervalMs = r.double();
+            else if (u === RETRY.nonRetryableTypes) stepRetry.nonRetryableTypes.push(r.string());
             else r.skip(u & 7);
           }
         });
         spec.stepRetry = stepRetry;
         continue;
-      case T(18, VARINT):
+      case RUN.timeoutExceeded:
         spec.timeoutExceeded = r.bool();
         continue;
-      case T(19, VARINT):
+      case RUN.cancelRequested:
         spec.cancelRequested = r.bool();
         continue;
-      case T(20, VARINT):
+      case RUN.pendingInputs:
         setPending(r.uint32());
         continue;
     }
@@ -567,46 +434,46 @@ function readCall(r: Reader): RecordedCall {
   while (r.more()) {
     const t = r.uint32();
     switch (t) {
-      case T(1, VARINT):
+      case CALL.seq:
         seq = r.uint32();
         continue;
-      case T(2, VARINT):
+      case CALL.eventId:
         eventId = r.uint32();
         continue;
-      case T(3, LEN): {
+      case CALL.step: {
         const c: Extract<RecordedCall, { kind: 'step' }> = { kind: 'step', seq: 0, eventId: 0, name: '', attempt: 0, durationMs: 0 };
         r.nested((r) => {
           while (r.more()) {
             const u = r.uint32();
-            if (u === T(1, LEN)) c.name = r.string();
-            else if (u === T(2, VARINT)) c.attempt = r.uint32();
-            else if (u === T(3, LEN)) c.result = r.nested(readPayload);
-            else if (u === T(4, LEN)) c.failure = r.nested(readFailure);
-            else if (u === T(5, FIXED64)) c.durationMs = r.double();
+            if (u === STEP_CALL.name) c.name = r.string();
+            else if (u === STEP_CALL.attempt) c.attempt = r.uint32();
+            else if (u === STEP_CALL.result) c.result = r.nested(readPayload);
+            else if (u === STEP_CALL.failure) c.failure = r.nested(readFailure);
+            else if (u === STEP_CALL.durationMs) c.durationMs = r.double();
             else r.skip(u & 7);
           }
         });
         call = c;
         continue;
       }
-      case T(4, LEN): {
+      case CALL.checkpoint: {
         let data: Payload = { metadata: {}, data: EMPTY };
         r.nested((r) => {
           while (r.more()) {
             const u = r.uint32();
-            if (u === T(1, LEN)) data = r.nested(readPayload);
+            if (u === pb.EngineFrame_CheckpointCall.data) data = r.nested(readPayload);
             else r.skip(u & 7);
           }
         });
         call = { kind: 'checkpoint', seq: 0, eventId: 0, data };
         continue;
       }
-      case T(5, LEN): {
+      case CALL.takeInputs: {
         const inputIds: string[] = [];
         r.nested((r) => {
           while (r.more()) {
             const u = r.uint32();
-            if (u === T(1, LEN)) inputIds.push(r.string());
+            if (u === pb.EngineFrame_TakeInputsCall.inputIds) inputIds.push(r.string());
             else r.skip(u & 7);
           }
         });
@@ -629,42 +496,45 @@ export function encodeWorkerMessage(m: WorkerMessage): Uint8Array {
   const w = new Writer(m.type === 'heartbeat' ? 16 : 256);
   let at: number;
   switch (m.type) {
-    case 'ready':
-      w.tag(1, LEN);
+    case 'ready': {
+      const F = pb.WorkerFrame_Ready;
+      w.uint32(WF.ready);
       at = w.fork();
-      w.uint32Field(1, m.protocolVersion);
-      w.uint32Field(2, m.pid);
-      w.stringsField(3, m.workflows);
-      if (m.error) writeFailure(w, 4, m.error);
+      w.uint32Field(F.protocolVersion, m.protocolVersion);
+      w.uint32Field(F.pid, m.pid);
+      w.stringsField(F.workflows, m.workflows);
+      if (m.error) writeFailure(w, F.error, m.error);
       w.ldelim(at);
       break;
+    }
     case 'step-record': {
+      const F = pb.WorkerFrame_StepRecord;
       const r = m.record;
-      w.tag(2, LEN);
+      w.uint32(WF.stepRecord);
       at = w.fork();
-      w.uint32Field(1, r.seq);
-      w.stringField(2, r.name);
-      if (r.result) writePayload(w, 3, r.result);
-      if (r.failure) writeFailure(w, 4, r.failure);
-      w.doubleField(5, r.durationMs);
+      w.uint32Field(F.seq, r.seq);
+      w.stringField(F.name, r.name);
+      if (r.result) writePayload(w, F.result, r.result);
+      if (r.failure) writeFailure(w, F.failure, r.failure);
+      w.doubleField(F.durationMs, r.durationMs);
       w.ldelim(at);
       break;
     }
     case 'checkpoint':
-      w.tag(3, LEN);
+      w.uint32(WF.checkpoint);
       at = w.fork();
-      w.uint32Field(1, m.seq);
-      writePayload(w, 2, m.data);
+      w.uint32Field(pb.WorkerFrame_Checkpoint.seq, m.seq);
+      writePayload(w, pb.WorkerFrame_Checkpoint.data, m.data);
       w.ldelim(at);
       break;
     case 'take-inputs':
-      w.tag(4, LEN);
+      w.uint32(WF.takeInputs);
       at = w.fork();
-      w.uint32Field(1, m.seq);
+      w.uint32Field(pb.WorkerFrame_TakeInputs.seq, m.seq);
       w.ldelim(at);
       break;
     case 'heartbeat':
-      w.emptyField(5);
+      w.emptyField(WF.heartbeat);
       break;
     case 'terminal':
       writeTerminal(w, m.outcome);
@@ -677,95 +547,91 @@ function writeTerminal(w: Writer, o: TerminalOutcome): void {
   let at: number;
   switch (o.kind) {
     case 'completed':
-      w.tag(6, LEN); // result
+      w.uint32(WF.result);
       at = w.fork();
-      writePayload(w, 1, o.output);
-      if (o.state) writePayload(w, 2, o.state);
+      writePayload(w, pb.WorkerFrame_Result.output, o.output);
+      if (o.state) writePayload(w, pb.WorkerFrame_Result.state, o.state);
       w.ldelim(at);
       return;
     case 'suspended':
-      w.tag(7, LEN); // suspend
+      w.uint32(WF.suspend);
       at = w.fork();
-      w.stringField(1, o.reason);
-      if (o.output) writePayload(w, 2, o.output);
-      if (o.state) writePayload(w, 3, o.state);
+      w.stringField(pb.WorkerFrame_Suspend.reason, o.reason);
+      if (o.output) writePayload(w, pb.WorkerFrame_Suspend.output, o.output);
+      if (o.state) writePayload(w, pb.WorkerFrame_Suspend.state, o.state);
       w.ldelim(at);
       return;
     case 'exit-for-recovery':
-      w.tag(8, LEN);
+      w.uint32(WF.exitForRecovery);
       at = w.fork();
-      w.stringField(1, o.reason);
+      w.stringField(pb.WorkerFrame_ExitForRecovery.reason, o.reason);
       w.ldelim(at);
       return;
     case 'failed':
-      w.tag(9, LEN); // error
+      w.uint32(WF.error);
       at = w.fork();
-      writeFailure(w, 1, o.failure);
+      writeFailure(w, pb.WorkerFrame_Error.failure, o.failure);
       w.ldelim(at);
       return;
     case 'cancelled':
-      w.tag(10, LEN);
+      w.uint32(WF.cancelled);
       at = w.fork();
-      w.stringField(1, o.reason);
+      w.stringField(pb.WorkerFrame_Cancelled.reason, o.reason);
       w.ldelim(at);
       return;
     case 'timed-out':
-      w.emptyField(11);
+      w.emptyField(WF.timedOut);
       return;
   }
 }
 
-/** A message's fields by number: payloads, failures, strings and numbers (the worker frames' bodies are flat). */
+type Kind = 'payload' | 'failure' | 'string' | 'strings' | 'uint32' | 'double';
+/** A message's fields by tag: payloads, failures, strings and numbers (the worker frames' bodies are flat). */
 type Fields = Map<number, Payload | FailureInfo | string | string[] | number>;
 
 /**
- * Reads one flat message of a worker frame. `kinds` gives each known field number its type;
- * a field of another wire type is skipped, like an unknown one.
+ * Reads one flat message of a worker frame. `kinds` gives each known tag its type; a field of
+ * another wire type has another tag, so it is skipped like an unknown one.
  */
-function readFlat(r: Reader, kinds: Record<number, 'payload' | 'failure' | 'string' | 'strings' | 'uint32' | 'double'>): Fields {
+function readFlat(r: Reader, kinds: Readonly<Record<number, Kind>>): Fields {
   const f: Fields = new Map();
   while (r.more()) {
     const t = r.uint32();
-    const n = t >>> 3;
-    const kind = kinds[n];
-    const wt = t & 7;
-    if (kind === 'payload' && wt === LEN) f.set(n, r.nested(readPayload));
-    else if (kind === 'failure' && wt === LEN) f.set(n, r.nested(readFailure));
-    else if (kind === 'string' && wt === LEN) f.set(n, r.string());
-    else if (kind === 'strings' && wt === LEN) {
+    const kind = kinds[t];
+    if (kind === 'payload') f.set(t, r.nested(readPayload));
+    else if (kind === 'failure') f.set(t, r.nested(readFailure));
+    else if (kind === 'string') f.set(t, r.string());
+    else if (kind === 'strings') {
       const s = r.string();
-      const list = f.get(n) as string[] | undefined;
+      const list = f.get(t) as string[] | undefined;
       if (list) list.push(s);
-      else f.set(n, [s]);
-    } else if (kind === 'uint32' && wt === VARINT) f.set(n, r.uint32());
-    else if (kind === 'double' && wt === FIXED64) f.set(n, r.double());
-    else r.skip(wt);
+      else f.set(t, [s]);
+    } else if (kind === 'uint32') f.set(t, r.uint32());
+    else if (kind === 'double') f.set(t, r.double());
+    else r.skip(t & 7);
   }
   return f;
 }
 
-const READY = { 1: 'uint32', 2: 'uint32', 3: 'strings', 4: 'failure' } as const;
-const STEP_RECORD = { 1: 'uint32', 2: 'string', 3: 'payload', 4: 'failure', 5: 'double' } as const;
-const CHECKPOINT = { 1: 'uint32', 2: 'payload' } as const;
-const SEQ_ONLY = { 1: 'uint32' } as const;
-const RESULT = { 1: 'payload', 2: 'payload' } as const;
-const SUSPEND = { 1: 'string', 2: 'payload', 3: 'payload' } as const;
-const REASON = { 1: 'string' } as const;
-const ERROR = { 1: 'failure' } as const;
-const NOTHING = {} as const;
-/** WorkerFrame.body field number → its message's fields. */
-const WORKER_BODIES: Record<number, Record<number, 'payload' | 'failure' | 'string' | 'strings' | 'uint32' | 'double'>> = {
-  1: READY,
-  2: STEP_RECORD,
-  3: CHECKPOINT,
-  4: SEQ_ONLY,
-  5: NOTHING,
-  6: RESULT,
-  7: SUSPEND,
-  8: REASON,
-  9: ERROR,
-  10: REASON,
-  11: NOTHING,
+const READY = pb.WorkerFrame_Ready;
+const STEP_RECORD = pb.WorkerFrame_StepRecord;
+const CHECKPOINT = pb.WorkerFrame_Checkpoint;
+const RESULT = pb.WorkerFrame_Result;
+const SUSPEND = pb.WorkerFrame_Suspend;
+const REASON = pb.WorkerFrame_Cancelled; // ExitForRecovery and Cancelled: { reason = 1 }
+/** WorkerFrame.body tag → its message's field kinds by tag. */
+const WORKER_BODIES: Readonly<Record<number, Readonly<Record<number, Kind>>>> = {
+  [WF.ready]: { [READY.protocolVersion]: 'uint32', [READY.pid]: 'uint32', [READY.workflows]: 'strings', [READY.error]: 'failure' },
+  [WF.stepRecord]: { [STEP_RECORD.seq]: 'uint32', [STEP_RECORD.name]: 'string', [STEP_RECORD.result]: 'payload', [STEP_RECORD.failure]: 'failure', [STEP_RECORD.durationMs]: 'double' },
+  [WF.checkpoint]: { [CHECKPOINT.seq]: 'uint32', [CHECKPOINT.data]: 'payload' },
+  [WF.takeInputs]: { [pb.WorkerFrame_TakeInputs.seq]: 'uint32' },
+  [WF.heartbeat]: {},
+  [WF.result]: { [RESULT.output]: 'payload', [RESULT.state]: 'payload' },
+  [WF.suspend]: { [SUSPEND.reason]: 'string', [SUSPEND.output]: 'payload', [SUSPEND.state]: 'payload' },
+  [WF.exitForRecovery]: { [pb.WorkerFrame_ExitForRecovery.reason]: 'string' },
+  [WF.error]: { [pb.WorkerFrame_Error.failure]: 'failure' },
+  [WF.cancelled]: { [REASON.reason]: 'string' },
+  [WF.timedOut]: {},
 };
 
 /**
@@ -773,7 +639,7 @@ const WORKER_BODIES: Record<number, Record<number, 'payload' | 'failure' | 'stri
  * messages). Lets the engine refuse text written to fd 3 at its first bytes, not at a timeout.
  */
 export function isWorkerFrameStart(b: number): boolean {
-  return (b & 7) === LEN && WORKER_BODIES[b >>> 3] !== undefined;
+  return (b & 7) === LEN && WORKER_BODIES[b] !== undefined;
 }
 
 /** Engine side: decodes and validates one frame body from a worker. Throws WorkerProtocolError. */
@@ -785,9 +651,9 @@ export function decodeWorkerMessage(bytes: Uint8Array): WorkerMessage {
     const r = new Reader(bytes);
     while (r.more()) {
       const t = r.uint32();
-      const kinds = WORKER_BODIES[t >>> 3];
-      if (kinds && (t & 7) === LEN) {
-        body = t >>> 3;
+      const kinds = WORKER_BODIES[t];
+      if (kinds) {
+        body = t;
         f = r.nested((r) => readFlat(r, kinds));
       } else {
         r.skip(t & 7);
@@ -802,61 +668,61 @@ export function decodeWorkerMessage(bytes: Uint8Array): WorkerMessage {
   const payload = (n: number): Payload | undefined => f.get(n) as Payload | undefined;
   const failure = (n: number): FailureInfo | undefined => f.get(n) as FailureInfo | undefined;
   switch (body) {
-    case 1: {
-      const m: WorkerMessage = { type: 'ready', protocolVersion: num(1), pid: num(2), workflows: (f.get(3) as string[] | undefined) ?? [] };
-      const error = failure(4);
+    case WF.ready: {
+      const m: WorkerMessage = { type: 'ready', protocolVersion: num(READY.protocolVersion), pid: num(READY.pid), workflows: (f.get(READY.workflows) as string[] | undefined) ?? [] };
+      const error = failure(READY.error);
       if (error) m.error = error;
       return m;
     }
-    case 2: {
-      const seq = positiveSeq(num(1), 'step record');
-      const name = str(2);
-      const result = payload(3);
-      const fail = failure(4);
+    case WF.stepRecord: {
+      const seq = positiveSeq(num(STEP_RECORD.seq), 'step record');
+      const name = str(STEP_RECORD.name);
+      const result = payload(STEP_RECORD.result);
+      const fail = failure(STEP_RECORD.failure);
       if (!name) throw new WorkerProtocolError(`step record ${seq} has no name`);
       if (!result === !fail) throw new WorkerProtocolError(`step record ${seq} ("${name}") must carry exactly one of result and failure`);
-      const d = num(5);
+      const d = num(STEP_RECORD.durationMs);
       if (!Number.isFinite(d) || d < 0) throw new WorkerProtocolError(`step record ${seq} has duration ${d}`);
       const record: StepRecord = { seq, name, durationMs: d };
       if (result) record.result = result;
       else record.failure = fail!;
       return { type: 'step-record', record };
     }
-    case 3: {
-      const seq = positiveSeq(num(1), 'checkpoint');
-      const data = payload(2);
+    case WF.checkpoint: {
+      const seq = positiveSeq(num(CHECKPOINT.seq), 'checkpoint');
+      const data = payload(CHECKPOINT.data);
       if (!data) throw new WorkerProtocolError(`checkpoint ${seq} has no data`);
       return { type: 'checkpoint', seq, data };
     }
-    case 4:
-      return { type: 'take-inputs', seq: positiveSeq(num(1), 'take-inputs') };
-    case 5:
+    case WF.takeInputs:
+      return { type: 'take-inputs', seq: positiveSeq(num(pb.WorkerFrame_TakeInputs.seq), 'take-inputs') };
+    case WF.heartbeat:
       return { type: 'heartbeat' };
-    case 6: {
-      const output = payload(1);
+    case WF.result: {
+      const output = payload(RESULT.output);
       if (!output) throw new WorkerProtocolError('result without output');
       const o: TerminalOutcome = { kind: 'completed', output };
-      const state = payload(2);
+      const state = payload(RESULT.state);
       if (state) o.state = state;
       return { type: 'terminal', outcome: o };
     }
-    case 7: {
-      const o: TerminalOutcome = { kind: 'suspended', reason: str(1) };
-      const output = payload(2);
+    case WF.suspend: {
+      const o: TerminalOutcome = { kind: 'suspended', reason: str(SUSPEND.reason) };
+      const output = payload(SUSPEND.output);
       if (output) o.output = output;
-      const state = payload(3);
+      const state = payload(SUSPEND.state);
       if (state) o.state = state;
       return { type: 'terminal', outcome: o };
     }
-    case 8:
-      return { type: 'terminal', outcome: { kind: 'exit-for-recovery', reason: str(1) } };
-    case 9: {
-      const fail = failure(1);
+    case WF.exitForRecovery:
+      return { type: 'terminal', outcome: { kind: 'exit-for-recovery', reason: str(pb.WorkerFrame_ExitForRecovery.reason) } };
+    case WF.error: {
+      const fail = failure(pb.WorkerFrame_Error.failure);
       if (!fail) throw new WorkerProtocolError('error terminal without a failure');
       return { type: 'terminal', outcome: { kind: 'failed', failure: fail } };
     }
-    case 10:
-      return { type: 'terminal', outcome: { kind: 'cancelled', reason: str(1) } };
+    case WF.cancelled:
+      return { type: 'terminal', outcome: { kind: 'cancelled', reason: str(REASON.reason) } };
     default:
       return { type: 'terminal', outcome: { kind: 'timed-out' } };
   }

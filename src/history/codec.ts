@@ -5,7 +5,9 @@
  * decode + fold above 500,000 events/s (bench/replay).
  */
 import { HistoryCorruptError, HistoryFormatError, TurnlogError } from '../errors.js';
-import { lookupType, protobuf } from '../internal/proto/root.js';
+import { lookupType } from '../internal/proto/root.js';
+import * as pb from '../internal/wire/fields.js';
+import { CODE_PREFIX, EMPTY_BYTES as EMPTY, Reader, Writer, readFailure, readPayload, setOwn, writeFailure, writePayload } from '../internal/wire/wire.js';
 import {
   HISTORY_FORMAT_VERSION,
   type CancelScope,
@@ -27,19 +29,13 @@ const TurnPolicyType = lookupType('turnlog.v1.TurnPolicy');
 const PayloadType = lookupType('temporal.api.common.v1.Payload');
 const FailureType = lookupType('temporal.api.failure.v1.Failure');
 
-// Enum maps. Index = proto enum number; 0 is UNSPECIFIED everywhere.
-const KINDS: readonly (WorkflowKind | undefined)[] = [undefined, 'one-shot', 'multi-turn'];
-const ENTRY_MODES: readonly (EntryMode | undefined)[] = [undefined, 'fresh', 'resumed', 'recovered'];
-const EXECUTORS: readonly (ExecutorKind | undefined)[] = [undefined, 'inline', 'process'];
-const OUTCOMES: readonly (TaskOutcome | undefined)[] = [undefined, 'succeeded', 'failed', 'cancelled', 'timed_out'];
-const CAUSES: readonly (TimeoutCause | undefined)[] = [
-  undefined,
-  'cooperative',
-  'hard_cap',
-  'recovery_marker',
-  'recovery_backstop',
-];
-const SCOPES: readonly (CancelScope | undefined)[] = [undefined, 'task', 'turn'];
+// Enum maps, generated from history.proto (src/internal/wire/fields.ts): index = proto enum number.
+const KINDS: readonly (WorkflowKind | undefined)[] = pb.WORKFLOW_KINDS;
+const ENTRY_MODES: readonly (EntryMode | undefined)[] = pb.ENTRY_MODES;
+const EXECUTORS: readonly (ExecutorKind | undefined)[] = pb.EXECUTOR_KINDS;
+const OUTCOMES: readonly (TaskOutcome | undefined)[] = pb.TASK_OUTCOMES;
+const CAUSES: readonly (TimeoutCause | undefined)[] = pb.TIMEOUT_CAUSES;
+const SCOPES: readonly (CancelScope | undefined)[] = pb.CANCEL_SCOPES;
 
 function toNum<T>(table: readonly (T | undefined)[], v: T): number {
   const i = table.indexOf(v);
@@ -82,17 +78,11 @@ function payloadFromProto(m: PayloadMsg | null | undefined): Payload | undefined
   return { metadata, data: asBytes(m.data) };
 }
 
-const EMPTY = new Uint8Array(0);
-
 function asBytes(v: unknown): Uint8Array {
   return v instanceof Uint8Array && v.length > 0 ? v : EMPTY;
 }
 
-/** `o[k] = v`, except that a `__proto__` key becomes an own property, as protobufjs decodes it. */
-export function setOwn<T>(o: Record<string, T>, k: string, v: T): void {
-  if (k === '__proto__') Object.defineProperty(o, k, { value: v, enumerable: true, writable: true, configurable: true });
-  else o[k] = v;
-}
+export { setOwn };
 
 interface FailureMsg {
   message?: string;
@@ -106,9 +96,6 @@ interface FailureMsg {
     details?: { payloads?: PayloadMsg[] } | null;
   } | null;
 }
-
-// Failure.source carries the error code: Temporal uses it for the producing SDK, which we are.
-const CODE_PREFIX = 'turnlog:';
 
 export function failureToProto(f: FailureInfo): FailureMsg {
   const msg: FailureMsg = {
@@ -331,8 +318,6 @@ function eventToProto(e: HistoryEvent): Record<string, unknown> {
 }
 
 const EMPTY_PAYLOAD: Payload = { metadata: {}, data: EMPTY };
-/** HistoryEvent.step_completed. */
-const STEP_FIELD_NUMBER = 14;
 
 function optPayload(p: Payload | undefined): PayloadMsg | null {
   return p ? payloadToProto(p) : null;
@@ -340,172 +325,147 @@ function optPayload(p: Payload | undefined): PayloadMsg | null {
 
 // ---------------------------------------------------------------------------------------------
 // Encode fast path: the events of every turn (InputQueued, LeaseClaimed, TurnStarted, a
-// StepCompleted with a result, TurnCompleted, TaskCompleted, TimeoutCancelRequested) are
-// written by hand with protobufjs's Writer, field by field in field-number order, straight from
-// the TS event: no intermediate object, no per-call Writer. The bytes are identical to the
-// generated encoder's (test/history/codec-encode.test.ts compares both on every event type),
-// which means following its proto3 rules exactly:
+// StepCompleted, TurnCompleted, TurnFailed, TaskCompleted, TimeoutCancelRequested) are written
+// by hand on the shared wire layer (src/internal/wire/), field by field in field-number order
+// with the generated tags, straight from the TS event: no intermediate object, no per-call
+// Writer. The bytes are identical to the generated encoder's (test/history/codec-encode.test.ts
+// compares both on every event type), which means following its proto3 rules exactly:
 // - uint32/enum: written unless null/undefined or 0; string: unless "" ; bool: unless false;
 // - double: unless 0 (`Object.is`, so -0 and NaN are written);
 // - a message field (payload, oneof member): written whenever not null/undefined, even empty;
 // - map<string, bytes>: one entry per Object.keys() key, key and value always written;
 // - repeated string: every element, nothing for an empty array.
-// Everything else (failures, rare events) takes the generic path.
+// Everything else (rare events) takes the generic path.
 
-const { Writer } = protobuf;
+const H = pb.HistoryEvent;
 
 /**
  * One Writer reused by every encode. Encoding is synchronous, but a payload getter or Proxy
  * could call encodeEvent from inside another encode: `encoding` sends such a nested call to the
  * generated encoder, so it never resets the outer call's writer (test: review2).
  */
-let shared: protobuf.Writer | null = null;
+let shared: Writer | null = null;
 let encoding = false;
 /** A Writer that grew past this is dropped after use, so one huge event is not kept alive. */
 const SHARED_MAX = 64 * 1024;
 
-function sharedWriter(): protobuf.Writer {
-  const w = shared ?? (shared = Writer.create());
+function sharedWriter(): Writer {
+  const w = shared ?? (shared = new Writer(1024));
   // A throw in the middle of an earlier encode (a bad enum, a missing payload) left state behind.
-  w.pos = 0;
-  const states = w.states;
-  if (states !== null && states.length !== 0) states.length = 0;
+  w.reset();
   return w;
 }
 
-/**
- * Copies the bytes out into a Buffer of their size, as `Writer.finish()` does under Node, minus
- * its `subarray` (a Buffer subarray is a costly FastBuffer construction): a loop copies small
- * events faster than `set`.
- */
-function finishShared(w: protobuf.Writer): Uint8Array {
-  const n = w.pos;
-  const src = w.buf;
-  const out = Buffer.allocUnsafe(n);
-  if (n <= 256) for (let i = 0; i < n; i++) out[i] = src[i]!;
-  else out.set(src.subarray(0, n));
-  if (src.length > SHARED_MAX) shared = null;
+/** The bytes out of the shared writer, in a Buffer of their size (as protobufjs' `finish()` under Node). */
+function finishShared(w: Writer, delimited: boolean): Uint8Array {
+  const out = w.finish(delimited);
+  if (w.buf.length > SHARED_MAX) shared = null;
   return out;
 }
 
-function writePayload(w: protobuf.Writer, tag: number, p: Payload): void {
-  w.uint32(tag).fork();
-  const md = p.metadata;
-  if (md != null) {
-    const keys = Object.keys(md);
-    for (let i = 0; i < keys.length; i++) {
-      const k = keys[i]!;
-      w.uint32(10).fork().uint32(10).string(k).uint32(18).bytes(md[k]!).ldelim();
-    }
-  }
-  const data = p.data;
-  if (data != null && data.length) w.uint32(18).bytes(data);
-  w.ldelim();
+/** HistoryEvent fields 1–3, then opens the oneof member `tag`; returns the mark to close it. */
+function openEvent(w: Writer, e: HistoryEvent, tag: number): number {
+  w.uint32Field(H.eventId, e.eventId);
+  w.doubleField(H.timeMs, e.time);
+  w.uint32Field(H.generation, e.generation);
+  w.uint32(tag);
+  return w.fork();
 }
-
-function writeU32(w: protobuf.Writer, tag: number, v: number): void {
-  if (v != null && v !== 0) w.uint32(tag).uint32(v);
-}
-function writeDouble(w: protobuf.Writer, tag: number, v: number): void {
-  if (v != null && !Object.is(v, 0)) w.uint32(tag).double(v);
-}
-function writeString(w: protobuf.Writer, tag: number, v: string): void {
-  if (v != null && v !== '') w.uint32(tag).string(v);
-}
-function writeEnum(w: protobuf.Writer, tag: number, v: number): void {
-  if (v !== 0) w.uint32(tag).int32(v);
-}
-
-/** HistoryEvent fields 1–3, then opens the oneof member `tag`. */
-function openEvent(w: protobuf.Writer, e: HistoryEvent, tag: number): void {
-  writeU32(w, 8, e.eventId);
-  writeDouble(w, 17, e.time);
-  writeU32(w, 24, e.generation);
-  w.uint32(tag).fork();
-}
-
-// Field tags: (field number << 3) | wire type (0 varint, 1 fixed64, 2 length-delimited).
-const TAG_INPUT_QUEUED = (11 << 3) | 2;
-const TAG_TURN_STARTED = (13 << 3) | 2;
-const TAG_STEP_COMPLETED = (STEP_FIELD_NUMBER << 3) | 2;
-const TAG_TIMEOUT_CANCEL = (16 << 3) | 2;
-const TAG_TURN_COMPLETED = (20 << 3) | 2;
-const TAG_LEASE_CLAIMED = (26 << 3) | 2;
-const TAG_TASK_COMPLETED = (27 << 3) | 2;
 
 /** Writes a hot event into `w` and returns true, or returns false (nothing written) for the generic path. */
-function writeEventFast(w: protobuf.Writer, e: HistoryEvent): boolean {
+function writeEventFast(w: Writer, e: HistoryEvent): boolean {
+  let at: number;
   switch (e.type) {
     case 'StepCompleted': {
-      if (e.failure) return false;
-      openEvent(w, e, TAG_STEP_COMPLETED);
-      writeU32(w, 8, e.turn);
-      writeU32(w, 16, e.attempt);
-      writeU32(w, 24, e.seq);
-      writeString(w, 34, e.name);
-      writePayload(w, 42, e.result ?? EMPTY_PAYLOAD);
-      writeDouble(w, 57, e.durationMs);
+      const F = pb.StepCompleted;
+      at = openEvent(w, e, H.stepCompleted);
+      w.uint32Field(F.turn, e.turn);
+      w.uint32Field(F.attempt, e.attempt);
+      w.uint32Field(F.seq, e.seq);
+      w.stringField(F.name, e.name);
+      if (e.failure) writeFailure(w, F.failure, e.failure);
+      else writePayload(w, F.result, e.result ?? EMPTY_PAYLOAD);
+      w.doubleField(F.durationMs, e.durationMs);
       break;
     }
     case 'TurnStarted': {
+      const F = pb.TurnStarted;
       const entryMode = toNum(ENTRY_MODES, e.entryMode);
       const executor = toNum(EXECUTORS, e.executor);
-      openEvent(w, e, TAG_TURN_STARTED);
-      writeU32(w, 8, e.turn);
-      writeU32(w, 16, e.attempt);
-      const ids = e.inputIds;
-      if (ids != null && ids.length) for (let i = 0; i < ids.length; i++) w.uint32(26).string(ids[i]!);
-      writeEnum(w, 32, entryMode);
-      if (e.steered != null && e.steered !== false) w.uint32(40).bool(e.steered);
-      writeString(w, 50, e.owner);
-      writeString(w, 58, e.instance);
-      writeEnum(w, 64, executor);
-      writeU32(w, 72, e.pid);
-      writeDouble(w, 81, e.turnStartedAt);
-      writeDouble(w, 89, e.deadline);
+      at = openEvent(w, e, H.turnStarted);
+      w.uint32Field(F.turn, e.turn);
+      w.uint32Field(F.attempt, e.attempt);
+      w.stringsField(F.inputIds, e.inputIds);
+      w.int32Field(F.entryMode, entryMode);
+      w.boolField(F.steered, e.steered);
+      w.stringField(F.owner, e.owner);
+      w.stringField(F.instance, e.instance);
+      w.int32Field(F.executor, executor);
+      w.uint32Field(F.pid, e.pid);
+      w.doubleField(F.turnStartedAtMs, e.turnStartedAt);
+      w.doubleField(F.deadlineMs, e.deadline);
       break;
     }
     case 'InputQueued': {
       const input = e.input;
       if (input == null) return false;
-      openEvent(w, e, TAG_INPUT_QUEUED);
-      writeString(w, 10, e.inputId);
-      writePayload(w, 18, input);
-      if (e.steering != null && e.steering !== false) w.uint32(24).bool(e.steering);
+      at = openEvent(w, e, H.inputQueued);
+      w.stringField(pb.InputQueued.inputId, e.inputId);
+      writePayload(w, pb.InputQueued.input, input);
+      w.boolField(pb.InputQueued.steering, e.steering);
       break;
     }
     case 'TurnCompleted':
-      openEvent(w, e, TAG_TURN_COMPLETED);
-      writeU32(w, 8, e.turn);
-      if (e.output) writePayload(w, 18, e.output);
-      if (e.state) writePayload(w, 26, e.state);
+      at = openEvent(w, e, H.turnCompleted);
+      w.uint32Field(pb.TurnCompleted.turn, e.turn);
+      if (e.output) writePayload(w, pb.TurnCompleted.output, e.output);
+      if (e.state) writePayload(w, pb.TurnCompleted.state, e.state);
       break;
-    case 'LeaseClaimed':
-      openEvent(w, e, TAG_LEASE_CLAIMED);
-      writeString(w, 10, e.owner);
-      writeString(w, 18, e.instance);
-      writeU32(w, 24, e.generation);
-      writeU32(w, 32, e.previousGeneration);
-      writeString(w, 42, e.reason);
-      writeDouble(w, 49, e.expiresAt);
+    case 'TurnFailed':
+      at = openEvent(w, e, H.turnFailed);
+      w.uint32Field(pb.TurnFailed.turn, e.turn);
+      writeFailure(w, pb.TurnFailed.failure, e.failure);
       break;
+    case 'LeaseClaimed': {
+      const F = pb.LeaseClaimed;
+      at = openEvent(w, e, H.leaseClaimed);
+      w.stringField(F.owner, e.owner);
+      w.stringField(F.instance, e.instance);
+      w.uint32Field(F.generation, e.generation);
+      w.uint32Field(F.previousGeneration, e.previousGeneration);
+      w.stringField(F.reason, e.reason);
+      w.doubleField(F.expiresAtMs, e.expiresAt);
+      break;
+    }
     case 'TaskCompleted': {
       const outcome = toNum(OUTCOMES, e.outcome);
-      openEvent(w, e, TAG_TASK_COMPLETED);
-      writeEnum(w, 8, outcome);
+      at = openEvent(w, e, H.taskCompleted);
+      w.int32Field(pb.TaskCompleted.outcome, outcome);
       break;
     }
     case 'TimeoutCancelRequested':
-      openEvent(w, e, TAG_TIMEOUT_CANCEL);
-      writeU32(w, 8, e.turn);
-      writeDouble(w, 17, e.at);
-      writeDouble(w, 25, e.graceUntil);
+      at = openEvent(w, e, H.timeoutCancelRequested);
+      w.uint32Field(pb.TimeoutCancelRequested.turn, e.turn);
+      w.doubleField(pb.TimeoutCancelRequested.atMs, e.at);
+      w.doubleField(pb.TimeoutCancelRequested.graceUntilMs, e.graceUntil);
       break;
     default:
       return false;
   }
-  w.ldelim();
+  w.ldelim(at);
   return true;
+}
+
+/** Encodes through the fast path into the shared writer, or returns undefined for the generic path. */
+function encodeFast(e: HistoryEvent, delimited: boolean): Uint8Array | undefined {
+  encoding = true;
+  try {
+    const w = sharedWriter();
+    if (writeEventFast(w, e)) return finishShared(w, delimited);
+  } finally {
+    encoding = false;
+  }
+  return undefined;
 }
 
 /**
@@ -515,14 +475,7 @@ function writeEventFast(w: protobuf.Writer, e: HistoryEvent): boolean {
 export function encodeEvent(event: HistoryEvent): Uint8Array {
   if (encoding) return encodeEventGeneric(event);
   const e = wellFormedEvent(event);
-  encoding = true;
-  try {
-    const w = sharedWriter();
-    if (writeEventFast(w, e)) return finishShared(w);
-  } finally {
-    encoding = false;
-  }
-  return HistoryEventType.encode(eventToProto(e) as never).finish();
+  return encodeFast(e, false) ?? HistoryEventType.encode(eventToProto(e) as never).finish();
 }
 
 /**
@@ -729,62 +682,36 @@ function eventFromProto(m: EventMsg, taskId: string): HistoryEvent {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Fast path: StepCompleted with a result is most of a long history. Decoding it by hand, straight
-// into the TS event, doubles decode + fold throughput (bench/replay). Anything unusual (a failure,
-// an unknown field, a repeated oneof, event id 0) returns undefined and takes the generic path.
+// Fast path: StepCompleted is most of a long history. Decoding it by hand on the shared wire
+// layer, straight into the TS event, doubles decode + fold throughput (bench/replay). Anything
+// unusual (an unknown field, a repeated oneof, event id 0) returns undefined and takes the
+// generic path. Strings read leniently (invalid UTF-8 becomes U+FFFD), as protobufjs reads them.
 
-const { Reader } = protobuf;
-const STEP_FIELD = STEP_FIELD_NUMBER;
-
-function fastPayload(r: protobuf.Reader, end: number): Payload {
-  const metadata: Record<string, Uint8Array> = {};
-  let data: Uint8Array = EMPTY;
-  while (r.pos < end) {
-    const t = r.uint32();
-    if (t === 10) {
-      // map<string, bytes> entry: key = 1, value = 2.
-      const e = r.uint32() + r.pos;
-      let k = '';
-      let v: Uint8Array = EMPTY;
-      while (r.pos < e) {
-        const t2 = r.uint32();
-        if (t2 === 10) k = r.string();
-        else if (t2 === 18) v = r.bytes();
-        else r.skipType(t2 & 7);
-      }
-      setOwn(metadata, k, v);
-    } else if (t === 18) data = r.bytes();
-    else r.skipType(t & 7);
-  }
-  if (r.pos !== end) throw new RangeError('payload overruns its length');
-  return { metadata, data };
-}
+const STEP = pb.StepCompleted;
 
 function decodeStepFast(bytes: Uint8Array): HistoryEvent | undefined {
-  const r = Reader.create(bytes);
+  const r = new Reader(bytes, false);
   let eventId = 0;
   let time = 0;
   let generation = 0;
   let stepStart = -1;
   let stepEnd = -1;
-  while (r.pos < r.len) {
+  while (r.more()) {
     const t = r.uint32();
     switch (t) {
-      case 8:
+      case H.eventId:
         eventId = r.uint32();
         break;
-      case 17:
+      case H.timeMs:
         time = r.double();
         break;
-      case 24:
+      case H.generation:
         generation = r.uint32();
         break;
-      case (STEP_FIELD << 3) | 2: {
+      case H.stepCompleted: {
         if (stepStart >= 0) return undefined;
-        const len = r.uint32();
+        stepEnd = r.end();
         stepStart = r.pos;
-        stepEnd = stepStart + len;
-        if (stepEnd > r.len) throw new RangeError('index out of range');
         r.pos = stepEnd;
         break;
       }
@@ -794,41 +721,45 @@ function decodeStepFast(bytes: Uint8Array): HistoryEvent | undefined {
   }
   if (stepStart < 0 || eventId === 0) return undefined;
   r.pos = stepStart;
+  r.limit = stepEnd;
   let turn = 0;
   let attempt = 0;
   let seq = 0;
   let name = '';
   let durationMs = 0;
   let result: Payload | undefined;
-  while (r.pos < stepEnd) {
+  let failure: FailureInfo | undefined;
+  while (r.more()) {
     const t = r.uint32();
     switch (t) {
-      case 8:
+      case STEP.turn:
         turn = r.uint32();
         break;
-      case 16:
+      case STEP.attempt:
         attempt = r.uint32();
         break;
-      case 24:
+      case STEP.seq:
         seq = r.uint32();
         break;
-      case 34:
+      case STEP.name:
         name = r.string();
         break;
-      case 42: {
-        if (result !== undefined) return undefined;
-        const len = r.uint32();
-        result = fastPayload(r, r.pos + len);
+      case STEP.result:
+        if (result !== undefined || failure !== undefined) return undefined;
+        result = r.nested(readPayload);
         break;
-      }
-      case 57:
+      case STEP.failure:
+        if (result !== undefined || failure !== undefined) return undefined;
+        failure = r.nested(readFailure);
+        break;
+      case STEP.durationMs:
         durationMs = r.double();
         break;
       default:
         return undefined;
     }
   }
-  if (r.pos !== stepEnd) throw new RangeError('step overruns its length');
+  if (failure !== undefined) return { type: 'StepCompleted', eventId, time, generation, turn, attempt, seq, name, durationMs, failure };
   if (result === undefined) return undefined;
   return { type: 'StepCompleted', eventId, time, generation, turn, attempt, seq, name, durationMs, result };
 }
@@ -855,18 +786,7 @@ export function decodeEvent(bytes: Uint8Array, taskId: string, key = `${taskId}/
 export function encodeEventDelimited(event: HistoryEvent): Uint8Array {
   if (encoding) return encodeEventDelimitedGeneric(event);
   const e = wellFormedEvent(event);
-  encoding = true;
-  try {
-    const w = sharedWriter();
-    if (writeEventFast(w, e)) {
-      // Not forked: ldelim() prefixes everything written with its length, as encodeDelimited does.
-      w.ldelim();
-      return finishShared(w);
-    }
-  } finally {
-    encoding = false;
-  }
-  return HistoryEventType.encodeDelimited(eventToProto(e) as never).finish();
+  return encodeFast(e, true) ?? HistoryEventType.encodeDelimited(eventToProto(e) as never).finish();
 }
 
 /** {@link encodeEventDelimited} through the generated encoder alone (tests). */

@@ -52,7 +52,7 @@ export class DefaultPayloadConverter implements PayloadConverter {
     let p: Payload;
     if (value === undefined) {
       p = { metadata: { [ENCODING]: BINARY_NULL }, data: new Uint8Array(0) };
-    } else if (value instanceof Uint8Array) {
+    } else if (isBytes(value)) {
       p = { metadata: { [ENCODING]: BINARY_PLAIN }, data: value };
     } else {
       let json: string | undefined;
@@ -95,6 +95,16 @@ export class DefaultPayloadConverter implements PayloadConverter {
 }
 
 export const defaultPayloadConverter: PayloadConverter = new DefaultPayloadConverter();
+
+/**
+ * The `payloadConverter` export of a workflows module, if it has a usable one: how process
+ * workers, replay worker threads, `replayHistory` with a module and `turnlog replay` find it.
+ */
+export function moduleConverter(mod: Record<string, unknown>): PayloadConverter | undefined {
+  const c = mod['payloadConverter'] as PayloadConverter | undefined;
+  return c && typeof c.toPayload === 'function' && typeof c.fromPayload === 'function' ? c : undefined;
+}
+
 
 /**
  * Size limits of payloads, in bytes, measured with {@link payloadSize} on the converted payload
@@ -166,16 +176,24 @@ function assertJson(v: unknown, trail: (string | number)[], ancestors: object[])
   const seen = ancestors.indexOf(o);
   if (seen >= 0) refuse(trail, `a cycle back to ${pathOf(trail.slice(0, seen))}`, 'Return a tree: replace the back reference by an id.');
   ancestors.push(o);
-  if (Array.isArray(o)) {
+  const isArray = Array.isArray(o);
+  if (!isArray) {
+    const proto = Object.getPrototypeOf(o) as object | null;
+    // Plain objects only: Object.prototype of this or another realm (its prototype is null), or none.
+    if (proto !== null && Object.getPrototypeOf(proto) !== null) refuse(trail, describeInstance(o), fixFor(o));
+  }
+  // JSON.stringify stores what toJSON returns, and the walk below would not see it (a
+  // non-enumerable own toJSON, or one set on an array): the value would read back changed.
+  if (typeof (o as { toJSON?: unknown }).toJSON === 'function') {
+    refuse(trail, 'an object with a toJSON method', 'JSON would store what toJSON() returns instead; return that value yourself.');
+  }
+  if (isArray) {
     for (let i = 0; i < o.length; i++) {
       trail.push(i);
       assertJson(o[i], trail, ancestors);
       trail.pop();
     }
   } else {
-    const proto = Object.getPrototypeOf(o) as object | null;
-    // Plain objects only: Object.prototype of this or another realm (its prototype is null), or none.
-    if (proto !== null && Object.getPrototypeOf(proto) !== null) refuse(trail, describeInstance(o), fixFor(o));
     for (const k of Object.keys(o)) {
       const x = (o as Record<string, unknown>)[k];
       if (x === undefined) continue; // dropped by JSON, and reads back as a missing optional property
@@ -185,6 +203,15 @@ function assertJson(v: unknown, trail: (string | number)[], ancestors: object[])
     }
   }
   ancestors.pop();
+}
+
+/** `instanceof` asks the prototype: a Proxy whose trap throws (or a revoked one) is no bytes, and the walk refuses it. */
+function isBytes(v: unknown): v is Uint8Array {
+  try {
+    return v instanceof Uint8Array;
+  } catch {
+    return false;
+  }
 }
 
 function refuse(trail: (string | number)[], found: string, fix: string): never {

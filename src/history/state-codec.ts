@@ -5,6 +5,7 @@
  */
 import { HistoryCorruptError, HistoryFormatError, TurnlogError } from '../errors.js';
 import { lookupType } from '../internal/proto/root.js';
+import * as pb from '../internal/wire/fields.js';
 import { decodePolicy, encodePolicy, failureFromProto, failureToProto, setOwn } from './codec.js';
 import type {
   CancelScope,
@@ -24,21 +25,14 @@ export const SNAPSHOT_VERSION = 1;
 const SnapshotType = lookupType('turnlog.v1.TaskStateSnapshot');
 const TurnPolicyType = lookupType('turnlog.v1.TurnPolicy');
 
-// Index = proto enum number; 0 is UNSPECIFIED everywhere (same numbering as history.proto).
-const KINDS: readonly (WorkflowKind | undefined)[] = [undefined, 'one-shot', 'multi-turn'];
-const ENTRY_MODES: readonly (EntryMode | undefined)[] = [undefined, 'fresh', 'resumed', 'recovered'];
-const EXECUTORS: readonly (ExecutorKind | undefined)[] = [undefined, 'inline', 'process'];
-const OUTCOMES: readonly (TaskOutcome | undefined)[] = [undefined, 'succeeded', 'failed', 'cancelled', 'timed_out'];
-const SCOPES: readonly (CancelScope | undefined)[] = [undefined, 'task', 'turn'];
-const STATUSES: readonly (TaskStatus | undefined)[] = [undefined, 'pending', 'in_progress', 'suspended', 'completed'];
-const TERMINALS: readonly (TurnRecord['terminal'] | undefined)[] = [
-  undefined,
-  'TurnCompleted',
-  'TurnFailed',
-  'TurnSuspended',
-  'TurnCancelled',
-  'TurnTimedOut',
-];
+// Enum maps, generated from the .proto files (src/internal/wire/fields.ts): index = proto enum number.
+const KINDS: readonly (WorkflowKind | undefined)[] = pb.WORKFLOW_KINDS;
+const ENTRY_MODES: readonly (EntryMode | undefined)[] = pb.ENTRY_MODES;
+const EXECUTORS: readonly (ExecutorKind | undefined)[] = pb.EXECUTOR_KINDS;
+const OUTCOMES: readonly (TaskOutcome | undefined)[] = pb.TASK_OUTCOMES;
+const SCOPES: readonly (CancelScope | undefined)[] = pb.CANCEL_SCOPES;
+const STATUSES: readonly (TaskStatus | undefined)[] = pb.TASK_STATUSES;
+const TERMINALS: readonly (TurnRecord['terminal'] | undefined)[] = pb.TURN_TERMINALS;
 
 function toNum<T>(table: readonly (T | undefined)[], v: T): number {
   const i = table.indexOf(v);

@@ -21,12 +21,15 @@ export class Appender {
   readonly #cache: TaskCache;
   readonly #fault: FaultInjector | undefined;
   readonly #onStale: (t: LockedTask, err: StaleGenerationError) => void;
+  readonly #onRefreshed: OnRefreshed;
 
-  constructor(rt: Runtime, cache: TaskCache, fault: FaultInjector | undefined, onStale: (t: LockedTask, err: StaleGenerationError) => void) {
+  /** `onRefreshed` sees what another writer appended, after a ConcurrencyError's re-read (the supervisor reacts). */
+  constructor(rt: Runtime, cache: TaskCache, fault: FaultInjector | undefined, onStale: (t: LockedTask, err: StaleGenerationError) => void, onRefreshed: OnRefreshed) {
     this.#rt = rt;
     this.#cache = cache;
     this.#fault = fault;
     this.#onStale = onStale;
+    this.#onRefreshed = onRefreshed;
   }
 
   /**
@@ -89,20 +92,26 @@ export class Appender {
   /**
    * A ConcurrencyError: someone else appended under our generation, so the cached state is
    * behind. Re-read the tail so the next call decides on the real history instead of failing
-   * again forever; the failed call itself is not retried (its decision was made on stale state).
+   * again forever. An API call is not retried (decided on stale state); a running attempt's
+   * record or end is, by its caller (driver.ts `stillOurs`), while the turn is still that attempt's.
    */
   async #refresh(t: TaskEntry, err: unknown): Promise<void> {
     this.#rt.log.warn('append lost a race with another writer; re-reading the history', { taskId: t.id, code: 'TURNLOG_CONCURRENCY', error: err });
     try {
+      const before = t.state;
       const events = await this.#rt.store.readEvents(t.id, { fromEventId: (t.state?.lastEventId ?? 0) + 1 });
       if (events.length) t.state = fold(t.id, events, t.state);
       t.lease = await this.#rt.store.getLease(t.id);
+      this.#onRefreshed(t, before, events);
     } catch (e) {
       this.#rt.log.error('re-reading the history failed; dropping the cached task', { taskId: t.id, error: e });
       if (!t.active) this.#cache.forget(t);
     }
   }
 }
+
+/** Called with the state before a re-read and the events another writer appended meanwhile. */
+export type OnRefreshed = (t: TaskEntry, before: TaskState | undefined, events: readonly HistoryEvent[]) => void;
 
 /** Any store's fencing rejection (by code, so a third-party store's error counts too). */
 export function isStale(err: unknown): err is StaleGenerationError {

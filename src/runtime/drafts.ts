@@ -146,8 +146,9 @@ export interface EndedAttempt {
 /**
  * An attempt's outcome as drafts. `lease` is the task's lease: exit-for-recovery releases it
  * (expiresAt = now) in the same batch, so another instance may take over at once.
+ * `encodesFailureText`: the engine's payload codecs encode failure text (see {@link crashMessage}).
  */
-export function outcomeDrafts(s: TaskState, a: EndedAttempt, outcome: AttemptOutcome, lease: Lease | undefined, now: number): { drafts: Draft[]; lease?: Lease } {
+export function outcomeDrafts(s: TaskState, a: EndedAttempt, outcome: AttemptOutcome, lease: Lease | undefined, now: number, encodesFailureText: boolean): { drafts: Draft[]; lease?: Lease } {
   const turn = a.turn;
   switch (outcome.kind) {
     case 'completed': {
@@ -172,12 +173,23 @@ export function outcomeDrafts(s: TaskState, a: EndedAttempt, outcome: AttemptOut
       return lease ? { drafts, lease: { ...lease, expiresAt: now } } : { drafts };
     }
     case 'crashed':
-      return { drafts: [{ type: 'WorkerCrashed', turn, attempt: a.attempt, pid: outcome.pid, exitCode: outcome.exitCode, signal: outcome.signal, message: outcome.message }] };
+      return { drafts: [{ type: 'WorkerCrashed', turn, attempt: a.attempt, pid: outcome.pid, exitCode: outcome.exitCode, signal: outcome.signal, message: crashMessage(outcome, encodesFailureText) }] };
     case 'killed': {
       const killed: Draft = { type: 'WorkerKilled', turn, pid: outcome.pid, signal: outcome.signal, reason: a.killReason === 'cancel' ? 'cancel grace expired' : 'turn timeout hard cap' };
       return { drafts: [killed, ...hardCapDrafts(s, turn, a.killReason ?? 'timeout')] };
     }
   }
+}
+
+/**
+ * A crashed worker's message with its stderr tail. The tail quotes uncaught errors (messages,
+ * stacks): with failure text encoded by the codecs it is not stored in plain text; the worker's
+ * stderr is in the engine's log anyway.
+ */
+export function crashMessage(outcome: Extract<AttemptOutcome, { kind: 'crashed' }>, encodesFailureText: boolean): string {
+  const tail = outcome.stderrTail;
+  if (!tail) return outcome.message;
+  return encodesFailureText ? `${outcome.message}; stderr not stored (payload codecs encode failure text), see the engine's log` : `${outcome.message}; last stderr:\n${tail}`;
 }
 
 /** The handler's payload over its limit, as the error to record; undefined when it fits. */

@@ -4,7 +4,7 @@
  * finishes the attempt with its outcome. Drafts come from drafts.ts; writes from the appender;
  * timers from the supervisor. Every entry point holds the task's lock (a LockedTask).
  */
-import { FencedError, TurnlogError } from '../errors.js';
+import { FencedError, TurnlogError, isTurnlogError } from '../errors.js';
 import { isTurnTerminal, type ExecutorKind } from '../history/events.js';
 import { errorToFailure } from '../history/failure.js';
 import { nextLease } from '../history/lease.js';
@@ -21,6 +21,12 @@ import type { TurnResults } from './results.js';
 import type { Runtime } from './runtime.js';
 import type { Supervisor } from './supervisor.js';
 import type { ActiveAttempt, LockedTask, TaskCache, TaskEntry } from './task-cache.js';
+
+/** After a ConcurrencyError (and its re-read): the history still has this attempt's turn open. */
+function stillOurs(t: TaskEntry, active: ActiveAttempt, err: unknown): boolean {
+  const ot = t.state?.openTurn;
+  return isTurnlogError(err, 'TURNLOG_CONCURRENCY') && !active.finalized && ot?.turn === active.turn && ot.attempt === active.attempt;
+}
 
 export class Driver {
   readonly #rt: Runtime;
@@ -153,8 +159,19 @@ export class Driver {
     };
     // A zombie's record gets FencedError (never retried, docs/errors.md), not the store's error.
     const fenced = (err: unknown): never => {
-      if (!isStale(err)) throw err;
-      throw new FencedError(t.id, active.turn, active.attempt, `another instance took the task over at generation ${err.current}`, { cause: err });
+      if (isStale(err)) throw new FencedError(t.id, active.turn, active.attempt, `another instance took the task over at generation ${err.current}`, { cause: err });
+      if (active.finalized) throw new FencedError(t.id, active.turn, active.attempt, 'another writer ended the turn', { cause: err });
+      throw err;
+    };
+    // A record does not depend on what a same-generation writer appended (a send, a withdraw): when
+    // the re-read history still has this attempt's turn open, it goes on top, once, instead of failing.
+    const record = async (t: LockedTask, drafts: () => Draft[]): Promise<void> => {
+      try {
+        await this.#appender.append(t, drafts());
+      } catch (err) {
+        if (t.active !== active || !stillOurs(t, active, err)) return fenced(err);
+        await this.#appender.append(t, drafts()).catch(fenced);
+      }
     };
     const at = `Task ${t.id}, turn ${active.turn}`;
     return {
@@ -167,7 +184,7 @@ export class Driver {
           if (rec.failure) draft.failure = rec.failure;
           else if (tooLarge) draft.failure = errorToFailure(tooLarge);
           else draft.result = rec.result ?? this.#rt.converter.toPayload(undefined);
-          await this.#appender.append(t, [draft]).catch(fenced);
+          await record(t, () => [{ ...draft }]);
           if (tooLarge) throw tooLarge;
         }),
       recordCheckpoint: (seq, data) =>
@@ -176,13 +193,16 @@ export class Driver {
           // Nothing can stand at this seq instead, so the whole turn fails (#finishAttempt).
           const tooLarge = oversized(this.#rt.limits, 'checkpoint', data, `${at}, checkpoint`);
           if (tooLarge) throw (active.refused = tooLarge);
-          await this.#appender.append(t, [{ type: 'Checkpointed', turn: active.turn, seq, data }]).catch(fenced);
+          await record(t, () => [{ type: 'Checkpointed', turn: active.turn, seq, data }]);
         }),
       takeInputs: (seq) =>
         this.#cache.withLock(t, async (t) => {
           check();
-          const queue = t.state!.queue;
-          await this.#appender.append(t, [{ type: 'InputsTaken', turn: active.turn, seq, inputIds: queue.map((q) => q.inputId) }]).catch(fenced);
+          let queue = t.state!.queue;
+          await record(t, () => {
+            queue = t.state!.queue; // after a re-read, the queue as the other writer left it
+            return [{ type: 'InputsTaken', turn: active.turn, seq, inputIds: queue.map((q) => q.inputId) }];
+          });
           const dec = this.#rt.codec?.decode;
           return queue.map((q) => ({ inputId: q.inputId, input: dec ? dec(q.input) : q.input }));
         }),
@@ -199,12 +219,22 @@ export class Driver {
       return;
     }
     t.active = undefined;
-    const s = t.state!;
-    outcome = withinLimits(this.#rt.limits, t.id, active, outcome);
-    const { drafts, lease: leaseOut } = outcomeDrafts(s, active, outcome, t.lease, this.#rt.clock.now());
-    await this.#appender.append(t, drafts, leaseOut);
+    const ended = withinLimits(this.#rt.limits, t.id, active, outcome);
+    const build = (s: TaskState) => outcomeDrafts(s, active, ended, t.lease, this.#rt.clock.now(), this.#rt.encodesFailureText);
+    let s = t.state!;
+    let { drafts, lease: leaseOut } = build(s);
+    try {
+      await this.#appender.append(t, drafts, leaseOut);
+    } catch (err) {
+      // Another writer appended under our generation (a withdraw on a shared store) and the re-read
+      // history still has this attempt's turn open: its outcome goes on top instead of being lost.
+      if (!stillOurs(t, active, err)) throw err;
+      s = t.state!;
+      ({ drafts, lease: leaseOut } = build(s));
+      await this.#appender.append(t, drafts, leaseOut);
+    }
     if (drafts.some(isTurnTerminal)) this.#results.afterTerminal(t, s);
-    else if (outcome.kind === 'exit-for-recovery') this.#results.deferWaiters(t, s);
+    else if (ended.kind === 'exit-for-recovery') this.#results.deferWaiters(t, s);
     await this.drive(t);
   }
 

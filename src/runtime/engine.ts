@@ -87,7 +87,13 @@ export class Engine implements TaskClient {
     };
     this.#cache = new TaskCache(this.#rt);
     this.#results = new TurnResults(this.#rt);
-    this.#appender = new Appender(this.#rt, this.#cache, FaultInjector.fromEnv(), (t, err) => this.#supervisor.fence(t, err));
+    this.#appender = new Appender(
+      this.#rt,
+      this.#cache,
+      FaultInjector.fromEnv(),
+      (t, err) => this.#supervisor.fence(t, err),
+      (t, before, events) => this.#supervisor.afterRefresh(t, before, events),
+    );
     this.#supervisor = new Supervisor(this.#rt, this.#cache, this.#results, this.#appender, (t) => this.#driver.drive(t));
     this.#driver = new Driver(this.#rt, this.#executors, this.#cache, this.#appender, this.#results, this.#supervisor);
     this.#scanner = new Scanner(this.#rt, this.#cache, this.#driver);
@@ -96,8 +102,9 @@ export class Engine implements TaskClient {
   }
 
   /**
-   * Opens the store, recovers at once (the store's lock proves earlier owners dead), and
-   * starts the periodic scanner. In capture mode (`capture: true` or
+   * Opens the store, recovers at once (an exclusive store's lock proves earlier owners dead; on
+   * a shared store such as PostgreSQL, tasks under a live lease wait for it to expire, then a
+   * periodic scan recovers them), and starts the periodic scanner. In capture mode (`capture: true` or
    * `TURNLOG_SNAPSHOT_CAPTURE=true`) it opens nothing: call `activate()` after restore.
    */
   static async open(options: EngineOptions): Promise<Engine> {
@@ -192,6 +199,11 @@ export class Engine implements TaskClient {
 
   async #makeStore(): Promise<HistoryStore> {
     if (typeof this.#o.storeSpec !== 'string') return this.#o.storeSpec;
+    if (/^postgres(ql)?:\/\//i.test(this.#o.storeSpec)) {
+      // A URL is a PostgreSQL store, never a LevelDB directory named `postgres:`.
+      const { createPostgresStore, parsePostgresUrl } = await import('../store/postgres-store.js');
+      return createPostgresStore(parsePostgresUrl(this.#o.storeSpec));
+    }
     // Loaded on first activation, never at import: native modules cannot be in a startup snapshot.
     const { LevelHistoryStore } = await import('../store/level-store.js');
     return new LevelHistoryStore(this.#o.storeSpec);
@@ -333,7 +345,8 @@ export class Engine implements TaskClient {
         throw new TurnlogError('TURNLOG_INPUT_NOT_FOUND', `Task ${taskId} has no queued input ${inputId} (it may have been taken by a turn already).`);
       }
       await this.#appender.append(t, [{ type: 'InputWithdrawn', inputId, reason }]);
-      this.#results.resolveWaiters(t, [inputId], { taskId, turn: 0, inputIds: [inputId], status: 'withdrawn', reason });
+      // The reason as stored (well-formed), so a waiter reads what a reload reads.
+      this.#results.resolveWaiters(t, [inputId], { taskId, turn: 0, inputIds: [inputId], status: 'withdrawn', reason: reason.toWellFormed() });
     });
   }
 

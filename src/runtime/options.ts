@@ -2,8 +2,9 @@
  * Engine options: what `Engine.open` takes, its defaults and its validation. No I/O here.
  */
 import type { ExecutorKind } from '../history/events.js';
-import { DEFAULT_PAYLOAD_LIMITS, DefaultPayloadConverter, MAX_PAYLOAD_BYTES, type PayloadCodec, type PayloadConverter, type PayloadLimits } from '../history/payload.js';
-import { codecChain, type CodecChain } from '../history/payload-map.js';
+import { DEFAULT_PAYLOAD_LIMITS, MAX_PAYLOAD_BYTES, type PayloadCodec, type PayloadConverter, type PayloadLimits } from '../history/payload.js';
+import type { CodecChain } from '../history/payload-map.js';
+import { payloadPipeline } from '../history/pipeline.js';
 import { illFormedText } from '../history/well-formed.js';
 import { invalidArgument } from '../errors.js';
 import type { Executor } from '../executor/executor.js';
@@ -14,7 +15,11 @@ import { consoleLogger, type Logger } from '../logger.js';
 import { systemClock, type Clock } from './clock.js';
 
 export interface EngineOptions {
-  /** A directory for the default LevelDB store, or any HistoryStore. Default `.turnlog`. */
+  /**
+   * A directory for the default LevelDB store, a `postgres://…[?schema=name]` URL (a PostgreSQL
+   * store the engine opens and closes), or any HistoryStore (e.g. `createPostgresStore(…)`,
+   * which the engine opens but, being yours, does not close). Default `.turnlog`.
+   */
   store?: string | HistoryStore;
   /**
    * The workflows this engine runs: a list, or a module namespace (`import * as workflows`)
@@ -127,6 +132,8 @@ export interface EngineSettings {
   readonly instanceOption: string | undefined;
   readonly clock: Clock;
   readonly codec: CodecChain | undefined;
+  /** Payload codecs encode failure text (codecs present, encodeFailureAttributes not false). */
+  readonly encodesFailureText: boolean;
   readonly leaseMs: number;
   readonly scanIntervalMs: number;
   readonly shutdownGraceMs: number;
@@ -161,7 +168,9 @@ export function resolveOptions(options: EngineOptions): EngineSettings {
     if (workflows.has(wf.name)) throw invalidArgument(`Workflow ${wf.name} is registered twice; names must be unique.`);
     workflows.set(wf.name, wf);
   }
-  const converter = options.payloadConverter ?? new DefaultPayloadConverter();
+  // One pipeline (history/pipeline.ts): the converter and codecs every path of this engine uses.
+  const pipeline = payloadPipeline({ converter: options.payloadConverter, codecs: options.payloadCodecs, encodeFailureAttributes: options.encodeFailureAttributes });
+  const converter = pipeline.converter;
   for (const wf of list) {
     if (wf.payloads === 'custom' && !options.payloadConverter) {
       throw invalidArgument(`Workflow ${wf.name} is defined with payloads: 'custom', but the engine has no payloadConverter. Pass Engine.open({ payloadConverter }), or drop payloads: 'custom' to use JSON.`);
@@ -174,7 +183,8 @@ export function resolveOptions(options: EngineOptions): EngineSettings {
     ownerOption: options.owner,
     instanceOption: options.instance,
     clock: options.clock ?? systemClock,
-    codec: codecChain(options.payloadCodecs ?? [], options.encodeFailureAttributes === undefined ? {} : { encodeFailureAttributes: options.encodeFailureAttributes }),
+    codec: pipeline.chain,
+    encodesFailureText: pipeline.chain !== undefined && options.encodeFailureAttributes !== false,
     leaseMs: positive('leaseMs', options.leaseMs ?? 60_000),
     scanIntervalMs: options.scanIntervalMs ?? 30_000,
     shutdownGraceMs: options.shutdownGraceMs ?? 25_000,

@@ -51,13 +51,16 @@ export class Scanner {
     for (const id of ids) {
       if (!this.#rt.open) return;
       if (this.#cache.corruptMark(id)) continue;
+      // One task that cannot be loaded (an unreadable or corrupt history, an id an older version
+      // accepted) must not stop the others' recovery, nor Engine.open (test: runtime/engine "cannot be loaded").
       let t: TaskEntry;
       try {
         t = await this.#cache.load(id);
       } catch (err) {
         // A corrupt task was logged and marked by the cache (isolate); every other task is still served.
         if (this.#cache.corruptMark(id)) continue;
-        throw err;
+        this.#rt.log.error('recovery failed: the task cannot be loaded', { taskId: id, error: err });
+        continue;
       }
       if (t.active) continue;
       await this.#cache.withLock(t, (t) => this.#driver.drive(t)).catch((err) => logFailure(this.#rt.log, 'recovery failed', { taskId: id }, err));

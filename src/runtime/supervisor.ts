@@ -5,6 +5,8 @@
  * is written; the appender writes. See docs/workflows.md and docs/recovery.md.
  */
 import type { StaleGenerationError } from '../errors.js';
+import { isTurnTerminal, type HistoryEvent } from '../history/events.js';
+import type { TaskState } from '../history/state.js';
 import type { CancelKind } from '../attempt/host.js';
 import { systemClock, type Timer } from './clock.js';
 import { isStale, logFailure, type Appender } from './appender.js';
@@ -107,14 +109,7 @@ export class Supervisor {
   fence(t: TaskEntry, err: StaleGenerationError): void {
     const a = t.active;
     const detail = `another instance took task ${t.id} over at generation ${err.current}`;
-    if (a) {
-      a.finalized = true;
-      for (const tm of a.timers) tm.cancel();
-      a.handle?.fence(detail);
-      if (a.handle?.kill) a.handle.kill(detail);
-      else this.cancelAttempt(a, 'cancel', detail);
-      t.active = undefined;
-    }
+    if (a) this.stopAttempt(t, a, detail);
     this.#cache.forget(t);
     const turn = a?.turn ?? t.state?.openTurn?.turn ?? t.state?.turn ?? 0;
     this.#results.rejectAll(t, this.#results.deferred(t.id, turn, `${detail}; this engine no longer runs it`));
@@ -126,6 +121,32 @@ export class Supervisor {
       generation: err.generation,
       current: err.current,
     });
+  }
+
+  /** Stops an attempt that no longer owns its turn (kill a worker, else cancel cooperatively); its records and outcome are refused. */
+  stopAttempt(t: TaskEntry, a: ActiveAttempt, detail: string): void {
+    a.finalized = true;
+    for (const tm of a.timers) tm.cancel();
+    a.handle?.fence(detail);
+    if (a.handle?.kill) a.handle.kill(detail);
+    else this.cancelAttempt(a, 'cancel', detail);
+    if (t.active === a) t.active = undefined;
+  }
+
+  /**
+   * After a ConcurrencyError's re-read (the appender's `onRefreshed`): the other writer may have
+   * ended the turn running here (another engine's cancel finalizes it under the same generation):
+   * stop it, so no step of a finalized turn runs (invariant 7); resolve the waiters it settled.
+   */
+  afterRefresh(t: TaskEntry, before: TaskState | undefined, events: readonly HistoryEvent[]): void {
+    const a = t.active;
+    const ot = t.state?.openTurn;
+    if (a && (ot?.turn !== a.turn || ot.attempt !== a.attempt)) this.stopAttempt(t, a, `another writer ended turn ${a.turn} of task ${t.id}`);
+    for (const e of events) {
+      if (isTurnTerminal(e)) t.lastTerminal = e;
+      else if (e.type === 'InputWithdrawn') this.#results.resolveWaiters(t, [e.inputId], { taskId: t.id, turn: 0, inputIds: [e.inputId], status: 'withdrawn', reason: e.reason });
+    }
+    if (before?.openTurn && t.state?.openTurn?.turn !== before.openTurn.turn) this.#results.afterTerminal(t, before);
   }
 
   /**

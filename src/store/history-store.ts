@@ -1,6 +1,6 @@
 /**
- * The storage contract. `LevelHistoryStore` (default) and `MemoryHistoryStore` implement it;
- * test/store/contract.ts runs one suite on both, and will on every future backend.
+ * The storage contract. `LevelHistoryStore` (default), `MemoryHistoryStore` and
+ * `PostgresHistoryStore` implement it; test/store/contract.ts runs one suite on each.
  * Only the engine writes a store (invariant 2).
  */
 import type { HistoryEvent, Lease, TaskStatus, TaskSummary } from '../history/events.js';
@@ -98,7 +98,10 @@ export interface HistoryStore {
   renewLease(taskId: string, lease: Lease, durationMs: number, now: number): Promise<Lease>;
   /** Expires the caller's lease now (no-op if it no longer holds it). */
   releaseLease(taskId: string, lease: Lease, now: number): Promise<void>;
-  /** In-progress tasks whose lease is missing or expired at `now` (exclusive stores: not held by `instance`). */
+  /**
+   * In-progress tasks whose lease is missing or expired at `now` (exclusive stores: not held by
+   * `instance`). A store on a shared clock (PostgreSQL) judges expiry by its own clock instead.
+   */
   listRecoverable(now: number, instance: string): Promise<string[]>;
 
   putSnapshot(taskId: string, snapshot: StoredSnapshot): Promise<void>;

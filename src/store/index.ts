@@ -1,5 +1,5 @@
 /**
- * The store module's public surface: the contract, the two implementations and `openStore`.
+ * The store module's public surface: the contract, the implementations and `openStore`.
  * Only this folder imports `level` (docs/storage.md).
  */
 export type {
@@ -15,13 +15,15 @@ export type {
 export { LevelHistoryStore, type LevelHistoryStoreOptions } from './level-store.js';
 export { MemoryHistoryStore } from './memory-store.js';
 export { STORE_FORMAT_VERSION } from './keys.js';
+export { PostgresHistoryStore, createPostgresStore, type PostgresStoreOptions } from './postgres-store.js';
 
 import type { HistoryStore } from './history-store.js';
 import { LevelHistoryStore, type LevelHistoryStoreOptions } from './level-store.js';
+import { createPostgresStore, isPostgresUrl, parsePostgresUrl } from './postgres-store.js';
 
 /**
- * Opens a store: a directory path becomes a {@link LevelHistoryStore}; a store object is
- * opened and returned as is.
+ * Opens a store: a `postgres://…[?schema=name]` URL becomes a PostgreSQL store, a directory
+ * path a {@link LevelHistoryStore}; a store object is opened and returned as is.
  *
  * @example
  * const store = await openStore('./data/turnlog');
@@ -30,7 +32,12 @@ export async function openStore(
   pathOrStore: string | HistoryStore,
   options: LevelHistoryStoreOptions = {},
 ): Promise<HistoryStore> {
-  const store = typeof pathOrStore === 'string' ? new LevelHistoryStore(pathOrStore, options) : pathOrStore;
+  const store =
+    typeof pathOrStore !== 'string'
+      ? pathOrStore
+      : isPostgresUrl(pathOrStore)
+        ? createPostgresStore(parsePostgresUrl(pathOrStore))
+        : new LevelHistoryStore(pathOrStore, options);
   await store.open();
   return store;
 }

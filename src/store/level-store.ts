@@ -455,7 +455,7 @@ export class LevelHistoryStore implements HistoryStore {
     const prefix = statusIndexPrefix('completed');
     const ids = await this.#db.keys({ gte: prefix, lt: prefixEnd(prefix) }).all();
     const taskIds = ids.map(taskIdOfKey);
-    const summaries = await this.#summaries(taskIds);
+    const summaries = await this.#summaries(taskIds, true);
     // A task the engine isolated as corrupt is kept for inspection, whatever its age.
     const marked = await this.#marks();
     const purge: string[] = [];
@@ -528,11 +528,28 @@ export class LevelHistoryStore implements HistoryStore {
     return { eventId: raw.readUInt32BE(0), data: new Uint8Array(raw.subarray(4)) };
   }
 
-  async #summaries(taskIds: readonly string[]): Promise<(TaskSummary | undefined)[]> {
+  /**
+   * `rebuild` (listings): a summary that cannot be decoded is rebuilt from the task's history
+   * (summaries are derived, invariant 1), so one bad record does not fail every task's listing.
+   * It still throws when the history cannot be read either.
+   */
+  async #summaries(taskIds: readonly string[], rebuild = false): Promise<(TaskSummary | undefined)[]> {
     if (taskIds.length === 0) return [];
     const keys = taskIds.map(summaryKey);
     const raws = await this.#db.getMany(keys);
-    return raws.map((raw, i) => (raw === undefined ? undefined : this.#summary(taskIds[i]!, keys[i]!, raw)));
+    const out: (TaskSummary | undefined)[] = [];
+    for (let i = 0; i < raws.length; i++) {
+      const raw = raws[i];
+      const id = taskIds[i]!;
+      try {
+        out.push(raw === undefined ? undefined : this.#summary(id, keys[i]!, raw));
+      } catch (err) {
+        if (!rebuild) throw err;
+        const events = await this.readEvents(id).catch(() => Promise.reject(err));
+        out.push(events.length > 0 ? summarize(id, undefined, events) : undefined);
+      }
+    }
+    return out;
   }
 
   #summary(taskId: string, key: Buffer, raw: Buffer): TaskSummary {
@@ -562,7 +579,7 @@ export class LevelHistoryStore implements HistoryStore {
     const range = after ? { gt: after, lt: prefixEnd(prefix) } : { gte: prefix, lt: prefixEnd(prefix) };
     const keys = await this.#db.keys({ ...range, limit: limit + 1 }).all();
     const pageKeys = keys.slice(0, limit);
-    const summaries = await this.#summaries(pageKeys.map(taskIdOfKey));
+    const summaries = await this.#summaries(pageKeys.map(taskIdOfKey), true);
     const marks = pageKeys.length === 0 ? undefined : await this.#marks();
     const page: TaskPage = {
       tasks: summaries.filter((s): s is TaskSummary => s !== undefined).map((s) => withMark(s, marks?.get(s.taskId))),

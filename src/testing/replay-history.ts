@@ -12,8 +12,8 @@ import { FencedError, NonDeterminismError, ReplayStalledError, TurnlogError, inv
 import type { HistoryEvent, Payload, TurnExitedForRecovery, TurnTerminalEvent } from '../history/events.js';
 import { isTurnTerminal } from '../history/events.js';
 import { parseHistoryFile } from '../history/history-file.js';
-import { DefaultPayloadConverter, type PayloadCodec, type PayloadConverter } from '../history/payload.js';
-import { codecChain } from '../history/payload-map.js';
+import type { PayloadCodec, PayloadConverter } from '../history/payload.js';
+import { moduleConverter, payloadPipeline } from '../history/pipeline.js';
 import type { OpenTurn, RecordedCall, TaskState } from '../history/state.js';
 import { fold } from '../replay/fold.js';
 import { TurnContextImpl, runHandler } from '../attempt/context.js';
@@ -39,7 +39,10 @@ export interface ReplayHistoryOptions {
   taskId?: string;
   /** The engine's payload codecs, when the history was written with some (encryption, compression). */
   payloadCodecs?: readonly PayloadCodec[];
-  /** The engine's `payloadConverter`, when it has one. Default: the JSON converter. */
+  /**
+   * The engine's `payloadConverter`, when it has one. Default: the JSON converter. With
+   * `isolate: 'worker'` it must be the module's `payloadConverter` export (that is what the worker uses).
+   */
   payloadConverter?: PayloadConverter;
   /** Called after each turn replays cleanly (the CLI prints per-turn lines with it). */
   onTurn?: (result: TurnReplayResult) => void;
@@ -105,8 +108,9 @@ export interface ReplayReport {
  */
 export async function replayHistory(options: ReplayHistoryOptions): Promise<ReplayReport> {
   const { taskId, events } = await resolveHistory(options.history, options.taskId);
-  const chain = codecChain(options.payloadCodecs ?? []);
-  const decoded = chain ? events.map(chain.decodeEvent) : events;
+  // Codecs here; the converter where the workflows are (this thread, or the worker's module).
+  const codecs = payloadPipeline({ codecs: options.payloadCodecs });
+  const decoded = codecs.chain ? events.map(codecs.decodeEvent) : events;
   const timeoutMs = timeoutOf(options.timeoutMs);
   const { workflows } = options;
   const isModule = typeof workflows === 'string' || workflows instanceof URL;
@@ -115,10 +119,26 @@ export async function replayHistory(options: ReplayHistoryOptions): Promise<Repl
       throw invalidArgument(`Task ${taskId}: isolate: 'worker' loads the workflows in a worker thread, so pass workflows as a module path or file URL, not as objects.`);
     }
     // The worker takes the module's own `payloadConverter` export, as process workers do.
+    await checkWorkerConverter(`Task ${taskId}`, moduleHref(workflows), options.payloadConverter);
     return replayInWorker({ taskId, events: decoded, module: moduleHref(workflows), timeoutMs, onTurn: options.onTurn });
   }
-  const wfs = workflowMap(isModule ? ((await import(moduleHref(workflows))) as Record<string, unknown>) : workflows);
-  return replayEvents(taskId, decoded, wfs, options.onTurn, timeoutMs, undefined, options.payloadConverter);
+  const mod = isModule ? ((await import(moduleHref(workflows))) as Record<string, unknown>) : undefined;
+  const wfs = workflowMap(mod ?? (workflows as WorkflowSource));
+  // A module's own `payloadConverter` export applies as in a worker, unless one is passed.
+  return replayEvents(taskId, decoded, wfs, options.onTurn, timeoutMs, undefined, options.payloadConverter ?? (mod && moduleConverter(mod)));
+}
+
+/**
+ * In a worker thread the replay uses the module's `payloadConverter` export (functions cannot
+ * cross threads): a different converter given by the caller is refused, never silently ignored.
+ */
+async function checkWorkerConverter(subject: string, href: string, converter: PayloadConverter | undefined): Promise<void> {
+  if (converter === undefined) return;
+  const exported = ((await import(href)) as Record<string, unknown>)['payloadConverter'];
+  if (exported === converter) return;
+  throw invalidArgument(
+    `${subject}: isolate: 'worker' replays with the workflows module's own \`payloadConverter\` export (a converter cannot cross into the worker thread), and ${href} ${exported === undefined ? 'exports none' : 'exports a different one'}. Export the converter as \`payloadConverter\` from the module, or replay with isolate: 'none'.`,
+  );
 }
 
 function moduleHref(m: string | URL): string {
@@ -195,8 +215,11 @@ export async function replayHistories(
   if (worker && !isModule) {
     throw invalidArgument(`Folder ${folder}: isolate: 'worker' loads the workflows in a worker thread, so pass workflows as a module path or file URL, not as objects.`);
   }
-  const wfs = worker ? undefined : workflowMap(isModule ? ((await import(moduleHref(workflows))) as Record<string, unknown>) : workflows);
-  const chain = codecChain(options.payloadCodecs ?? []);
+  if (worker) await checkWorkerConverter(`Folder ${folder}`, moduleHref(workflows as string | URL), options.payloadConverter);
+  const mod = !worker && isModule ? ((await import(moduleHref(workflows))) as Record<string, unknown>) : undefined;
+  const wfs = worker ? undefined : workflowMap(mod ?? (workflows as WorkflowSource));
+  const converter = options.payloadConverter ?? (mod && moduleConverter(mod));
+  const codecs = payloadPipeline({ codecs: options.payloadCodecs });
   const report: ReplayHistoriesReport = { files: files.length, tasks: 0, turns: 0, reports: [] };
   const failures: ReplayFailure[] = [];
   for (const file of files) {
@@ -209,9 +232,9 @@ export async function replayHistories(
     }
     for (const t of tasks) {
       try {
-        const events = chain ? t.events.map(chain.decodeEvent) : t.events;
+        const events = codecs.chain ? t.events.map(codecs.decodeEvent) : t.events;
         const r = wfs
-          ? await replayEvents(t.taskId, events, wfs, undefined, timeoutMs, undefined, options.payloadConverter)
+          ? await replayEvents(t.taskId, events, wfs, undefined, timeoutMs, undefined, converter)
           : await replayInWorker({ taskId: t.taskId, events, module: moduleHref(workflows as string | URL), timeoutMs, onTurn: undefined });
         report.reports.push({ ...r, file });
         report.tasks++;
@@ -251,14 +274,19 @@ export async function resolveHistory(
 // ---------------------------------------------------------------------------------------------
 // The replay proper
 
-/** Codes of the TurnFailed events the engine writes itself; replay treats those turns as cut off. */
-export const ENGINE_FAILURE_CODES = ['TURNLOG_WORKER_START', 'TURNLOG_WORKER_PROTOCOL', 'TURNLOG_WORKER_CRASHED', 'TURNLOG_WORKFLOW_NOT_FOUND'] as const;
+/**
+ * Codes of the TurnFailed events the engine writes itself; replay treats those turns as cut off.
+ * TURNLOG_PAYLOAD_TOO_LARGE: the engine's configured limits, which a replay does not know, turned
+ * a completed turn (or a checkpoint) into this failure (test: "payload limits" in replay-history.test).
+ */
+export const ENGINE_FAILURE_CODES = ['TURNLOG_WORKER_START', 'TURNLOG_WORKER_PROTOCOL', 'TURNLOG_WORKER_CRASHED', 'TURNLOG_WORKFLOW_NOT_FOUND', 'TURNLOG_PAYLOAD_TOO_LARGE'] as const;
 const CUT_OFF_FAILURE_CODES: ReadonlySet<string> = new Set(ENGINE_FAILURE_CODES);
 
 /**
  * A TurnFailed the engine wrote itself, not the handler's own end: a worker that failed to start,
- * broke the protocol or crashed too often, an unregistered workflow, or the replayer's
- * `recoveries-exhausted` rule (type `RecoveriesExhausted`: the last attempt died with the engine).
+ * broke the protocol or crashed too often, an unregistered workflow, a payload over the engine's
+ * limits, or the replayer's `recoveries-exhausted` rule (type `RecoveriesExhausted`: the last
+ * attempt died with the engine).
  */
 function failedFromOutside(f: { type: string; code?: string }): boolean {
   return f.type === 'RecoveriesExhausted' || CUT_OFF_FAILURE_CODES.has(f.code ?? '');
@@ -281,7 +309,7 @@ export function replayEvents(
   progress?: ReplayProgress,
   converter?: PayloadConverter,
 ): Promise<ReplayReport> {
-  return withSettleTracking(() => replayTracked(taskId, events, workflows, onTurn, timeoutMs, progress, converter ?? new DefaultPayloadConverter()));
+  return withSettleTracking(() => replayTracked(taskId, events, workflows, onTurn, timeoutMs, progress, payloadPipeline({ converter }).converter));
 }
 
 async function replayTracked(
@@ -574,7 +602,9 @@ class ReplayContext<I, S> extends TurnContextImpl<I, S> {
   override step<T>(name: string, fn: (signal: AbortSignal) => Promise<T> | T, options?: StepOptions): Promise<T> {
     return this.#check(`step "${name}"`, (c) => c.kind === 'step' && c.name === name) ?? super.step(name, fn, options);
   }
-  override checkpoint(data: unknown): Promise<void> {
+  override async checkpoint(data: unknown): Promise<void> {
+    // A value the live run refused took no position among the calls: refuse it before the check.
+    this.checkpointPayload(data);
     return this.#check('checkpoint', (c) => c.kind === 'checkpoint') ?? super.checkpoint(data);
   }
   override takeInputs<T = I>(options?: { wait?: boolean }): Promise<T[]> {

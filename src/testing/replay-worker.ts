@@ -3,7 +3,7 @@
  * posts each turn and the verdict. The parent owns the time limit and terminates this thread.
  */
 import { parentPort, workerData } from 'node:worker_threads';
-import type { PayloadConverter } from '../history/payload.js';
+import { moduleConverter } from '../history/pipeline.js';
 import { replayEvents, workflowMap } from './replay-history.js';
 import { serializeError, type ReplayWorkerData, type ReplayWorkerMessage } from './replay-isolate.js';
 
@@ -13,8 +13,7 @@ try {
   const mod = (await import(data.module)) as Record<string, unknown>;
   post({ type: 'ready' });
   // The module's own converter, as process workers and the CLI take it (docs/workflows.md).
-  const c = mod['payloadConverter'] as PayloadConverter | undefined;
-  const converter = c && typeof c.toPayload === 'function' && typeof c.fromPayload === 'function' ? c : undefined;
+  const converter = moduleConverter(mod);
   // No in-thread timeout: the parent's clock is the limit (it also stops a blocked thread).
   const report = await replayEvents(data.taskId, data.events, workflowMap(mod), (result) => post({ type: 'turn', result }), 0, data.progress, converter);
   post({ type: 'done', report });

@@ -8,6 +8,11 @@ import { AsyncLocalStorage, createHook, type AsyncHook } from 'node:async_hooks'
 
 /** Event-loop turns (check phases) with nothing pending before a handler counts as stalled. */
 const QUIET_ROUNDS = 3;
+/**
+ * And this long in real time: work the handler waits on but did not create in its own context
+ * (a dynamic `import()` served by a test runner's module RPC, as in vitest) is short, not a stall.
+ */
+export const QUIET_MS = 1000;
 /** How often to look again while the handler owns a timer or an I/O request. */
 const BUSY_POLL_MS = 2;
 
@@ -104,6 +109,7 @@ export class SettleWatch {
   #backstop: NodeJS.Timeout | undefined;
   #immediate: NodeJS.Immediate | undefined;
   #quiet = 0;
+  #quietSince = 0;
   #stopped = false;
 
   constructor(options: SettleWatchOptions) {
@@ -153,7 +159,16 @@ export class SettleWatch {
     if (this.#stopped) return;
     const quiet = !this.#busy();
     if (this.#o.onCheck(quiet) || !quiet) this.#quiet = 0;
-    else if (++this.#quiet >= QUIET_ROUNDS) return this.#fire(this.#o.onStall);
+    else {
+      if (this.#quiet++ === 0) this.#quietSince = performance.now();
+      if (this.#quiet >= QUIET_ROUNDS) {
+        const left = QUIET_MS - (performance.now() - this.#quietSince);
+        if (left <= 0) return this.#fire(this.#o.onStall);
+        // Wait out the rest on a timer (immediates would spin the CPU), then look again.
+        this.#timer = setTimeout(() => this.#check(), left);
+        return;
+      }
+    }
     this.#schedule();
   }
 }

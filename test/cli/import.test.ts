@@ -5,6 +5,7 @@
  */
 import { writeFile } from 'node:fs/promises';
 import { join } from 'node:path';
+import { Level } from 'level';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { encodeHistoryFile, parseHistoryFile } from '../../src/history/history-file.js';
 import { decodeState } from '../../src/history/state-codec.js';
@@ -12,11 +13,13 @@ import { fold } from '../../src/replay/fold.js';
 import { Engine } from '../../src/runtime/engine.js';
 import { silentLogger } from '../../src/logger.js';
 import { LevelHistoryStore } from '../../src/store/index.js';
+import { eventKey, summaryKey } from '../../src/store/keys.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
 import { ManualClock } from '../../src/runtime/clock.js';
 import { T0, historyBuilder } from '../../src/testing/history-builder.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
-import { cli, cliJSON, ensureBuilt, withLevel } from './run-cli.js';
+import { oneShotHistory } from './helpers.js';
+import { appendHistory, cli, cliJSON, ensureBuilt, withLevel } from './run-cli.js';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -94,5 +97,36 @@ describe('import', () => {
     } finally {
       await engine.shutdown({ graceMs: 0 });
     }
+  });
+});
+
+describe('import over a corrupt task', () => {
+  it('a task whose summary cannot be read exists: a conflict without --force, replaced (mark cleared) with it', async () => {
+    const events = oneShotHistory('summarize', 'succeeded');
+    const file = join(await tmp(), 'good.json');
+    await writeFile(file, await encodeHistoryFile({ taskId: 'bad', events }, 'json'));
+    const dir = join(await tmp(), 'store');
+    await withLevel(dir, async (s) => {
+      await appendHistory(s, 'bad', events);
+      await s.markCorrupt({ taskId: 'bad', key: 'summary/bad', code: 'TURNLOG_HISTORY_CORRUPT', message: 'unreadable', time: 0 });
+    });
+    const db = new Level<Buffer, Buffer>(dir, { keyEncoding: 'buffer', valueEncoding: 'buffer' });
+    await db.open();
+    await db.put(summaryKey('bad'), Buffer.from([0xff, 0xff, 0x01]));
+    await db.put(eventKey('bad', 2), Buffer.from([0xff, 0xff, 0x01]));
+    await db.close();
+
+    const refused = await cliJSON(['--store', dir, 'import', file]);
+    expect(refused.code).toBe(1);
+    expect(refused.json.error.code).toBe('TURNLOG_TASK_CONFLICT');
+    expect(refused.json.error.message).toContain('bad (unreadable summary)');
+
+    const forced = await cliJSON(['--store', dir, 'import', '--force', file]);
+    expect(forced.code, JSON.stringify(forced.json)).toBe(0);
+    expect(forced.json.tasks).toEqual([expect.objectContaining({ taskId: 'bad', replaced: true, status: 'completed' })]);
+    await withLevel(dir, async (s) => {
+      expect(await s.listCorrupt()).toEqual([]);
+      expect(await s.readEvents('bad')).toEqual(events);
+    });
   });
 });

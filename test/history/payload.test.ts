@@ -78,6 +78,39 @@ describe('DefaultPayloadConverter refuses non-JSON values', () => {
     expect(isTurnlogError(caught, 'TURNLOG_PAYLOAD_ENCODING')).toBe(true);
     expect((caught as Error).message).toContain('getter');
   });
+
+  it('refuses an object or array with a toJSON method the walk would not see (JSON would store what it returns)', () => {
+    const hidden = Object.defineProperty({ a: 1 }, 'toJSON', { value: () => 'replaced', enumerable: false });
+    const arr = Object.assign([1, 2], { toJSON: () => 'replaced' });
+    for (const [v, path] of [[hidden, '$.x'], [arr, '$.x']] as const) {
+      let caught: unknown;
+      try {
+        conv.toPayload({ x: v });
+      } catch (err) {
+        caught = err;
+      }
+      // It was accepted, and read back as "replaced".
+      expect(isTurnlogError(caught, 'TURNLOG_PAYLOAD_ENCODING'), String(caught)).toBe(true);
+      expect((caught as Error).message).toContain(path);
+      expect((caught as Error).message).toContain('toJSON');
+    }
+  });
+
+  it('turns a Proxy whose getPrototypeOf trap throws, or a revoked Proxy, into TURNLOG_PAYLOAD_ENCODING', () => {
+    // The top-level `instanceof Uint8Array` check ran outside the guarded walk and threw raw.
+    const hostile = new Proxy({}, { getPrototypeOf: () => { throw new Error('trap'); } });
+    const revocable = Proxy.revocable({}, {});
+    revocable.revoke();
+    for (const v of [hostile, revocable.proxy]) {
+      let caught: unknown;
+      try {
+        conv.toPayload(v);
+      } catch (err) {
+        caught = err;
+      }
+      expect(isTurnlogError(caught, 'TURNLOG_PAYLOAD_ENCODING'), String(caught)).toBe(true);
+    }
+  });
 });
 
 describe('payload sizes', () => {

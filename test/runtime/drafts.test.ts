@@ -8,6 +8,7 @@ import { decide } from '../../src/replay/decide.js';
 import { fold } from '../../src/replay/fold.js';
 import {
   cancelDraft,
+  crashMessage,
   endDrafts,
   finalizeDrafts,
   hardCapDrafts,
@@ -57,15 +58,29 @@ describe('outcomeDrafts: every attempt outcome, one-shot and multi-turn', () => 
   ];
   it.each(cases)('$name', (c) => {
     const s = c.state();
-    const { drafts } = outcomeDrafts(s, { turn: 1, attempt: 1, ...(c.killReason ? { killReason: c.killReason } : {}) }, c.outcome, lease, T0 + 5);
+    const { drafts } = outcomeDrafts(s, { turn: 1, attempt: 1, ...(c.killReason ? { killReason: c.killReason } : {}) }, c.outcome, lease, T0 + 5, false);
     expect(types(drafts)).toEqual(c.expected);
     c.check?.(drafts);
   });
 
   it('exit for recovery releases the lease in the same batch (expires now); no lease, no release', () => {
-    expect(outcomeDrafts(oneShot(), { turn: 1, attempt: 1 }, { kind: 'exit-for-recovery', reason: 'r' }, lease, T0 + 5).lease).toEqual({ ...lease, expiresAt: T0 + 5 });
-    expect(outcomeDrafts(oneShot(), { turn: 1, attempt: 1 }, { kind: 'exit-for-recovery', reason: 'r' }, undefined, T0 + 5).lease).toBeUndefined();
-    expect(outcomeDrafts(oneShot(), { turn: 1, attempt: 1 }, { kind: 'completed', output: p(1) }, lease, T0 + 5).lease).toBeUndefined();
+    expect(outcomeDrafts(oneShot(), { turn: 1, attempt: 1 }, { kind: 'exit-for-recovery', reason: 'r' }, lease, T0 + 5, false).lease).toEqual({ ...lease, expiresAt: T0 + 5 });
+    expect(outcomeDrafts(oneShot(), { turn: 1, attempt: 1 }, { kind: 'exit-for-recovery', reason: 'r' }, undefined, T0 + 5, false).lease).toBeUndefined();
+    expect(outcomeDrafts(oneShot(), { turn: 1, attempt: 1 }, { kind: 'completed', output: p(1) }, lease, T0 + 5, false).lease).toBeUndefined();
+  });
+});
+
+describe('crashMessage: a crashed worker\'s stderr tail', () => {
+  const crashed = (stderrTail?: string): Extract<AttemptOutcome, { kind: 'crashed' }> => ({ kind: 'crashed', pid: 7, exitCode: 1, signal: null, message: 'worker exited with code 1', ...(stderrTail === undefined ? {} : { stderrTail }) });
+  it.each([
+    { name: 'no tail: the message alone', tail: undefined, encodes: false, expected: 'worker exited with code 1' },
+    { name: 'an empty tail: the message alone', tail: '', encodes: true, expected: 'worker exited with code 1' },
+    { name: 'plain failure text: the tail is stored', tail: 'Error: secret-123', encodes: false, expected: 'worker exited with code 1; last stderr:\nError: secret-123' },
+    { name: 'codecs encode failure text: the tail is not stored', tail: 'Error: secret-123', encodes: true, expected: "worker exited with code 1; stderr not stored (payload codecs encode failure text), see the engine's log" },
+  ])('$name', ({ tail, encodes, expected }) => {
+    expect(crashMessage(crashed(tail), encodes)).toBe(expected);
+    const { drafts } = outcomeDrafts(oneShot(), { turn: 1, attempt: 1 }, crashed(tail), lease, T0 + 5, encodes);
+    expect(drafts).toEqual([{ type: 'WorkerCrashed', turn: 1, attempt: 1, pid: 7, exitCode: 1, signal: null, message: expected }]);
   });
 });
 

@@ -17,7 +17,7 @@ import { silentLogger } from '../../src/logger.js';
 import { replayHistory } from '../../src/testing/index.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
 import { ROOT, cli, cliJSON, ensureBuilt } from '../cli/run-cli.js';
-import { SECRET, encryptingCodec, leaky, leakyProcess } from '../fixtures/workflows/secrets.js';
+import { SECRET, encryptingCodec, leaky, leakyCrash, leakyProcess } from '../fixtures/workflows/secrets.js';
 
 const SECRETS_JS = join(ROOT, 'dist/test/fixtures/workflows/secrets.js');
 const cleanups: (() => Promise<void>)[] = [];
@@ -34,7 +34,7 @@ async function rawStoreText(dir: string): Promise<string> {
 }
 
 /** Runs one failing task in a fresh Level store; returns its directory, the result and the stored events. */
-async function failOnce(workflow: typeof leaky, encodeFailureAttributes?: boolean) {
+async function failOnce(workflow: typeof leaky | typeof leakyCrash, encodeFailureAttributes?: boolean) {
   const tmp = await makeTmpDir('turnlog-secret-');
   cleanups.push(tmp.remove);
   const dir = join(tmp.path, 'store');
@@ -42,7 +42,7 @@ async function failOnce(workflow: typeof leaky, encodeFailureAttributes?: boolea
   cleanups.push(() => exec.close());
   const engine = await Engine.open({
     store: dir,
-    workflows: [leaky, leakyProcess],
+    workflows: [leaky, leakyProcess, leakyCrash],
     executors: { process: exec },
     payloadCodecs: [encryptingCodec],
     logger: silentLogger,
@@ -112,6 +112,18 @@ describe('failures through the payload codec', () => {
       await e2.shutdown({ graceMs: 0 });
     }
   });
+
+  it('a worker that dies of an uncaught error: its stderr tail (quoting the secret) is not stored; without encoding it is', async () => {
+    const { dir, result, events } = await failOnce(leakyCrash);
+    expect(result.status).toBe('failed');
+    const crashed = events.find((e) => e.type === 'WorkerCrashed');
+    expect(crashed?.type === 'WorkerCrashed' && crashed.message).toContain('stderr not stored');
+    expect(await rawStoreText(dir)).not.toContain('SECRET');
+
+    const control = await failOnce(leakyCrash, false);
+    const shown = control.events.find((e) => e.type === 'WorkerCrashed');
+    expect(shown?.type === 'WorkerCrashed' && shown.message).toContain(`charge declined for ${SECRET}`);
+  }, 60_000);
 
   it('encodeFailureAttributes: false keeps messages readable without the codec (the control: bytes do show it)', async () => {
     const { dir, events } = await failOnce(leaky, false);

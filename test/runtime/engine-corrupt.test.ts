@@ -14,6 +14,7 @@ import type { Logger } from '../../src/logger.js';
 import type { HistoryStore } from '../../src/store/history-store.js';
 import { eventKey, summaryKey } from '../../src/store/keys.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
+import { LevelHistoryStore } from '../../src/store/level-store.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
 import { historyBuilder } from '../../src/testing/history-builder.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
@@ -148,19 +149,49 @@ describe('recovery at open isolates a corrupt task', () => {
 });
 
 describe('recovery at open with an unreadable summary', () => {
-  it('the engine opens and recovers the in-progress task; the listing error is logged', async () => {
+  it('the engine opens and recovers the in-progress task; the listing rebuilds the summary, nothing is logged', async () => {
     const dir = await storeWithTwoTasks();
     await overwrite(dir, summaryKey('good'), Buffer.from('{not json'));
     const log = recordingLogger();
     const engine = await Engine.open({ store: dir, workflows: [chat], logger: log, scanIntervalMs: 0 });
     engines.push(engine);
-    expect(log.errors.map((e) => e.message)).toContain('recovery could not list every task');
+    expect(log.errors.map((e) => e.message)).not.toContain('recovery could not list every task');
     // `bad` was left in progress by the first engine and is re-run (it no longer hangs).
     const bad = engine.task<string, string>('bad');
     for (let i = 0; i < 400 && (await engine.describe('bad')).status !== 'suspended'; i++) await new Promise((r) => setTimeout(r, 5));
     expect((await engine.describe('bad')).status).toBe('suspended');
     await bad.send('next');
     expect(await bad.nextTurn()).toMatchObject({ status: 'suspended', output: 'echo next' });
+  });
+});
+
+describe('an unreadable summary beside a task with queued input', () => {
+  it('recovery still starts the queued turn of a task listed after it, every scan, and list() serves both', async () => {
+    const d = await makeTmpDir('turnlog-corrupt-');
+    cleanups.push(d.remove);
+    const first = await Engine.open({ store: d.path, workflows: [chat], logger: recordingLogger(), scanIntervalMs: 0 });
+    for (const id of ['a', 'b']) await (await first.start(chat, 'hi', { taskId: id })).nextTurn();
+    await first.shutdown({ graceMs: 0 });
+    // `b` gets an input the engine never ran (it died after queueing it); `a`'s summary is unreadable.
+    const store = new LevelHistoryStore(d.path, { sync: false });
+    await store.open();
+    const b = await store.readEvents('b');
+    const last = b[b.length - 1]!;
+    await store.append('b', [{ ...b.find((e) => e.type === 'InputQueued')!, eventId: last.eventId + 1, generation: last.generation, time: last.time } as HistoryEvent], {
+      expectedLastEventId: last.eventId,
+      generation: last.generation,
+    });
+    await store.close();
+    await overwrite(d.path, summaryKey('a'), Buffer.from('{not json'));
+
+    const log = recordingLogger();
+    const engine = await Engine.open({ store: d.path, workflows: [chat], logger: log, scanIntervalMs: 0 });
+    engines.push(engine);
+    for (let i = 0; i < 400 && (await engine.describe('b')).turn < 2; i++) await new Promise((r) => setTimeout(r, 5));
+    expect((await engine.describe('b')).turn).toBe(2);
+    await engine.recover();
+    expect(log.errors).toEqual([]);
+    expect((await engine.list()).tasks.map((t) => t.taskId)).toEqual(['a', 'b']);
   });
 });
 

@@ -317,3 +317,96 @@ describe('a ConcurrencyError does not wedge a task', () => {
     expect((await shared.readEvents('c1')).filter((e) => e.type === 'InputQueued').map((e) => e.inputId)).toContain('foreign');
   });
 });
+
+describe('a ConcurrencyError that shows the running turn ended', () => {
+  it('stops the attempt: no later step runs, its waiter gets the recorded end, nothing is logged as an error', async () => {
+    // A runs the turn; B (another owner, same generation: it claims nothing) cancels the task,
+    // which finalizes the turn in B. A learns it from the ConcurrencyError of its next record.
+    const parked = gate();
+    const release = gate();
+    const ran: string[] = [];
+    const ended = gate<unknown[]>();
+    const wf = defineWorkflow({
+      name: 'cancelled-elsewhere',
+      turn: async (ctx, _input: null) => {
+        await ctx.step('one', () => 1);
+        parked.resolve();
+        await release.promise;
+        const errors: unknown[] = [];
+        for (const name of ['two', 'three']) {
+          await ctx.step(name, () => void ran.push(name)).catch((err: unknown) => void errors.push(err));
+        }
+        ended.resolve(errors);
+        return 'A';
+      },
+    });
+    const shared = new MemoryHistoryStore();
+    await shared.open();
+    const logs: LogLine[] = [];
+    const a = await Engine.open({ store: shared, workflows: [wf], owner: 'a', instance: 'A', logger: capture(logs), scanIntervalMs: 0 });
+    engines.push(a);
+    const b = await Engine.open({ store: shared, workflows: [wf], owner: 'b', instance: 'B', logger: silentLogger, scanIntervalMs: 0 });
+    engines.push(b);
+    const h = await a.start(wf, null, { taskId: 'x1' });
+    await parked.promise;
+    await b.cancel('x1', 'cancelled from B');
+    const before = await shared.readEvents('x1');
+    expect(before.slice(-2).map((e) => e.type)).toEqual(['TurnCancelled', 'TaskCompleted']);
+
+    const result = h.nextTurn();
+    release.resolve();
+    const errors = await ended.promise;
+    // Step "two" ran before its record met the race; "three" belongs to a cancelled turn (invariant 7).
+    expect(ran).toEqual(['two']);
+    expect(errors.map((e) => (e as { code?: string }).code)).toEqual(['TURNLOG_FENCED', 'TURNLOG_FENCED']);
+    expect(await result).toMatchObject({ status: 'cancelled', turn: 1 });
+    await new Promise((r) => setImmediate(r));
+    expect(await shared.readEvents('x1')).toEqual(before);
+    expect(logs.filter((l) => l.level === 'error')).toEqual([]);
+  });
+});
+
+describe('a ConcurrencyError from a harmless same-generation append', () => {
+  for (const next of ['step', 'terminal'] as const) {
+    it(`leaves the turn this attempt's: its next ${next} goes on top, and the withdrawn input's waiter resolves`, async () => {
+      // A runs a steerable turn and queues a steering input; B (another owner) withdraws it under
+      // the same generation. A's next append meets the race. It used to fail the step's record
+      // (step) or lose the turn's end, leaving its waiter hanging (terminal).
+      const parked = gate();
+      const release = gate();
+      const stepErrors: unknown[] = [];
+      const wf = defineWorkflow({
+        name: 'withdrawn-elsewhere',
+        kind: 'multi-turn',
+        turn: async (ctx, _text: string) => {
+          await ctx.step('one', () => 1);
+          parked.resolve();
+          await release.promise;
+          if (next === 'step') await ctx.step('two', () => 2).catch((err: unknown) => void stepErrors.push(err));
+          return ctx.suspend('waiting', 'done');
+        },
+      });
+      const shared = new MemoryHistoryStore();
+      await shared.open();
+      const logs: LogLine[] = [];
+      const a = await Engine.open({ store: shared, workflows: [wf], owner: 'a', instance: 'A', logger: capture(logs), scanIntervalMs: 0 });
+      engines.push(a);
+      const b = await Engine.open({ store: shared, workflows: [wf], owner: 'b', instance: 'B', logger: silentLogger, scanIntervalMs: 0 });
+      engines.push(b);
+      const h = await a.start(wf, 'hi', { taskId: 'w1' });
+      const first = h.inputId!;
+      await parked.promise;
+      const steer = await h.send('steer');
+      const steerResult = a.turnResult('w1', steer);
+      await b.withdraw('w1', steer, 'withdrawn from B');
+
+      release.resolve();
+      expect(await a.turnResult('w1', first)).toMatchObject({ status: 'suspended', output: 'done', turn: 1 });
+      expect(await steerResult).toMatchObject({ status: 'withdrawn', reason: 'withdrawn from B' });
+      expect(stepErrors).toEqual([]);
+      const types = (await shared.readEvents('w1')).map((e) => e.type);
+      expect(types.slice(-3)).toEqual(next === 'step' ? ['InputWithdrawn', 'StepCompleted', 'TurnSuspended'] : ['InputQueued', 'InputWithdrawn', 'TurnSuspended']);
+      expect(logs.filter((l) => l.level === 'error')).toEqual([]);
+    });
+  }
+});

@@ -81,6 +81,32 @@ describe('engine: lone surrogates in free text', () => {
 });
 
 describe('engine: ill-formed ids are refused before anything is written', () => {
+  it('a withdraw reason cut inside an emoji: the waiting caller reads what a reload reads', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const slow = defineWorkflow({
+      name: 'slow',
+      kind: 'multi-turn',
+      turn: async (ctx, msg: string) => {
+        if (msg === 'first') await gate;
+        return ctx.suspend('waiting', msg);
+      },
+    });
+    const dir = await tmp();
+    const engine = await Engine.open({ store: dir, workflows: [slow], logger: silentLogger, scanIntervalMs: 0 });
+    engines.push(engine);
+    const h = await engine.start(slow, 'first', { taskId: 'w1' });
+    const queued = await h.send('second', { inputId: 'in-2' });
+    const waiting = engine.turnResult('w1', queued);
+    await engine.withdraw('w1', queued, HALF);
+    expect(await waiting).toMatchObject({ status: 'withdrawn', reason: REPLACED });
+    release();
+    await h.nextTurn();
+    await engine.shutdown({ graceMs: 0 });
+    const again = await openAt(dir);
+    expect(await again.turnResult('w1', queued)).toMatchObject({ status: 'withdrawn', reason: REPLACED });
+  });
+
   it('task ids and input ids', async () => {
     const dir = await tmp();
     const engine = await openAt(dir);

@@ -783,3 +783,34 @@ describe('payload codecs', () => {
     expect(raw).not.toContain('classified');
   });
 });
+
+describe('recovery with a task that cannot be loaded', () => {
+  it('recovers the other tasks and opens the engine; the bad task is logged', async () => {
+    // A task whose history cannot be read (here a store that refuses it; in the field an id
+    // an older version accepted, 201–512 characters, or a corrupt history) used to abort the
+    // whole pass, and so Engine.open: no task was recovered and the engine never opened.
+    const park = new Promise<never>(() => undefined);
+    const wf = defineWorkflow({ name: 'parks-first', turn: async (ctx, _i: null) => (ctx.attempt === 1 ? park : 'recovered') });
+    const shared = new MemoryHistoryStore();
+    const crashed = await open({ store: shared, workflows: [wf], instance: 'crashed' });
+    await crashed.start(wf, null, { taskId: 'a-bad' });
+    const good = await crashed.start(wf, null, { taskId: 'b-good' });
+    const unreadable = new Proxy(shared, {
+      get(target, prop) {
+        const v = Reflect.get(target, prop, target) as unknown;
+        if (prop === 'readEvents' || prop === 'getSnapshot') {
+          return (taskId: string, ...rest: unknown[]) => {
+            if (taskId === 'a-bad') return Promise.reject(new Error('unreadable task'));
+            return (v as (...a: unknown[]) => Promise<unknown>).call(target, taskId, ...rest);
+          };
+        }
+        return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+      },
+    });
+    const errors: Record<string, unknown>[] = [];
+    const logger = { ...silentLogger, error: (_m: string, f: Record<string, unknown> = {}) => void errors.push(f) };
+    const next = await open({ store: unreadable, workflows: [wf], instance: 'next', logger });
+    expect(await next.turnResult('b-good', good.inputId!)).toMatchObject({ status: 'completed', output: 'recovered' });
+    expect(errors).toEqual([expect.objectContaining({ taskId: 'a-bad' })]);
+  });
+});

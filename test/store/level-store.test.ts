@@ -32,7 +32,7 @@ storeContract(
       },
     };
   },
-  { persistent: true },
+  { persistent: true, callerClock: true },
 );
 
 const lockChild = fileURLToPath(new URL('../fixtures/children/hold-store-lock.mjs', import.meta.url));
@@ -188,6 +188,32 @@ describe('LevelHistoryStore on disk', () => {
     store = new LevelHistoryStore(dir.path);
     await store.open();
     await expect(store.getSummary('t1')).rejects.toMatchObject({ code: 'TURNLOG_HISTORY_CORRUPT', key: 'summary/t1' });
+    await store.close();
+  });
+
+  it('listTasks and retention rebuild an unreadable summary from the history: one bad record does not fail every task\'s listing', async () => {
+    let store = new LevelHistoryStore(dir.path);
+    await store.open();
+    for (const id of ['a', 'b', 'c']) await store.append(id, [created(1, { workflow: 'wf' }), queued(2, 'x')], { expectedLastEventId: 0, generation: 1 });
+    await store.close();
+    await writeRaw(summaryKey('a'), new TextEncoder().encode('{not json'));
+    store = new LevelHistoryStore(dir.path);
+    await store.open();
+    for (const filter of [{}, { status: 'pending' as const }, { workflow: 'wf' }]) {
+      const page = await store.listTasks(filter);
+      expect(page.tasks.map((t) => [t.taskId, t.status, t.queued])).toEqual([
+        ['a', 'pending', 1],
+        ['b', 'pending', 1],
+        ['c', 'pending', 1],
+      ]);
+    }
+    expect(await store.purgeCompleted(0, Date.now())).toEqual([]);
+    // With the history unreadable too there is nothing to rebuild from: the listing still says so.
+    await store.close();
+    await writeRaw(eventKey('a', 2), new Uint8Array([0xff]));
+    store = new LevelHistoryStore(dir.path);
+    await store.open();
+    await expect(store.listTasks()).rejects.toMatchObject({ code: 'TURNLOG_HISTORY_CORRUPT', key: 'summary/a' });
     await store.close();
   });
 

@@ -5,4 +5,4 @@ storeContract('MemoryHistoryStore', async () => {
   const store = new MemoryHistoryStore();
   await store.open();
   return { store, dispose: () => store.close() };
-});
+}, { callerClock: true });

@@ -72,6 +72,7 @@ const ENDINGS: {
     TURNLOG_WORKER_START: { end: (b) => b.failed({ message: 'no start', type: 'Error', code: 'TURNLOG_WORKER_START' }, open) },
     TURNLOG_WORKER_PROTOCOL: { end: (b) => b.failed({ message: 'garbage', type: 'Error', code: 'TURNLOG_WORKER_PROTOCOL' }, open) },
     TURNLOG_WORKFLOW_NOT_FOUND: { end: (b) => b.failed({ message: 'unknown', type: 'Error', code: 'TURNLOG_WORKFLOW_NOT_FOUND' }, open) },
+    TURNLOG_PAYLOAD_TOO_LARGE: { end: (b) => b.failed({ message: 'output over the limit', type: 'PayloadTooLargeError', code: 'TURNLOG_PAYLOAD_TOO_LARGE' }, open) },
   },
   TurnCancelled: { end: (b) => b.cancel('turn', 'stop').cancelled('stop', open) },
   TurnTimedOut: {

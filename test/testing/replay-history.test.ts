@@ -373,3 +373,76 @@ describe('createTestEngine', () => {
     expect((await t.replay('r1')).results.map((r) => r.status)).toEqual(['ok', 'ok']);
   });
 });
+
+describe('payload limits', () => {
+  // The engine's limits (EngineOptions.limits) turn a completed turn or a checkpoint into a
+  // TurnFailed the replay cannot reproduce: it does not know the limits. Such a turn is cut off,
+  // not a divergence (it was: "recorded TurnFailed but the handler did complete").
+  const cases = [
+    {
+      field: 'output',
+      limits: { outputBytes: 100 },
+      wf: defineWorkflow({ name: 'big-output', turn: async (ctx, _i: null) => ctx.step('a', () => 1).then(() => 'x'.repeat(500)) }),
+    },
+    {
+      field: 'state',
+      limits: { stateBytes: 100 },
+      wf: defineWorkflow({
+        name: 'big-state',
+        initialState: () => '',
+        turn: async (ctx, _i: null) => {
+          await ctx.step('a', () => 1);
+          ctx.state = 's'.repeat(500);
+          return 'ok';
+        },
+      }),
+    },
+    {
+      field: 'checkpoint',
+      limits: { checkpointBytes: 100 },
+      wf: defineWorkflow({
+        name: 'big-checkpoint',
+        turn: async (ctx, _i: null) => {
+          await ctx.step('a', () => 1);
+          await ctx.checkpoint('c'.repeat(500)).catch(() => undefined); // caught: the engine fails the turn anyway
+          return 'ok';
+        },
+      }),
+    },
+  ];
+  for (const c of cases) {
+    it(`a turn failed for its ${c.field} over the engine's limit replays as cut off`, async () => {
+      const t = await createTestEngine({ workflows: [c.wf], limits: c.limits });
+      engines.push(t);
+      const r = await (await t.engine.start(c.wf.name, null, { taskId: 'p1' })).nextTurn();
+      expect(r).toMatchObject({ status: 'failed', failure: { code: 'TURNLOG_PAYLOAD_TOO_LARGE' } });
+      expect((await t.replay('p1')).results[0]).toMatchObject({ status: 'cut-off', terminal: 'TurnFailed', calls: 1 });
+    });
+  }
+
+  it('a checkpoint refused as not JSON is no call, live or in replay (it took no position)', async () => {
+    const wf = defineWorkflow({
+      name: 'date-checkpoint',
+      turn: async (ctx, _i: null) => {
+        const refused = await ctx.checkpoint({ at: new Date(0) } as never).then(() => 'no', (err: unknown) => (err as { code?: string }).code);
+        await ctx.step('after', () => 1);
+        return refused;
+      },
+    });
+    const t = await createTestEngine({ workflows: [wf] });
+    engines.push(t);
+    expect(await (await t.engine.start(wf, null, { taskId: 'd1' })).nextTurn()).toMatchObject({ status: 'completed', output: 'TURNLOG_PAYLOAD_ENCODING' });
+    // It was: "the history recorded step "after" at position 1 but the handler did checkpoint".
+    expect((await t.replay('d1')).results[0]).toMatchObject({ status: 'ok', calls: 1 });
+  });
+
+  it('a cut-off turn still checks its recorded calls', async () => {
+    const wf = defineWorkflow({ name: 'big-out', turn: async (ctx, _i: null) => ctx.step('a', () => 1).then(() => 'x'.repeat(500)) });
+    const t = await createTestEngine({ workflows: [wf], limits: { outputBytes: 100 } });
+    engines.push(t);
+    await (await t.engine.start(wf, null, { taskId: 'p2' })).nextTurn();
+    const changed = defineWorkflow({ name: 'big-out', turn: async (ctx, _i: null) => ctx.step('b', () => 1).then(() => 'x'.repeat(500)) });
+    const err = await replayHistory({ history: await t.history('p2'), workflows: [changed] }).then(() => undefined, (e: unknown) => e);
+    expect(isTurnlogError(err, 'TURNLOG_NON_DETERMINISM')).toBe(true);
+  });
+});

@@ -61,6 +61,21 @@ describe("isolate: 'worker'", () => {
 });
 
 describe("replayHistories with isolate: 'worker'", () => {
+  it('a payloadConverter the module does not export is refused (the worker would use the module\'s), not ignored', async () => {
+    const converter = { toPayload: (v: unknown) => ({ metadata: {}, data: new TextEncoder().encode(JSON.stringify(v)) }), fromPayload: <T>() => undefined as T };
+    const err = await replayHistory({ history: goldenPath('support-conversation'), workflows: SUPPORT, isolate: 'worker', payloadConverter: converter }).catch((e: unknown) => e);
+    expect(isTurnlogError(err, 'TURNLOG_INVALID_ARGUMENT')).toBe(true);
+    expect((err as Error).message).toContain('exports none');
+    const folder = await makeTmpDir('turnlog-replay-conv-');
+    try {
+      await copyFile(goldenPath('support-conversation'), join(folder.path, 'a.json'));
+      const all = await replayHistories(folder.path, SUPPORT, { isolate: 'worker', payloadConverter: converter }).catch((e: unknown) => e);
+      expect(isTurnlogError(all, 'TURNLOG_INVALID_ARGUMENT')).toBe(true);
+    } finally {
+      await folder.remove();
+    }
+  });
+
   it('a folder with a spinning handler: that file fails with TURNLOG_REPLAY_TIMEOUT, the others still replay', async () => {
     const dir = await makeTmpDir('turnlog-replay-worker-');
     try {

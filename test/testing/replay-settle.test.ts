@@ -4,8 +4,10 @@
  * delivers is TURNLOG_REPLAY_STALLED; the per-turn time limit is TURNLOG_REPLAY_TIMEOUT.
  */
 import { readFile as readFileCb } from 'node:fs';
-import { readFile } from 'node:fs/promises';
-import { fileURLToPath } from 'node:url';
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises';
+import { tmpdir } from 'node:os';
+import { join } from 'node:path';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { ReplayStalledError, isTurnlogError } from '../../src/errors.js';
 import type { HistoryEvent } from '../../src/history/events.js';
@@ -123,6 +125,26 @@ describe('item 2: a replay that cannot finish rejects, naming task, turn and las
     });
     const readEvents = historyBuilder('r1').created({ workflow: 'reader' }).input(null).turnStarted().step('a', 'hi').completed(true).build();
     expect((await replayHistory({ history: readEvents, workflows: [reader] })).results[0]).toMatchObject({ status: 'ok' });
+  });
+
+  it('a handler lazily importing a module not loaded yet is not stalled (vitest serves import() over its own RPC)', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'turnlog-lazy-'));
+    try {
+      const file = join(dir, 'lazy.mjs');
+      await writeFile(file, 'export const answer = 42;');
+      const lazy = defineWorkflow({
+        name: 'lazy',
+        turn: async (ctx) => {
+          await ctx.step('a', () => 'hi');
+          const m = (await import(pathToFileURL(file).href)) as { answer: number };
+          return m.answer;
+        },
+      });
+      const events = historyBuilder('l1').created({ workflow: 'lazy' }).input(null).turnStarted().step('a', 'hi').completed(42).build();
+      expect((await replayHistory({ history: events, workflows: [lazy] })).results[0]).toMatchObject({ status: 'ok' });
+    } finally {
+      await rm(dir, { recursive: true, force: true });
+    }
   });
 
   it('once its own timer has fired and its file read is done, a handler awaiting nothing else is stalled', async () => {

@@ -37,7 +37,7 @@ export function registerEvents(program: Command): void {
           let n = 0;
           try {
             for await (const e of readableEvents(store, taskId, read)) {
-              await writeOut((n++ === 0 ? '\n    ' : ',\n    ') + JSON.stringify(eventToDisplayJSON(g.decodeEvent(e))));
+              await writeOut((n++ === 0 ? '\n    ' : ',\n    ') + JSON.stringify(eventToDisplayJSON(g.decodeEvent(e), g.pipeline.converter)));
             }
           } catch (err) {
             // The array is open: close it and put the error in the same document (one per run).
@@ -51,7 +51,7 @@ export function registerEvents(program: Command): void {
         for await (const stored of readableEvents(store, taskId, read)) {
           const e = g.decodeEvent(stored);
           await writeOut(
-            `${String(e.eventId).padStart(width)}  ${isoTime(e.time)}  g${e.generation}  ${e.type.padEnd(22)} ${describeEvent(e, max)}\n`,
+            `${String(e.eventId).padStart(width)}  ${isoTime(e.time)}  g${e.generation}  ${e.type.padEnd(22)} ${describeEvent(e, max, g.pipeline.converter)}\n`,
           );
         }
         return printText(`(${summary.lastEventId} events in task ${taskId})`);

@@ -6,7 +6,7 @@
 import { createReadStream } from 'node:fs';
 import { stat } from 'node:fs/promises';
 import type { Command } from 'commander';
-import { TurnlogError } from '../../errors.js';
+import { TurnlogError, isHistoryUnreadable } from '../../errors.js';
 import type { HistoryEvent } from '../../history/events.js';
 import { readHistoryFile, type HistoryFileTask } from '../../history/history-file.js';
 import { encodeState } from '../../history/state-codec.js';
@@ -70,13 +70,18 @@ export function registerImport(program: Command): void {
       // Read and validate the whole file before opening the store: a bad file changes nothing.
       const parsed = await readHistoryFile(createReadStream(file), file);
       await withStore(cmd, { create: true }, async (store, g) => {
-        const existing = new Map<string, number>();
+        const existing = new Map<string, string>();
         for (const t of parsed.tasks) {
-          const s = await store.getSummary(t.taskId);
-          if (s) existing.set(t.taskId, s.lastEventId);
+          // An unreadable summary is a corrupt task that exists: --force is how it is replaced.
+          const s = await store.getSummary(t.taskId).catch((err: unknown) => {
+            if (isHistoryUnreadable(err)) return null;
+            throw err;
+          });
+          if (s) existing.set(t.taskId, `${s.lastEventId} events`);
+          else if (s === null) existing.set(t.taskId, 'unreadable summary');
         }
         if (existing.size > 0 && !flags.force) {
-          const list = [...existing].map(([id, n]) => `${id} (${n} events)`).join(', ');
+          const list = [...existing].map(([id, what]) => `${id} (${what})`).join(', ');
           throw new TurnlogError(
             'TURNLOG_TASK_CONFLICT',
             `Task${existing.size > 1 ? 's' : ''} ${list} already exist${existing.size > 1 ? '' : 's'} in store ${store.location}; nothing was imported. Pass --force to replace, or import into another --store.`,

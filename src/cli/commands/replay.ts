@@ -12,6 +12,7 @@ import { isTurnlogError } from '../../errors.js';
 import { engineActivationMark, engineActivationsSince } from '../../runtime/work-log.js';
 import type { HistoryEvent } from '../../history/events.js';
 import type { PayloadConverter } from '../../history/payload.js';
+import { moduleConverter } from '../../history/pipeline.js';
 import { parseHistoryFile } from '../../history/history-file.js';
 import {
   DEFAULT_REPLAY_TIMEOUT_MS,
@@ -22,7 +23,7 @@ import {
   type TurnReplayResult,
 } from '../../testing/replay-history.js';
 import type { Workflow } from '../../workflow/define-workflow.js';
-import { CliError, EXIT, globals, loadCodecs, positiveInt, printJSON, printText, requireTask, toCliError, usageError, withStore } from '../context.js';
+import { CliError, EXIT, globals, loadCodecsModule, positiveInt, printJSON, printText, requireTask, toCliError, usageError, withStore } from '../context.js';
 
 interface ReplayFlags {
   workflows: string;
@@ -58,7 +59,7 @@ export function registerReplay(program: Command): void {
       const g = globals(cmd);
       // Loaded here too, so a module without workflows is a usage error before any replay.
       const { workflows, payloadConverter } = await loadWorkflows(flags.workflows);
-      const payloadCodecs = g.codecs === undefined ? [] : await loadCodecs(g.codecs);
+      const payloadCodecs = g.codecs === undefined ? [] : (await loadCodecsModule(g.codecs)).codecs;
       const tasks = await loadTasks(target, flags, cmd);
       const reports: ReplayReport[] = [];
       const failures: { taskId: string; error: unknown }[] = [];
@@ -153,9 +154,7 @@ async function loadWorkflows(path: string): Promise<{ workflows: Workflow<any, a
   if (workflows.length === 0) {
     throw usageError(`Module ${abs} exports no workflows. Export them by name (export const agent = defineWorkflow(…)) or as a default array.`);
   }
-  const c = mod['payloadConverter'] as PayloadConverter | undefined;
-  const payloadConverter = c && typeof c.toPayload === 'function' && typeof c.fromPayload === 'function' ? c : undefined;
-  return { workflows, payloadConverter };
+  return { workflows, payloadConverter: moduleConverter(mod) };
 }
 
 /** A history file when `target` is a file, else the task of that id in the store. */

@@ -8,6 +8,7 @@ import { isTurnTerminal } from '../../history/events.js';
 import { HistoryCorruptError, isHistoryUnreadable } from '../../errors.js';
 import { fold } from '../../replay/index.js';
 import { positiveInt, printJSON, printText, printedError, readableEvents, requireTask, withStore } from '../context.js';
+import type { PayloadConverter } from '../../history/payload.js';
 import { describeEvent, duration, failureText, isoTime, offset, payloadPreview, payloadToJSON, table, terminalWord, type PayloadJSON } from '../format.js';
 import { statusText } from './list.js';
 
@@ -63,7 +64,7 @@ export interface TimelineEntry {
 }
 
 /** Builds the turns and the timeline from a history (pure). */
-export function buildTimeline(events: readonly HistoryEvent[], max: number): { turns: TurnView[]; timeline: TimelineEntry[] } {
+export function buildTimeline(events: readonly HistoryEvent[], max: number, converter?: PayloadConverter): { turns: TurnView[]; timeline: TimelineEntry[] } {
   const turns = new Map<number, TurnView>();
   const timeline: TimelineEntry[] = [];
   let open: TurnView | undefined;
@@ -102,7 +103,7 @@ export function buildTimeline(events: readonly HistoryEvent[], max: number): { t
           eventId: e.eventId,
           durationMs: e.durationMs,
           ok: e.failure === undefined,
-          result: e.result ? payloadToJSON(e.result) : null,
+          result: e.result ? payloadToJSON(e.result, converter) : null,
           error: e.failure ? failureText(e.failure, 0) : null,
         });
         break;
@@ -142,7 +143,7 @@ export function buildTimeline(events: readonly HistoryEvent[], max: number): { t
           open = undefined;
         }
     }
-    timeline.push({ eventId: e.eventId, time: e.time, type: e.type, turn: inTurn, text: describeEvent(e, max) });
+    timeline.push({ eventId: e.eventId, time: e.time, type: e.type, turn: inTurn, text: describeEvent(e, max, converter) });
   }
   return { turns: [...turns.values()], timeline };
 }
@@ -214,13 +215,13 @@ export function registerShow(program: Command): void {
         const mark = (await store.listCorrupt()).find((m) => m.taskId === taskId);
         const corrupt: CorruptView | undefined = failure ? corruptView(taskId, failure) : mark && { key: mark.key, code: mark.code, message: mark.message };
         const max = flags.full ? 0 : flags.width;
-        const { turns, timeline } = buildTimeline(events, max);
+        const { turns, timeline } = buildTimeline(events, max, g.pipeline.converter);
         if (g.json) {
           await printJSON({
             task: summary,
             corrupt: corrupt ?? null,
             turns,
-            queued: queue.map((q) => ({ inputId: q.inputId, eventId: q.eventId, time: q.time, steering: q.steering, input: payloadToJSON(q.input) })),
+            queued: queue.map((q) => ({ inputId: q.inputId, eventId: q.eventId, time: q.time, steering: q.steering, input: payloadToJSON(q.input, g.pipeline.converter) })),
             timeline,
           });
           // The document holds the error (`corrupt`); exit 1 without a second document.
@@ -244,7 +245,7 @@ export function registerShow(program: Command): void {
         if (queue.length > 0) {
           parts.push(
             `queued inputs (${queue.length})\n` +
-              queue.map((q) => `  ${q.inputId}${q.steering ? ' (steering)' : ''}  ${offset(q.time, start)}  ${payloadPreview(q.input, max)}`).join('\n'),
+              queue.map((q) => `  ${q.inputId}${q.steering ? ' (steering)' : ''}  ${offset(q.time, start)}  ${payloadPreview(q.input, max, g.pipeline.converter)}`).join('\n'),
           );
         }
         const idw = String(summary.lastEventId).length;

@@ -47,7 +47,9 @@ export function registerStats(program: Command): void {
           w.byStatus[s.status]++;
           events += s.lastEventId;
         }
-        const sizeBytes = await dirSize(store.location);
+        // A PostgreSQL store reports its tables' size (with indexes and TOAST).
+        const sized = store as { sizeBytes?: () => Promise<number> };
+        const sizeBytes = sized.sizeBytes ? await sized.sizeBytes() : await dirSize(store.location);
         if (g.json) {
           return printJSON({ store: store.location, tasks: summaries.length, events, sizeBytes, byStatus, byOutcome, byWorkflow });
         }

@@ -1,0 +1,140 @@
+/**
+ * The PostgreSQL store's schema, as numbered migrations. Each runs in its own transaction under
+ * a transaction-scoped advisory lock, so engines starting at once apply each exactly once
+ * (docs/scale-out.md#migrations). Never edit a shipped migration: add the next number.
+ */
+import { TurnlogError } from '../errors.js';
+
+/** One schema step. `sql` gets the quoted schema name. */
+export interface Migration {
+  version: number;
+  name: string;
+  sql: (schema: string) => string;
+}
+
+export const MIGRATIONS: readonly Migration[] = [
+  {
+    version: 1,
+    name: 'events, summaries, leases, snapshots',
+    // COLLATE "C": ids and workflows sort by UTF-8 bytes, as the Level and memory stores list them.
+    sql: (s) => `
+      CREATE TABLE ${s}.events (
+        task_id text COLLATE "C" NOT NULL,
+        event_id bigint NOT NULL,
+        data bytea NOT NULL,
+        PRIMARY KEY (task_id, event_id)
+      );
+      CREATE TABLE ${s}.summaries (
+        task_id text COLLATE "C" PRIMARY KEY,
+        workflow text COLLATE "C" NOT NULL,
+        kind text NOT NULL,
+        status text NOT NULL,
+        outcome text,
+        last_event_id bigint NOT NULL,
+        max_generation bigint NOT NULL,
+        turn bigint NOT NULL,
+        queued bigint NOT NULL,
+        last_input_id text,
+        created_at bigint NOT NULL,
+        updated_at bigint NOT NULL
+      );
+      CREATE INDEX summaries_status_workflow ON ${s}.summaries (status, workflow, task_id);
+      CREATE INDEX summaries_workflow ON ${s}.summaries (workflow, task_id);
+      CREATE INDEX summaries_status_updated ON ${s}.summaries (status, updated_at);
+      CREATE INDEX summaries_in_progress ON ${s}.summaries (task_id) WHERE status = 'in_progress';
+      CREATE TABLE ${s}.leases (
+        task_id text COLLATE "C" PRIMARY KEY,
+        owner text NOT NULL,
+        instance text NOT NULL,
+        generation bigint NOT NULL,
+        expires_at bigint NOT NULL
+      );
+      COMMENT ON COLUMN ${s}.leases.expires_at IS 'milliseconds since the epoch on the database clock';
+      CREATE INDEX leases_expires_at ON ${s}.leases (expires_at);
+      CREATE TABLE ${s}.snapshots (
+        task_id text COLLATE "C" PRIMARY KEY,
+        event_id bigint NOT NULL,
+        data bytea NOT NULL
+      );
+    `,
+  },
+  {
+    version: 2,
+    name: 'corrupt marks',
+    // Written when an engine isolates a task it cannot read; never touches the task's own rows.
+    sql: (s) => `
+      CREATE TABLE ${s}.corrupt_marks (
+        task_id text COLLATE "C" PRIMARY KEY,
+        key text NOT NULL,
+        code text NOT NULL,
+        message text NOT NULL,
+        time double precision NOT NULL
+      );
+    `,
+  },
+];
+
+/** The schema version this build writes and reads. */
+export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
+
+/** The minimal client surface the migrations need (a `pg` PoolClient fits). */
+export interface SqlClient {
+  query(text: string, values?: unknown[]): Promise<{ rows: any[]; rowCount: number | null }>;
+}
+
+/** Quotes a schema name after checking it is a plain identifier. */
+export function quoteSchema(schema: string): string {
+  if (typeof schema !== 'string' || !/^[A-Za-z_][A-Za-z0-9_]{0,62}$/.test(schema)) {
+    throw new TurnlogError(
+      'TURNLOG_INVALID_ARGUMENT',
+      `PostgreSQL schema name ${JSON.stringify(schema)} is invalid. Use letters, digits and underscores (at most 63), not starting with a digit.`,
+    );
+  }
+  return `"${schema}"`;
+}
+
+/** The versions applied in `schema`, or undefined when it has no migrations table. Reads only. */
+export async function appliedVersions(client: SqlClient, schema: string): Promise<number[] | undefined> {
+  const exists = await client.query('SELECT to_regclass($1) IS NOT NULL AS ok', [`${quoteSchema(schema)}.schema_migrations`]);
+  if (!exists.rows[0].ok) return undefined;
+  const res = await client.query(`SELECT version FROM ${quoteSchema(schema)}.schema_migrations ORDER BY version`);
+  return res.rows.map((r: { version: number }) => Number(r.version));
+}
+
+/**
+ * Applies the pending migrations in order, each in one transaction under
+ * `pg_advisory_xact_lock` keyed by the schema name, re-reading the applied versions inside the
+ * lock. Safe from many connections and processes at once. Returns the versions it applied.
+ */
+export async function migrate(client: SqlClient, schema: string): Promise<number[]> {
+  const s = quoteSchema(schema);
+  const applied: number[] = [];
+  for (const m of MIGRATIONS) {
+    await client.query('BEGIN');
+    try {
+      await client.query(`SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, [`turnlog.migrate:${schema}`]);
+      await client.query(`CREATE SCHEMA IF NOT EXISTS ${s}`);
+      await client.query(
+        `CREATE TABLE IF NOT EXISTS ${s}.schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
+      );
+      const done = await client.query(`SELECT max(version) AS v FROM ${s}.schema_migrations`);
+      const current = Number(done.rows[0].v ?? 0);
+      if (current > SCHEMA_VERSION) {
+        throw new TurnlogError(
+          'TURNLOG_HISTORY_FORMAT',
+          `PostgreSQL schema ${schema} is at migration ${current}; this build knows up to ${SCHEMA_VERSION}. Upgrade turnlog to use it.`,
+        );
+      }
+      if (current < m.version) {
+        await client.query(m.sql(s));
+        await client.query(`INSERT INTO ${s}.schema_migrations (version, name) VALUES ($1, $2)`, [m.version, m.name]);
+        applied.push(m.version);
+      }
+      await client.query('COMMIT');
+    } catch (err) {
+      await client.query('ROLLBACK').catch(() => undefined);
+      throw err;
+    }
+  }
+  return applied;
+}

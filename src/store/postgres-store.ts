@@ -1,0 +1,746 @@
+/**
+ * A {@link HistoryStore} on PostgreSQL through `pg` (node-postgres), shared by many engines on
+ * many hosts. `pg` is an optional peer dependency, loaded on open(), never at import.
+ * Events are the same protobuf bytes the Level store keeps. Lease expiry is decided on the
+ * database's clock (docs/decisions.md, docs/scale-out.md).
+ */
+import { ConcurrencyError, HistoryCorruptError, TurnlogError, invalidArgument } from '../errors.js';
+import { decodeEvent, encodeEvent } from '../history/codec.js';
+import type { HistoryEvent, Lease, TaskOutcome, TaskStatus, TaskSummary, WorkflowKind } from '../history/events.js';
+import type { LeaseRequest } from '../history/lease.js';
+import type {
+  CorruptMark,
+  AppendOptions,
+  AppendResult,
+  HistoryStore,
+  ListOptions,
+  ReadOptions,
+  StoredSnapshot,
+  TaskPage,
+} from './history-store.js';
+import { checkTaskId } from './keys.js';
+import { decodeCursor, encodeCursor, pageLimit, readBounds } from './paging.js';
+import { SCHEMA_VERSION, appliedVersions, migrate, quoteSchema, type SqlClient } from './postgres-migrations.js';
+import { applyAppend, applyClaim, applyRelease, applyRenew, withMark, type TaskHead } from './task-head.js';
+
+/** The `pg` PoolClient surface this store uses. */
+export interface PgClientLike extends SqlClient {
+  release(err?: Error | boolean): void;
+}
+
+/** The `pg` Pool surface this store uses; pass your own `pg.Pool` as `pool`. */
+export interface PgPoolLike {
+  connect(): Promise<PgClientLike>;
+  query(text: string, values?: unknown[]): Promise<{ rows: any[]; rowCount: number | null }>;
+  end(): Promise<void>;
+}
+
+/** Options of {@link createPostgresStore}. Give `connectionString` or `pool`. */
+export interface PostgresStoreOptions {
+  /** `postgres://user@host:5432/db`; the store creates (and ends) its own pool. */
+  connectionString?: string;
+  /** A `pg.Pool` you own; the store never ends it. */
+  pool?: PgPoolLike;
+  /** PostgreSQL schema holding the tables (default `turnlog`). */
+  schema?: string;
+  /** Pool size when the store creates the pool (default 10); ignored with `pool`. */
+  max?: number;
+  /** Run pending migrations on open (default true). False: fail unless the schema is current. */
+  migrate?: boolean;
+  /**
+   * Every connection read-only (`default_transaction_read_only`), for inspection (default false).
+   * Only when the store creates the pool; configure your own `pool` yourself.
+   */
+  readOnly?: boolean;
+  /** Durable commit before an append resolves (default true); false is `synchronous_commit = off`. */
+  sync?: boolean;
+}
+
+const READ_PAGE = 256;
+// The database clock in ms, as bigint so comparisons with leases.expires_at can use its index.
+const DB_NOW = `floor(extract(epoch from clock_timestamp()) * 1000)::bigint`;
+
+const SUMMARY_UPSERT = ` ON CONFLICT (task_id) DO UPDATE SET workflow = EXCLUDED.workflow, kind = EXCLUDED.kind,
+  status = EXCLUDED.status, outcome = EXCLUDED.outcome, last_event_id = EXCLUDED.last_event_id,
+  max_generation = EXCLUDED.max_generation, turn = EXCLUDED.turn, queued = EXCLUDED.queued,
+  last_input_id = EXCLUDED.last_input_id, created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at`;
+const LEASE_UPSERT = ` ON CONFLICT (task_id) DO UPDATE SET owner = EXCLUDED.owner, instance = EXCLUDED.instance,
+  generation = EXCLUDED.generation, expires_at = EXCLUDED.expires_at`;
+
+const KINDS: readonly WorkflowKind[] = ['one-shot', 'multi-turn'];
+const STATUSES: readonly TaskStatus[] = ['pending', 'in_progress', 'suspended', 'completed'];
+const OUTCOMES: readonly TaskOutcome[] = ['succeeded', 'failed', 'cancelled', 'timed_out'];
+
+/** A summaries row as row_to_json gives it (bigints as JSON numbers). */
+interface SummaryRow {
+  task_id: string;
+  workflow: string;
+  kind: string;
+  status: string;
+  outcome: string | null;
+  last_event_id: number;
+  max_generation: number;
+  turn: number;
+  queued: number;
+  last_input_id: string | null;
+  created_at: number;
+  updated_at: number;
+}
+
+interface LeaseRow {
+  owner: string;
+  instance: string;
+  generation: number | string;
+  expires_at: number | string;
+}
+
+/** A task's head read under row locks, with the database's clock at that moment. */
+interface LockedHead {
+  head: TaskHead;
+  /** The database clock, ms since the epoch. */
+  dbNow: number;
+  exists: boolean;
+  hasLease: boolean;
+}
+
+/**
+ * Creates (does not open) a PostgreSQL history store. `pg` is loaded on `open()`.
+ *
+ * @example
+ * const store = createPostgresStore({ connectionString: 'postgres://postgres@127.0.0.1:5432/test' });
+ * const engine = await Engine.open({ store, workflows: [agent] });
+ */
+export function createPostgresStore(options: PostgresStoreOptions): PostgresHistoryStore {
+  return new PostgresHistoryStore(options);
+}
+
+/** True for a PostgreSQL connection URL (`postgres://…` or `postgresql://…`). */
+export function isPostgresUrl(spec: string): boolean {
+  return /^postgres(ql)?:\/\//i.test(spec);
+}
+
+/**
+ * Splits `?schema=name` off a PostgreSQL URL (pg would pass it to the server as a setting).
+ * TURNLOG_INVALID_ARGUMENT for a URL that does not parse.
+ */
+export function parsePostgresUrl(url: string): { connectionString: string; schema?: string } {
+  let u: URL;
+  try {
+    u = new URL(url);
+  } catch (err) {
+    throw new TurnlogError('TURNLOG_INVALID_ARGUMENT', `Store URL ${redact(url)} is not a valid PostgreSQL URL. Use postgres://user@host:5432/database[?schema=name].`, { cause: err });
+  }
+  const schema = u.searchParams.get('schema');
+  if (schema === null) return { connectionString: url };
+  u.searchParams.delete('schema');
+  return { connectionString: u.toString(), schema };
+}
+
+/**
+ * PostgreSQL-backed history store. Not exclusive: many engines share it, and a lease of another
+ * instance is honoured until it expires on the database clock. Each append is one transaction
+ * that locks the task's summary and lease rows, checks generation then last event id, and writes
+ * events, summary and lease together.
+ */
+export class PostgresHistoryStore implements HistoryStore {
+  readonly location: string;
+  readonly exclusive = false;
+  /** The PostgreSQL schema holding the tables. */
+  readonly schema: string;
+  readonly #s: string;
+  readonly #options: PostgresStoreOptions;
+  #pool: PgPoolLike | undefined;
+  #ownsPool = false;
+  #state: 'new' | 'opening' | 'open' | 'closed' = 'new';
+  #opening: Promise<void> | null = null;
+  #appliedOnOpen: number[] = [];
+  /** Per task, the tail of this store's writes: one process's writes to a task run in call order. */
+  readonly #queues = new Map<string, Promise<unknown>>();
+
+  constructor(options: PostgresStoreOptions) {
+    if (!options || (options.connectionString === undefined) === (options.pool === undefined)) {
+      throw invalidArgument('createPostgresStore needs exactly one of connectionString or pool.');
+    }
+    this.schema = options.schema ?? 'turnlog';
+    this.#s = quoteSchema(this.schema);
+    this.#options = options;
+    this.location = `${options.connectionString ? redact(options.connectionString) : 'postgres (pool)'}#${this.schema}`;
+  }
+
+  open(): Promise<void> {
+    if (this.#state === 'open') return Promise.resolve();
+    if (this.#opening) return this.#opening;
+    this.#state = 'opening';
+    this.#opening = this.#doOpen().finally(() => {
+      this.#opening = null;
+    });
+    return this.#opening;
+  }
+
+  async #doOpen(): Promise<void> {
+    let pool = this.#options.pool;
+    if (!pool) {
+      const pg = await loadPg();
+      const config: Record<string, unknown> = {
+        connectionString: this.#options.connectionString,
+        max: this.#options.max ?? 10,
+        connectionTimeoutMillis: 10_000,
+      };
+      if (this.#options.readOnly) config['options'] = '-c default_transaction_read_only=on';
+      pool = new pg.Pool(config) as PgPoolLike;
+      // An idle client's error (server restart) must not crash the process; the next query reports it.
+      (pool as unknown as { on(e: string, f: () => void): void }).on('error', () => undefined);
+      this.#ownsPool = true;
+    }
+    this.#pool = pool;
+    try {
+      if (this.#options.migrate === false) await this.#checkSchema();
+      else this.#appliedOnOpen = await this.migrate();
+    } catch (err) {
+      this.#state = 'closed';
+      if (this.#ownsPool) await pool.end().catch(() => undefined);
+      this.#pool = undefined;
+      if (err instanceof TurnlogError) throw err;
+      throw new TurnlogError(
+        'TURNLOG_STORE_OPEN',
+        `Store ${this.location} could not be opened (${(err as Error).message}). Check the connection string, that PostgreSQL is running and accepts this user.`,
+        { cause: err },
+      );
+    }
+    this.#state = 'open';
+  }
+
+  /**
+   * Applies pending schema migrations (idempotent; safe from many processes at once).
+   * Returns the versions applied now. `open()` calls it unless `migrate: false`.
+   */
+  async migrate(): Promise<number[]> {
+    const pool = this.#pool;
+    if (!pool) throw this.#closedError();
+    const client = await pool.connect();
+    try {
+      return await migrate(client, this.schema);
+    } finally {
+      client.release();
+    }
+  }
+
+  /** The migration versions the last `open()` applied (empty when the schema was current). */
+  get migrationsApplied(): readonly number[] {
+    return this.#appliedOnOpen;
+  }
+
+  async #checkSchema(): Promise<void> {
+    const client = await this.#pool!.connect();
+    try {
+      const versions = await appliedVersions(client, this.schema);
+      const current = versions?.length ? Math.max(...versions) : 0;
+      if (current > SCHEMA_VERSION) {
+        throw new TurnlogError(
+          'TURNLOG_HISTORY_FORMAT',
+          `PostgreSQL schema ${this.schema} is at migration ${current}; this build knows up to ${SCHEMA_VERSION}. Upgrade turnlog to use it.`,
+        );
+      }
+      if (current < SCHEMA_VERSION) {
+        throw new TurnlogError(
+          'TURNLOG_STORE_NOT_FOUND',
+          `Store ${this.location} has no turnlog schema at the current version (found migration ${current}, need ${SCHEMA_VERSION}). Run \`turnlog migrate --store <url>\`, or open an engine on it, first.`,
+        );
+      }
+    } finally {
+      client.release();
+    }
+  }
+
+  async close(): Promise<void> {
+    if (this.#opening) await this.#opening.catch(() => undefined);
+    if (this.#state !== 'open') return;
+    // Writes already called finish first, as the Level store drains its group commit.
+    await Promise.all([...this.#queues.values()]);
+    this.#state = 'closed';
+    const pool = this.#pool;
+    this.#pool = undefined;
+    if (pool && this.#ownsPool) await pool.end();
+  }
+
+  #closedError(): TurnlogError {
+    return new TurnlogError('TURNLOG_STORE_CLOSED', `Store ${this.location} is not open. Call open() first, and do not use a store after close().`);
+  }
+
+  #checkedPool(): PgPoolLike {
+    if (this.#state !== 'open' || !this.#pool) throw this.#closedError();
+    return this.#pool;
+  }
+
+  /**
+   * Runs `fn` in one transaction. A unique violation means a concurrent creator won the
+   * insert race: retry, so the loser re-reads the head and fails with the contract's error.
+   */
+  async #tx<T>(fn: (c: PgClientLike) => Promise<T>, sync = true): Promise<T> {
+    const pool = this.#checkedPool();
+    for (let attempt = 1; ; attempt++) {
+      const client = await pool.connect();
+      let broken: Error | undefined;
+      // BEGIN rides with the transaction's first statement when that one has no parameters
+      // (#lockHead): a multi-statement simple query, one round trip fewer per write.
+      let begin: string | undefined = sync ? 'BEGIN;' : 'BEGIN; SET LOCAL synchronous_commit TO off;';
+      const tx: PgClientLike = {
+        query: async (text, values) => {
+          const first = begin;
+          begin = undefined;
+          if (first === undefined) return client.query(text, values);
+          if (values !== undefined && values.length > 0) {
+            await client.query(first);
+            return client.query(text, values);
+          }
+          const res = (await client.query(first + text)) as unknown;
+          return (Array.isArray(res) ? res[res.length - 1] : res) as Awaited<ReturnType<PgClientLike['query']>>;
+        },
+        release: () => undefined,
+      };
+      try {
+        const out = await fn(tx);
+        if (begin !== undefined) return out; // fn wrote nothing: no transaction was opened
+        await client.query('COMMIT');
+        return out;
+      } catch (err) {
+        await client.query('ROLLBACK').catch((e: Error) => {
+          broken = e;
+        });
+        const code = (err as { code?: unknown }).code;
+        if (attempt < 4 && (code === '23505' || code === '40P01' || code === '40001')) continue;
+        throw err;
+      } finally {
+        client.release(broken);
+      }
+    }
+  }
+
+  /**
+   * Runs a write to `taskId` after this store's earlier writes to it, so pipelined appends
+   * (not awaited) land in call order as on the Level store; other tasks run in parallel.
+   */
+  #serial<T>(taskId: string, fn: () => Promise<T>): Promise<T> {
+    const prev = this.#queues.get(taskId);
+    const run = prev ? prev.then(fn, fn) : fn();
+    const tail = run.catch(() => undefined);
+    this.#queues.set(taskId, tail);
+    void tail.then(() => {
+      if (this.#queues.get(taskId) === tail) this.#queues.delete(taskId);
+    });
+    return run;
+  }
+
+  /** Locks the task's summary then lease row (always this order) and reads the database clock. */
+  async #lockHead(c: SqlClient, taskId: string): Promise<LockedHead> {
+    // The id as a literal (no parameters), so #tx can send BEGIN in the same round trip.
+    const id = quoteLiteral(taskId);
+    const res = await c.query(
+      `WITH s AS (SELECT * FROM ${this.#s}.summaries WHERE task_id = ${id} FOR UPDATE),
+            l AS (SELECT owner, instance, generation, expires_at FROM ${this.#s}.leases WHERE task_id = ${id} FOR UPDATE)
+       SELECT (SELECT row_to_json(s) FROM s) AS s, (SELECT row_to_json(l) FROM l) AS l, ${DB_NOW} AS now`,
+    );
+    const row = res.rows[0] as { s: SummaryRow | null; l: LeaseRow | null; now: number };
+    const summary = row.s ? toSummary(row.s) : undefined;
+    return {
+      dbNow: Number(row.now),
+      exists: row.s !== null,
+      hasLease: row.l !== null,
+      head: {
+        lastEventId: row.s ? Number(row.s.last_event_id) : 0,
+        maxGeneration: row.s ? Number(row.s.max_generation) : 0,
+        lease: row.l ? toLease(row.l) : undefined,
+        summary,
+      },
+    };
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Writes
+
+  async append(taskId: string, events: readonly HistoryEvent[], options: AppendOptions): Promise<AppendResult> {
+    this.#checkedPool();
+    checkTaskId(taskId);
+    // Validate shape before taking a connection (applyAppend repeats it under the lock).
+    if (!Array.isArray(events) || events.length === 0) throw invalidArgument(`Task ${taskId}: append needs at least one event.`);
+    let callerNow = 0;
+    for (const e of events) if (e.time > callerNow) callerNow = e.time;
+    return this.#serial(taskId, () => this.#tx(async (c) => {
+      const locked = await this.#lockHead(c, taskId);
+      const clock = new ClockFrame(locked.dbNow, callerNow);
+      const next = applyAppend(taskId, clock.headToCaller(locked.head), events, options);
+      const ids = events.map((e) => e.eventId);
+      const bytes = events.map((e) => asBuffer(encodeEvent(e)));
+      const s = next.summary!;
+      const values: unknown[] = [taskId, ids, bytes, s.workflow, s.kind, s.status, s.outcome ?? null, s.lastEventId, next.maxGeneration, s.turn, s.queued, s.lastInputId ?? null, s.createdAt, s.updatedAt];
+      let leaseCte = '';
+      if (options.lease) {
+        const l = clock.leaseToDb(next.lease!);
+        values.push(l.owner, l.instance, l.generation, l.expiresAt);
+        leaseCte = `, l AS (INSERT INTO ${this.#s}.leases (task_id, owner, instance, generation, expires_at) VALUES ($1, $15, $16, $17, $18)${locked.hasLease ? LEASE_UPSERT : ''})`;
+      }
+      // One statement: events, summary and lease. A row this transaction did not see is inserted,
+      // never upserted: if a concurrent creator committed it meanwhile, the insert fails and #tx
+      // retries against the fresh row.
+      await c.query(
+        `WITH e AS (INSERT INTO ${this.#s}.events (task_id, event_id, data) SELECT $1, * FROM unnest($2::bigint[], $3::bytea[]))${leaseCte}
+         INSERT INTO ${this.#s}.summaries (task_id, workflow, kind, status, outcome, last_event_id, max_generation, turn, queued, last_input_id, created_at, updated_at)
+         VALUES ($1, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)${locked.exists ? SUMMARY_UPSERT : ''}`,
+        values,
+      );
+      return { lastEventId: next.lastEventId, summary: { ...s } };
+    }, options.sync ?? this.#options.sync ?? true)).catch((err: unknown) => {
+      throw this.#raceError(err, taskId, options.expectedLastEventId);
+    });
+  }
+
+  /** A unique violation that outlived the retries: still a lost race, reported as the contract's error. */
+  #raceError(err: unknown, taskId: string, expected: number): unknown {
+    if ((err as { code?: unknown }).code === '23505') return new ConcurrencyError(taskId, expected, expected + 1);
+    return err;
+  }
+
+  /** Writes the lease row; insert-only when the transaction saw none (see append). */
+  async #putLease(c: SqlClient, taskId: string, l: Lease, exists: boolean): Promise<void> {
+    await c.query(
+      `INSERT INTO ${this.#s}.leases (task_id, owner, instance, generation, expires_at) VALUES ($1, $2, $3, $4, $5)${exists ? LEASE_UPSERT : ''}`,
+      [taskId, l.owner, l.instance, l.generation, l.expiresAt],
+    );
+  }
+
+  /** Runs a lease rule under the row locks with the caller's `now` rebased onto the database clock. */
+  async #leaseOp(taskId: string, now: number, rule: (head: TaskHead) => Lease | undefined): Promise<Lease | undefined> {
+    this.#checkedPool();
+    checkTaskId(taskId);
+    return this.#serial(taskId, () => this.#tx(async (c) => {
+      const locked = await this.#lockHead(c, taskId);
+      const clock = new ClockFrame(locked.dbNow, now);
+      const next = rule(clock.headToCaller(locked.head));
+      if (!next) return undefined;
+      const stored = clock.leaseToDb(next);
+      await this.#putLease(c, taskId, stored, locked.hasLease);
+      return stored;
+    }));
+  }
+
+  async claimLease(taskId: string, request: LeaseRequest): Promise<Lease> {
+    return (await this.#leaseOp(taskId, request.now, (h) => applyClaim(taskId, h, request)))!;
+  }
+
+  async renewLease(taskId: string, lease: Lease, durationMs: number, now: number): Promise<Lease> {
+    return (await this.#leaseOp(taskId, now, (h) => applyRenew(taskId, h, lease, durationMs, now)))!;
+  }
+
+  async releaseLease(taskId: string, lease: Lease, now: number): Promise<void> {
+    await this.#leaseOp(taskId, now, (h) => applyRelease(taskId, h, lease, now));
+  }
+
+  async putSnapshot(taskId: string, snapshot: StoredSnapshot): Promise<void> {
+    this.#checkedPool();
+    checkTaskId(taskId);
+    await this.#serial(taskId, () => this.#tx(async (c) => {
+      const res = await c.query(`SELECT last_event_id FROM ${this.#s}.summaries WHERE task_id = $1 FOR SHARE`, [taskId]);
+      const last = res.rows.length ? Number(res.rows[0].last_event_id) : 0;
+      if (!Number.isInteger(snapshot.eventId) || snapshot.eventId < 1 || snapshot.eventId > last) {
+        throw invalidArgument(
+          `Task ${taskId}: snapshot at event ${snapshot.eventId} is beyond the history (last event ${last}). Snapshot only appended events.`,
+        );
+      }
+      await c.query(
+        `INSERT INTO ${this.#s}.snapshots (task_id, event_id, data) VALUES ($1, $2, $3)
+         ON CONFLICT (task_id) DO UPDATE SET event_id = EXCLUDED.event_id, data = EXCLUDED.data`,
+        [taskId, snapshot.eventId, Buffer.from(snapshot.data)],
+      );
+    }));
+  }
+
+  async deleteTask(taskId: string): Promise<void> {
+    this.#checkedPool();
+    checkTaskId(taskId);
+    await this.#serial(taskId, () => this.#tx(async (c) => {
+      await this.#lockHead(c, taskId);
+      await this.#deleteIds(c, [taskId]);
+    }));
+  }
+
+  async #deleteIds(c: SqlClient, ids: string[]): Promise<void> {
+    for (const table of ['events', 'snapshots', 'leases', 'summaries', 'corrupt_marks']) {
+      await c.query(`DELETE FROM ${this.#s}.${table} WHERE task_id = ANY($1::text[])`, [ids]);
+    }
+  }
+
+  async purgeCompleted(olderThanMs: number, now: number): Promise<string[]> {
+    this.#checkedPool();
+    // updatedAt is the engine's event time, so retention compares it with the caller's clock.
+    return this.#tx(async (c) => {
+      const res = await c.query(
+        // A task the engine isolated as corrupt is kept for inspection, whatever its age.
+        `SELECT task_id FROM ${this.#s}.summaries s WHERE status = 'completed' AND updated_at <= $1
+           AND NOT EXISTS (SELECT 1 FROM ${this.#s}.corrupt_marks m WHERE m.task_id = s.task_id)
+         ORDER BY task_id FOR UPDATE SKIP LOCKED`,
+        [now - olderThanMs],
+      );
+      const ids = res.rows.map((r: { task_id: string }) => r.task_id);
+      if (ids.length) await this.#deleteIds(c, ids);
+      return ids;
+    });
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Reads: single statements, so they never block writers and see committed data only.
+
+  async #query(text: string, values: unknown[]): Promise<any[]> {
+    return (await this.#checkedPool().query(text, values)).rows;
+  }
+
+  async readEvents(taskId: string, options: ReadOptions = {}): Promise<HistoryEvent[]> {
+    this.#checkedPool();
+    checkTaskId(taskId);
+    const { from, to, limit } = readBounds(options);
+    if (limit === 0 || from > to) return [];
+    const rows = await this.#query(
+      `SELECT event_id, data FROM ${this.#s}.events WHERE task_id = $1 AND event_id BETWEEN $2 AND $3 ORDER BY event_id${Number.isFinite(limit) ? ' LIMIT $4' : ''}`,
+      Number.isFinite(limit) ? [taskId, from, to, limit] : [taskId, from, to],
+    );
+    return rows.map((r: { event_id: string; data: Buffer }) => {
+      const name = `${this.location} events(${JSON.stringify(taskId)}, ${r.event_id})`;
+      // A plain Uint8Array view makes protobufjs return Uint8Array bytes fields, as the types say.
+      const e = decodeEvent(new Uint8Array(r.data.buffer, r.data.byteOffset, r.data.byteLength), taskId, name);
+      if (e.eventId !== Number(r.event_id)) throw new HistoryCorruptError(name, `holds event ${e.eventId}`);
+      return e;
+    });
+  }
+
+  async *iterateEvents(taskId: string, options: ReadOptions = {}): AsyncIterable<HistoryEvent> {
+    const { from, to, limit } = readBounds(options);
+    let next = from;
+    let left = limit;
+    while (left > 0 && next <= to) {
+      const page = await this.readEvents(taskId, { fromEventId: next, toEventId: to, limit: Math.min(READ_PAGE, left) });
+      if (page.length === 0) return;
+      for (const e of page) yield e;
+      next = page[page.length - 1]!.eventId + 1;
+      left -= page.length;
+    }
+  }
+
+  async getSummary(taskId: string): Promise<TaskSummary | undefined> {
+    this.#checkedPool();
+    checkTaskId(taskId);
+    const rows = await this.#query(`SELECT row_to_json(s) AS s FROM ${this.#s}.summaries s WHERE task_id = $1`, [taskId]);
+    return rows.length ? toSummary(rows[0].s as SummaryRow) : undefined;
+  }
+
+  /** The lease with `expiresAt` on the database clock (ms since the epoch). */
+  async getLease(taskId: string): Promise<Lease | undefined> {
+    this.#checkedPool();
+    checkTaskId(taskId);
+    const rows = await this.#query(`SELECT owner, instance, generation, expires_at FROM ${this.#s}.leases WHERE task_id = $1`, [taskId]);
+    return rows.length ? toLease(rows[0] as LeaseRow) : undefined;
+  }
+
+  async getSnapshot(taskId: string): Promise<StoredSnapshot | undefined> {
+    this.#checkedPool();
+    checkTaskId(taskId);
+    const rows = await this.#query(`SELECT event_id, data FROM ${this.#s}.snapshots WHERE task_id = $1`, [taskId]);
+    if (!rows.length) return undefined;
+    return { eventId: Number(rows[0].event_id), data: new Uint8Array(rows[0].data as Buffer) };
+  }
+
+  async listTasks(options: ListOptions = {}): Promise<TaskPage> {
+    this.#checkedPool();
+    const limit = pageLimit(options.limit);
+    const { status, workflow } = options;
+    // Same orders as the Level store's indexes: status alone lists by workflow, then id.
+    const byWorkflow = status !== undefined && workflow === undefined;
+    const where: string[] = [];
+    const values: unknown[] = [];
+    if (status !== undefined) where.push(`status = $${values.push(status)}`);
+    if (workflow !== undefined) where.push(`workflow = $${values.push(workflow)}`);
+    if (options.cursor !== undefined) {
+      const key = this.#cursorKey(options.cursor, status, workflow);
+      if (byWorkflow) where.push(`(workflow, task_id) > ($${values.push(key[0])}, $${values.push(key[1])})`);
+      else where.push(`task_id > $${values.push(key[0])}`);
+    }
+    const rows = await this.#query(
+      `SELECT row_to_json(s) AS s FROM ${this.#s}.summaries s ${where.length ? 'WHERE ' + where.join(' AND ') : ''}
+       ORDER BY ${byWorkflow ? 'workflow, task_id' : 'task_id'} LIMIT $${values.push(limit + 1)}`,
+      values,
+    );
+    let tasks = rows.slice(0, limit).map((r: { s: SummaryRow }) => toSummary(r.s));
+    if (tasks.length) {
+      const marks = await this.#marks(tasks.map((t) => t.taskId));
+      if (marks.size) tasks = tasks.map((t) => withMark(t, marks.get(t.taskId)));
+    }
+    const page: TaskPage = { tasks };
+    if (rows.length > limit) {
+      const last = tasks[tasks.length - 1]!;
+      const key = byWorkflow ? [last.workflow, last.taskId] : [last.taskId];
+      page.next = encodeCursor(JSON.stringify([status ?? null, workflow ?? null, ...key]));
+    }
+    return page;
+  }
+
+  #cursorKey(cursor: string, status: string | undefined, workflow: string | undefined): string[] {
+    let parsed: unknown;
+    try {
+      parsed = JSON.parse(decodeCursor(cursor));
+    } catch {
+      parsed = undefined;
+    }
+    const a = parsed as unknown[];
+    if (!Array.isArray(a) || a[0] !== (status ?? null) || a[1] !== (workflow ?? null) || a.length < 3 || !a.slice(2).every((k) => typeof k === 'string')) {
+      throw invalidArgument(`List cursor ${cursor} belongs to another filter. Pass the same status and workflow as the page that returned it.`);
+    }
+    return a.slice(2) as string[];
+  }
+
+  async markCorrupt(mark: CorruptMark): Promise<void> {
+    this.#checkedPool();
+    checkTaskId(mark.taskId);
+    // Not through the task's rows: reading them may be what fails. Only this row is written.
+    await this.#checkedPool().query(
+      `INSERT INTO ${this.#s}.corrupt_marks (task_id, key, code, message, time) VALUES ($1, $2, $3, $4, $5)
+       ON CONFLICT (task_id) DO UPDATE SET key = EXCLUDED.key, code = EXCLUDED.code, message = EXCLUDED.message, time = EXCLUDED.time`,
+      [mark.taskId, mark.key, mark.code, mark.message, mark.time],
+    );
+  }
+
+  async listCorrupt(): Promise<CorruptMark[]> {
+    this.#checkedPool();
+    return [...(await this.#marks()).values()];
+  }
+
+  /** Corrupt marks by task id (of `ids`, or all), in task-id byte order. */
+  async #marks(ids?: string[]): Promise<Map<string, CorruptMark>> {
+    const rows = await this.#query(
+      `SELECT task_id, key, code, message, time FROM ${this.#s}.corrupt_marks${ids ? ' WHERE task_id = ANY($1::text[])' : ''} ORDER BY task_id`,
+      ids ? [ids] : [],
+    );
+    return new Map(rows.map((r: { task_id: string; key: string; code: string; message: string; time: number }) => [r.task_id, { taskId: r.task_id, key: r.key, code: r.code, message: r.message, time: Number(r.time) }]));
+  }
+
+  /**
+   * In-progress tasks whose lease is missing or expired on the database clock. `now` and
+   * `instance` are ignored: a live lease of any instance is honoured (the store is not exclusive).
+   */
+  async listRecoverable(_now: number, _instance: string): Promise<string[]> {
+    const rows = await this.#query(recoverableSql(this.#s), []);
+    return rows.map((r: { task_id: string }) => r.task_id);
+  }
+
+  /** Bytes the store's tables use on the server, with indexes and TOAST (`turnlog stats`). */
+  async sizeBytes(): Promise<number> {
+    const rows = await this.#query(
+      `SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::float8 AS n FROM pg_class c
+       JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relkind = 'r'`,
+      [this.schema],
+    );
+    return Number(rows[0].n);
+  }
+
+  /** The database clock, ms since the epoch (what lease expiry is measured against). */
+  async databaseNow(): Promise<number> {
+    const rows = await this.#query(`SELECT ${DB_NOW} AS now`, []);
+    return Number(rows[0].now);
+  }
+}
+
+/**
+ * The recoverable tasks, in id order. Index-backed: the partial index of in-progress summaries
+ * finds them, the leases' primary key joins. Phase 2 can make it a claim by adding
+ * `LIMIT n FOR UPDATE OF s SKIP LOCKED` (test: "listRecoverable is index-backed").
+ */
+export function recoverableSql(s: string): string {
+  return `SELECT s.task_id FROM ${s}.summaries s LEFT JOIN ${s}.leases l ON l.task_id = s.task_id
+       WHERE s.status = 'in_progress' AND (l.task_id IS NULL OR l.expires_at <= ${DB_NOW})
+       ORDER BY s.task_id`;
+}
+
+/**
+ * Moves lease times between the caller's clock (the `now` it passed, or its events' time) and
+ * the database's: a stored lease keeps its remaining time on the database clock, so the pure
+ * rules of task-head.ts decide liveness as the database sees it.
+ */
+class ClockFrame {
+  constructor(
+    readonly dbNow: number,
+    readonly callerNow: number,
+  ) {}
+
+  headToCaller(head: TaskHead): TaskHead {
+    if (!head.lease) return head;
+    return { ...head, lease: { ...head.lease, expiresAt: head.lease.expiresAt - this.dbNow + this.callerNow } };
+  }
+
+  leaseToDb(l: Lease): Lease {
+    return { owner: l.owner, instance: l.instance, generation: l.generation, expiresAt: l.expiresAt - this.callerNow + this.dbNow };
+  }
+}
+
+/**
+ * A SQL string literal, as node-postgres's escapeLiteral builds it: quotes doubled, and an
+ * E'' literal with doubled backslashes when there are any (correct whatever
+ * standard_conforming_strings is). Task ids never hold NUL (checkTaskId).
+ */
+export function quoteLiteral(value: string): string {
+  const body = value.replace(/'/g, "''");
+  return body.includes('\\') ? ` E'${body.replace(/\\/g, '\\\\')}'` : `'${body}'`;
+}
+
+/** A Buffer view of encoded bytes, without a copy. */
+function asBuffer(bytes: Uint8Array): Buffer {
+  return Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+}
+
+function toSummary(r: SummaryRow): TaskSummary {
+  const kind = r.kind as WorkflowKind;
+  const status = r.status as TaskStatus;
+  if (!KINDS.includes(kind) || !STATUSES.includes(status)) {
+    throw new HistoryCorruptError(`summaries(${JSON.stringify(r.task_id)})`, `kind ${r.kind}, status ${r.status}`);
+  }
+  const s: TaskSummary = {
+    taskId: r.task_id,
+    workflow: r.workflow,
+    kind,
+    status,
+    lastEventId: Number(r.last_event_id),
+    turn: Number(r.turn),
+    queued: Number(r.queued),
+    createdAt: Number(r.created_at),
+    updatedAt: Number(r.updated_at),
+  };
+  if (r.outcome !== null && OUTCOMES.includes(r.outcome as TaskOutcome)) s.outcome = r.outcome as TaskOutcome;
+  if (r.last_input_id !== null) s.lastInputId = r.last_input_id;
+  return s;
+}
+
+function toLease(r: LeaseRow): Lease {
+  return { owner: r.owner, instance: r.instance, generation: Number(r.generation), expiresAt: Number(r.expires_at) };
+}
+
+/** The connection string without its password, for messages. */
+function redact(url: string): string {
+  try {
+    const u = new URL(url);
+    if (u.password) u.password = '***';
+    return u.toString();
+  } catch {
+    return 'postgres';
+  }
+}
+
+/** Loads `pg` on first use; a clear error when the optional peer dependency is missing. */
+async function loadPg(): Promise<{ Pool: new (config: Record<string, unknown>) => unknown }> {
+  const name = 'pg';
+  try {
+    const mod = (await import(name)) as { default?: unknown; Pool?: unknown };
+    return (mod.default ?? mod) as { Pool: new (config: Record<string, unknown>) => unknown };
+  } catch (err) {
+    throw new TurnlogError(
+      'TURNLOG_DRIVER_MISSING',
+      'The PostgreSQL store needs the `pg` package, which is not installed. Run `npm install pg` in your application.',
+      { cause: err },
+    );
+  }
+}
