@@ -9,7 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Level } from 'level';
 import { Engine } from '../src/runtime/engine.js';
-import { silentLogger } from '../src/runtime/logger.js';
+import { silentLogger } from '../src/logger.js';
 import { defineWorkflow } from '../src/workflow/define-workflow.js';
 import { LevelHistoryStore } from '../src/store/level-store.js';
 import type { HistoryStore } from '../src/store/history-store.js';

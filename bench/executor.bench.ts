@@ -8,7 +8,7 @@
 import { spawn } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { Engine } from '../src/runtime/engine.js';
-import { silentLogger } from '../src/runtime/logger.js';
+import { silentLogger } from '../src/logger.js';
 import { MemoryHistoryStore } from '../src/store/memory-store.js';
 import { ProcessExecutor } from '../src/executor/process-executor.js';
 import type { AttemptHandle, Executor } from '../src/executor/executor.js';

@@ -7,7 +7,7 @@
 import { randomBytes } from 'node:crypto';
 import pg from 'pg';
 import { Engine } from '../src/runtime/engine.js';
-import { silentLogger } from '../src/runtime/logger.js';
+import { silentLogger } from '../src/logger.js';
 import { defineWorkflow } from '../src/workflow/define-workflow.js';
 import { createPostgresStore } from '../src/store/postgres-store.js';
 

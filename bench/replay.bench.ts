@@ -10,7 +10,7 @@ import type { HistoryEvent } from '../src/history/events.js';
 import { decodeState, encodeState } from '../src/history/state-codec.js';
 import { decide } from '../src/replay/decide.js';
 import { fold } from '../src/replay/fold.js';
-import { historyBuilder } from '../test/helpers/build-history.js';
+import { historyBuilder } from '../src/testing/history-builder.js';
 
 const TASK = 'bench-task';
 

@@ -9,7 +9,7 @@ import type { HistoryEvent } from '../src/history/events.js';
 import { encodeHistoryFile, parseHistoryFile } from '../src/history/history-file.js';
 import { replayHistory } from '../src/testing/replay-history.js';
 import { defineWorkflow } from '../src/workflow/define-workflow.js';
-import { historyBuilder } from '../test/helpers/build-history.js';
+import { historyBuilder } from '../src/testing/history-builder.js';
 
 const TEMPORAL_EVENTS_PER_S = 4_600;
 const TEMPORAL_HISTORIES_PER_S = 1000 / 130;

@@ -3,7 +3,7 @@
 import { Engine } from '../../src/runtime/engine.js';
 import { ProcessExecutor } from '../../src/executor/process-executor.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
-import { silentLogger } from '../../src/runtime/logger.js';
+import { silentLogger } from '../../src/logger.js';
 import { researchAgent } from './workflows.js';
 
 // warmPool: 1 — a worker that already loaded workflows.js waits for the turn.

@@ -4,30 +4,20 @@
  * create; all state lives in the engine and the history.
  */
 import { TurnOutcomeError } from '../errors.js';
-import type { FailureInfo, HistoryEvent } from '../history/events.js';
+import type { HistoryEvent } from '../history/events.js';
 import { failureToError } from '../history/failure.js';
-import type { Engine, SendOptions, TaskDescription } from '../runtime/engine.js';
+import type { SendOptions, TaskClient, TaskDescription, TurnResult } from './task-client.js';
 
-/** How the turn that took an input ended. */
-export interface TurnResult<O = unknown> {
-  taskId: string;
-  /** The turn number; 0 when the input never ran (withdrawn, or the task ended first). */
-  turn: number;
-  inputIds: string[];
-  status: 'completed' | 'suspended' | 'failed' | 'cancelled' | 'timed_out' | 'withdrawn';
-  output?: O;
-  /** Suspension reason, cancel reason, timeout cause. */
-  reason?: string;
-  failure?: FailureInfo;
-}
+export type { TurnResult } from './task-client.js';
+
 
 export class TaskHandle<I = unknown, O = unknown> {
   readonly taskId: string;
-  #engine: Engine;
+  #engine: TaskClient;
   #lastInputId: string | undefined;
 
-  /** @internal use engine.start() or engine.task() */
-  constructor(engine: Engine, taskId: string, inputId: string | undefined) {
+  /** @internal use engine.start() or engine.task() (or a remote client's equivalent) */
+  constructor(engine: TaskClient, taskId: string, inputId: string | undefined) {
     this.#engine = engine;
     this.taskId = taskId;
     this.#lastInputId = inputId;

@@ -3,7 +3,7 @@
  * and (process executors only) kill it; the attempt reports exactly one outcome.
  */
 import type { ExecutorKind, WorkflowKind } from '../history/events.js';
-import type { AttemptOutcome, CancelKind, TurnHost, TurnSpec } from '../workflow/context.js';
+import type { AttemptOutcome, CancelKind, TurnHost, TurnSpec } from '../attempt/host.js';
 import type { Workflow } from '../workflow/define-workflow.js';
 
 export interface AttemptHandle {

@@ -7,7 +7,8 @@ import { TurnlogError } from '../errors.js';
 import { errorToFailure } from '../history/failure.js';
 import type { PayloadConverter } from '../history/payload.js';
 import type { Workflow } from '../workflow/define-workflow.js';
-import { TurnContextImpl, runHandler, type AttemptOutcome, type TurnHost, type TurnSpec } from '../workflow/context.js';
+import { TurnContextImpl, runHandler } from '../attempt/context.js';
+import type { AttemptOutcome, TurnHost, TurnSpec } from '../attempt/host.js';
 import type { AttemptHandle, Executor } from './executor.js';
 
 export class InlineExecutor implements Executor {

@@ -10,7 +10,7 @@
 import { TurnlogError } from '../errors.js';
 import type { EntryMode, FailureInfo, Payload, RetryPolicy, WorkflowKind } from '../history/events.js';
 import type { QueuedInput, RecordedCall } from '../history/state.js';
-import type { AttemptOutcome, CancelKind, StepRecord, TurnSpec } from '../workflow/context.js';
+import type { AttemptOutcome, CancelKind, StepRecord, TurnSpec } from '../attempt/host.js';
 import * as pb from '../internal/wire/fields.js';
 import { EMPTY_BYTES as EMPTY, LEN, Reader, Writer, readFailure, readPayload, writeFailure, writePayload } from '../internal/wire/wire.js';
 

@@ -8,7 +8,7 @@ import { existsSync } from 'node:fs';
 import { delimiter, join } from 'node:path';
 import type { Socket } from 'node:net';
 import { createInterface } from 'node:readline';
-import type { Logger } from '../runtime/logger.js';
+import type { Logger } from '../logger.js';
 import {
   FrameReader,
   PARENT_DEATH_SIGNAL_FLAG,

@@ -1,244 +1,48 @@
 /**
- * The engine: owns the store, schedules turns, holds leases, runs the watchdog and recovers.
- * Every decision about what a task does next comes from the replayer's `decide`; the engine
- * carries it out. All writes to one task go through that task's lock, in order.
- * See docs/workflows.md and docs/recovery.md.
+ * The engine's facade: the public API (open, activate, start, send, cancel, describe, results,
+ * shutdown) over its parts — options.ts, task-cache.ts (the per-task lock), appender.ts,
+ * drafts.ts (pure), driver.ts, supervisor.ts, results.ts and scanner.ts. It wires them and
+ * owns the activation state; see docs/architecture.md, docs/workflows.md and docs/recovery.md.
  */
 import { hostname } from 'node:os';
 import { nanoid } from 'nanoid';
 import {
-  FencedError,
-  HistoryCorruptError,
   LastInputIdPreconditionError,
-  type StaleGenerationError,
   PayloadEncodingError,
   PayloadTooLargeError,
   SteeringQueueFullError,
   TaskConflictError,
-  TurnOutcomeError,
   TurnlogError,
   invalidArgument,
-  isTurnlogError,
-  isHistoryUnreadable as isUnreadable,
 } from '../errors.js';
-import {
-  HISTORY_FORMAT_VERSION,
-  isTurnTerminal,
-  type DistributiveOmit,
-  type ExecutorKind,
-  type HistoryEvent,
-  type Lease,
-  type Payload,
-  type TaskOutcome,
-  type TurnTerminalEvent,
-} from '../history/events.js';
-import { errorToFailure } from '../history/failure.js';
-import { nextLease } from '../history/lease.js';
-import {
-  DEFAULT_PAYLOAD_LIMITS,
-  MAX_PAYLOAD_BYTES,
-  payloadSize,
-  type PayloadCodec,
-  type PayloadConverter,
-  type PayloadLimits,
-} from '../history/payload.js';
-import type { CodecChain } from '../history/payload-map.js';
-import { payloadPipeline } from '../history/pipeline.js';
-import type { TaskState } from '../history/state.js';
+import { HISTORY_FORMAT_VERSION, type ExecutorKind, type HistoryEvent, type Payload } from '../history/events.js';
+import { payloadSize } from '../history/payload.js';
 import { encodeHistoryFile, type HistoryFileFormat } from '../history/history-file.js';
-import { decodeState, encodeState } from '../history/state-codec.js';
-import { illFormedText, wellFormedEvent } from '../history/well-formed.js';
-import { decide, fold } from '../replay/index.js';
-import type { Decision } from '../replay/decision.js';
+import { illFormedText } from '../history/well-formed.js';
+import { decide } from '../replay/index.js';
 import type { CorruptMark, HistoryStore, ListOptions, TaskPage } from '../store/history-store.js';
 import { checkTaskId } from '../store/keys.js';
-import { noteEngineActivation } from './work-log.js';
-import type { Executor, AttemptHandle, Reservation } from '../executor/executor.js';
+import type { Executor } from '../executor/executor.js';
 import { InlineExecutor } from '../executor/inline-executor.js';
 import { assertOutsideWorker } from '../executor/isolation.js';
-import type { AttemptOutcome, CancelKind, TurnHost, TurnSpec } from '../workflow/context.js';
 import { resolvePolicy, type Workflow } from '../workflow/define-workflow.js';
 import type { PayloadMode } from '../workflow/json.js';
-import { isWorkflow, workflowList, type WorkflowSource } from '../workflow/workflow-source.js';
-import { turnSpecFor } from '../workflow/turn-spec.js';
-import { sleep, systemClock, type Clock, type Timer } from './clock.js';
+import { TaskHandle } from '../client/task-handle.js';
+import type { SendOptions, StartOptions, TaskClient, TaskDescription, TurnResult } from '../client/task-client.js';
+import { Appender } from './appender.js';
+import { cancelDraft } from './drafts.js';
+import { Driver } from './driver.js';
 import { FaultInjector } from './fault.js';
-import { TaskHandle, type TurnResult } from '../client/task-handle.js';
-import { consoleLogger, type Logger } from './logger.js';
-import { outcomeLogLines } from './outcome-log.js';
+import { checkId, isCaptureMode, resolveOptions, type ActivateOptions, type EngineOptions, type EngineSettings } from './options.js';
+import { TurnResults } from './results.js';
+import type { Runtime } from './runtime.js';
+import { Scanner } from './scanner.js';
+import { Supervisor } from './supervisor.js';
+import { TaskCache, type TaskEntry } from './task-cache.js';
+import { noteEngineActivation } from './work-log.js';
 
-export interface EngineOptions {
-  /**
-   * A directory for the default LevelDB store, a `postgres://…[?schema=name]` URL (a PostgreSQL
-   * store the engine opens and closes), or any HistoryStore (e.g. `createPostgresStore(…)`,
-   * which the engine opens but, being yours, does not close). Default `.turnlog`.
-   */
-  store?: string | HistoryStore;
-  /**
-   * The workflows this engine runs: a list, or a module namespace (`import * as workflows`)
-   * whose exports include workflows (other exports are ignored).
-   */
-  workflows: WorkflowSource;
-  /** Stable identity of this deployment (survives restarts). Default `<hostname>|turnlog`. */
-  owner?: string;
-  /** This process's identity. Default `engine-<pid>-<random>`. */
-  instance?: string;
-  /** Lease duration while a turn runs; renewed every half. Default 60 s. */
-  leaseMs?: number;
-  /** Periodic recovery scan. Default 30 s; 0 disables (recovery still runs at open). */
-  scanIntervalMs?: number;
-  /** How long shutdown waits for running turns before leaving them to recovery. Default 25 s. */
-  shutdownGraceMs?: number;
-  clock?: Clock;
-  /** Codecs (encryption, compression) applied to every payload at the store boundary. */
-  payloadCodecs?: readonly PayloadCodec[];
-  /**
-   * Converts values to payloads and back. Default: the JSON converter, which refuses values JSON
-   * would change. Workflows defined with `payloads: 'custom'` need one; process workers use the
-   * `payloadConverter` export of the workflows module (docs/workflows.md#custom-payload-converters).
-   */
-  payloadConverter?: PayloadConverter;
-  /**
-   * Payload size limits in bytes, checked before anything is appended or sent to a worker.
-   * Default 4 MiB each; at most 16 MiB each. See docs/workflows.md#payload-limits.
-   */
-  limits?: Partial<PayloadLimits>;
-  /**
-   * With payload codecs: store failure messages and stacks as an encoded payload (Temporal's
-   * `encoded_attributes`), the message reading `Encoded failure`. Default true; false keeps
-   * them readable without the codec (they then bypass it, encryption included).
-   */
-  encodeFailureAttributes?: boolean;
-  /** Executor for workflows that do not name one. Default `inline`. */
-  defaultExecutor?: ExecutorKind;
-  /** Executors by kind; `inline` is built in. */
-  executors?: Partial<Record<ExecutorKind, Executor>>;
-  /** Write a folded-state snapshot every N events so recovery reads only the tail. Default 1000. */
-  snapshotEvery?: number;
-  /**
-   * Where the engine logs. Default `consoleLogger` (warn and error to stderr). Every turn outcome
-   * other than success is logged once with taskId, turn, attempt and code (docs/workflows.md#logging).
-   */
-  logger?: Logger;
-  /** Idle tasks kept in memory. Default 10,000. */
-  maxCachedTasks?: number;
-  /**
-   * Retention: delete a completed task's history once its last update is this old (checked on
-   * every recovery scan). Default: keep histories forever.
-   */
-  retentionMs?: number;
-  /**
-   * Capture mode for memory snapshots: register workflows, open nothing. Default:
-   * `TURNLOG_SNAPSHOT_CAPTURE=true` in the environment. See docs/snapshots.md.
-   */
-  capture?: boolean;
-}
-
-export interface ActivateOptions {
-  /** Deployment identity for this activation (e.g. bound to a restored session). */
-  owner?: string;
-  /** Instance identity; default a new one per activation. */
-  instance?: string;
-  /** Called before each activation phase; a throw fails activation there (fault injection, tracing). */
-  onPhase?: (phase: 'open' | 'recovery' | 'scanner') => void | Promise<void>;
-}
-
-/** Capture mode: an explicit option wins; else `TURNLOG_SNAPSHOT_CAPTURE=true`. */
-export function isCaptureMode(options: { capture?: boolean }, env: NodeJS.ProcessEnv = process.env): boolean {
-  if (options.capture !== undefined) return options.capture;
-  return (env['TURNLOG_SNAPSHOT_CAPTURE'] ?? '').toLowerCase() === 'true';
-}
-
-export interface StartOptions {
-  /** Caller-chosen task id; default a random one. Starting an existing task sends it the input. */
-  taskId?: string;
-  /** Caller-chosen input id; an id the task already has is not sent twice. */
-  inputId?: string;
-  /** Precondition: the task's last input id must be this (vacuous for a new task). */
-  ifLastInputId?: string;
-}
-
-export interface SendOptions {
-  inputId?: string;
-  ifLastInputId?: string;
-}
-
-/** A task as the engine sees it now. */
-export interface TaskDescription {
-  taskId: string;
-  workflow: string;
-  kind: 'one-shot' | 'multi-turn';
-  status: TaskState['status'];
-  outcome?: TaskOutcome;
-  turn: number;
-  lastEventId: number;
-  queuedInputIds: string[];
-  openTurn?: {
-    turn: number;
-    attempt: number;
-    entryMode: string;
-    running: boolean;
-    deadline: number;
-    timeoutMarked: boolean;
-    cancelRequested: boolean;
-  };
-  lastInputId?: string;
-  /** The durable per-task state as of the last completed or suspended turn (decoded). */
-  state?: unknown;
-  /** The last turn's output, decoded, if it produced one. */
-  lastOutput?: unknown;
-  decision: Decision;
-  /**
-   * Set when the task's stored records cannot be read: the engine isolated it (decision rule
-   * `corrupt`), runs nothing for it and refuses its APIs with HistoryCorruptError. The other
-   * fields come from the task's summary.
-   */
-  corrupt?: { key: string; code: string; message: string };
-}
-
-interface Deferred<T> {
-  resolve(v: T): void;
-  reject(e: unknown): void;
-}
-
-interface ActiveAttempt {
-  turn: number;
-  attempt: number;
-  handle?: AttemptHandle;
-  /** Set once the engine ended the turn itself (hard cap, shutdown): the late outcome is discarded. */
-  finalized: boolean;
-  /** Why the engine killed the worker, when it did. */
-  killReason?: 'timeout' | 'cancel';
-  /** A cancel that arrived before the handle existed. */
-  pendingCancel?: [CancelKind, string];
-  /** An oversized checkpoint was refused: every later record fails, and so does the turn. */
-  refused?: PayloadTooLargeError;
-  timers: Timer[];
-  renewFailures: number;
-  done: Promise<void>;
-}
-
-class TaskEntry {
-  state: TaskState | undefined;
-  lease: Lease | undefined;
-  chain: Promise<unknown> = Promise.resolve();
-  /** Operations queued on or holding the lock; a busy entry is never evicted. */
-  busy = 0;
-  active: ActiveAttempt | undefined;
-  waiters = new Map<string, Deferred<TurnResult>[]>();
-  /** Waiters for the end of the next turn, whatever input it takes (handles without an input id). */
-  turnWaiters: Deferred<TurnResult>[] = [];
-  snapshotAt = 0;
-  /** The last turn terminal event appended by this engine (waiters' results are built from it). */
-  lastTerminal: TurnTerminalEvent | undefined;
-  /** Results of recently finished inputs, so `nextTurn()` after the fact needs no history scan. */
-  recent = new Map<string, TurnResult>();
-  /** The result of the last turn this engine saw end. */
-  lastResult: TurnResult | undefined;
-  constructor(readonly id: string) {}
-}
-
-type Draft = DistributiveOmit<HistoryEvent, 'eventId' | 'generation' | 'time'>;
+export type { SendOptions, StartOptions, TaskDescription } from '../client/task-client.js';
+export { isCaptureMode, type ActivateOptions, type EngineOptions } from './options.js';
 
 /**
  * Opens with `Engine.open()`.
@@ -248,80 +52,52 @@ type Draft = DistributiveOmit<HistoryEvent, 'eventId' | 'generation' | 'time'>;
  * console.log(await task.nextTurn());
  * await engine.shutdown();
  */
-export class Engine {
-  readonly #storeSpec: string | HistoryStore;
+export class Engine implements TaskClient {
+  readonly #o: EngineSettings;
+  readonly #rt: Runtime;
   #store: HistoryStore | undefined;
   #owner: string | undefined;
   #instance: string | undefined;
-  readonly #ownerOption: string | undefined;
-  readonly #instanceOption: string | undefined;
-  readonly #workflows = new Map<string, Workflow<any, any, any, any>>();
   readonly #executors = new Map<ExecutorKind, Executor>();
-  readonly #defaultExecutor: ExecutorKind;
-  readonly #clock: Clock;
-  readonly #codec: CodecChain | undefined;
-  readonly #encodesFailureText: boolean;
-  readonly #converter: PayloadConverter;
-  readonly #limits: Readonly<PayloadLimits>;
-  readonly #leaseMs: number;
-  readonly #scanIntervalMs: number;
-  readonly #shutdownGraceMs: number;
-  readonly #snapshotEvery: number;
-  readonly #maxCached: number;
-  readonly #retentionMs: number | undefined;
-  readonly #log: Logger;
-  readonly #fault = FaultInjector.fromEnv();
-  readonly #tasks = new Map<string, TaskEntry>();
-  readonly #loading = new Map<string, Promise<TaskEntry>>();
-  /** Tasks whose stored records cannot be read, isolated so every other task is served. */
-  readonly #corrupt = new Map<string, CorruptMark>();
-  #scanTimer: Timer | undefined;
-  #scanning: Promise<void> | undefined;
+  readonly #cache: TaskCache;
+  readonly #results: TurnResults;
+  readonly #appender: Appender;
+  readonly #supervisor: Supervisor;
+  readonly #driver: Driver;
+  readonly #scanner: Scanner;
   #state: 'inactive' | 'activating' | 'open' | 'quiescing' | 'closed' = 'inactive';
 
   private constructor(options: EngineOptions) {
-    if (!options || typeof options.workflows !== 'object' || options.workflows === null) {
-      throw invalidArgument('Engine.open needs { workflows }: a list of the workflows this engine runs, or their module (import * as workflows).');
-    }
-    const source = options.workflows;
-    if (Array.isArray(source)) {
-      source.forEach((wf: unknown, i) => {
-        if (!isWorkflow(wf)) throw invalidArgument(`workflows[${i}] is not a workflow (got ${wf === null ? 'null' : typeof wf}). Pass values made by defineWorkflow().`);
-      });
-    }
-    const list = workflowList(source);
-    if (!Array.isArray(source) && list.length === 0) {
-      throw invalidArgument(`The workflows module passed to Engine.open exports no workflows (exports: ${Object.keys(source).join(', ') || 'none'}). Export them by name or as a default array.`);
-    }
-    for (const wf of list) {
-      if (this.#workflows.has(wf.name)) throw invalidArgument(`Workflow ${wf.name} is registered twice; names must be unique.`);
-      this.#workflows.set(wf.name, wf);
-    }
-    // One pipeline (history/pipeline.ts): the converter and codecs every path of this engine uses.
-    const pipeline = payloadPipeline({ converter: options.payloadConverter, codecs: options.payloadCodecs, encodeFailureAttributes: options.encodeFailureAttributes });
-    this.#converter = pipeline.converter;
-    for (const wf of list) {
-      if (wf.payloads === 'custom' && !options.payloadConverter) {
-        throw invalidArgument(`Workflow ${wf.name} is defined with payloads: 'custom', but the engine has no payloadConverter. Pass Engine.open({ payloadConverter }), or drop payloads: 'custom' to use JSON.`);
-      }
-    }
-    this.#storeSpec = options.store ?? '.turnlog';
-    this.#ownerOption = options.owner;
-    this.#instanceOption = options.instance;
-    this.#clock = options.clock ?? systemClock;
-    this.#codec = pipeline.chain;
-    this.#encodesFailureText = this.#codec !== undefined && options.encodeFailureAttributes !== false;
-    this.#leaseMs = positive('leaseMs', options.leaseMs ?? 60_000);
-    this.#scanIntervalMs = options.scanIntervalMs ?? 30_000;
-    this.#shutdownGraceMs = options.shutdownGraceMs ?? 25_000;
-    this.#snapshotEvery = options.snapshotEvery ?? 1000;
-    this.#maxCached = options.maxCachedTasks ?? 10_000;
-    if (options.retentionMs !== undefined) positive('retentionMs', options.retentionMs);
-    this.#retentionMs = options.retentionMs;
-    this.#log = options.logger ?? consoleLogger;
-    this.#defaultExecutor = options.defaultExecutor ?? 'inline';
-    this.#limits = resolveLimits(options.limits);
-    this.#executors.set('inline', new InlineExecutor(this.#workflows, this.#converter));
+    const o = (this.#o = resolveOptions(options));
+    const engine = this;
+    this.#rt = {
+      ...o,
+      get store() {
+        return engine.store;
+      },
+      get owner() {
+        return engine.owner;
+      },
+      get instance() {
+        return engine.instance;
+      },
+      get open() {
+        return engine.#state === 'open';
+      },
+    };
+    this.#cache = new TaskCache(this.#rt);
+    this.#results = new TurnResults(this.#rt);
+    this.#appender = new Appender(
+      this.#rt,
+      this.#cache,
+      FaultInjector.fromEnv(),
+      (t, err) => this.#supervisor.fence(t, err),
+      (t, before, events) => this.#supervisor.afterRefresh(t, before, events),
+    );
+    this.#supervisor = new Supervisor(this.#rt, this.#cache, this.#results, this.#appender, (t) => this.#driver.drive(t));
+    this.#driver = new Driver(this.#rt, this.#executors, this.#cache, this.#appender, this.#results, this.#supervisor);
+    this.#scanner = new Scanner(this.#rt, this.#cache, this.#driver);
+    this.#executors.set('inline', new InlineExecutor(o.workflows, o.converter));
     for (const [kind, ex] of Object.entries(options.executors ?? {})) if (ex) this.#executors.set(kind as ExecutorKind, ex);
   }
 
@@ -360,7 +136,7 @@ export class Engine {
 
   /** Deployment identity, e.g. `<agent>|session:<id>`; set at activation. */
   get owner(): string {
-    return this.#owner ?? this.#ownerOption ?? `${hostname()}|turnlog`;
+    return this.#owner ?? this.#o.ownerOption ?? `${hostname()}|turnlog`;
   }
 
   /** This activation's identity (new on every activation unless given). */
@@ -378,11 +154,12 @@ export class Engine {
     if (this.#state === 'open') return;
     if (this.#state !== 'inactive') throw new TurnlogError('TURNLOG_ACTIVATION_FAILED', `Engine cannot activate while ${this.#state}.`);
     this.#state = 'activating';
-    noteEngineActivation({ store: typeof this.#storeSpec === 'string' ? this.#storeSpec : (this.#storeSpec.constructor?.name ?? 'a HistoryStore') });
+    const spec = this.#o.storeSpec;
+    noteEngineActivation({ store: typeof spec === 'string' ? spec : (spec.constructor?.name ?? 'a HistoryStore') });
     const phase = options.onPhase ?? (() => undefined);
     try {
-      this.#owner = options.owner ?? this.#ownerOption ?? `${hostname()}|turnlog`;
-      this.#instance = options.instance ?? this.#instanceOption ?? `engine-${process.pid}-${nanoid(8)}`;
+      this.#owner = options.owner ?? this.#o.ownerOption ?? `${hostname()}|turnlog`;
+      this.#instance = options.instance ?? this.#o.instanceOption ?? `engine-${process.pid}-${nanoid(8)}`;
       // Both are written into every TurnStarted and LeaseClaimed: refuse what has no UTF-8 form.
       if (!this.#owner.isWellFormed()) throw invalidArgument(`${illFormedText('Engine owner', this.#owner)}.`);
       if (!this.#instance.isWellFormed()) throw invalidArgument(`${illFormedText('Engine instance', this.#instance)}.`);
@@ -392,18 +169,18 @@ export class Engine {
       this.#store = await this.#makeStore();
       await this.#store.open();
       for (const m of await this.#store.listCorrupt()) {
-        this.#corrupt.set(m.taskId, m);
-        this.#log.error('task isolated: its stored history cannot be read', { taskId: m.taskId, key: m.key, error: m.message });
+        this.#cache.markCorrupt(m);
+        this.#o.log.error('task isolated: its stored history cannot be read', { taskId: m.taskId, key: m.key, error: m.message });
       }
       this.#state = 'open';
       // Scanner before recovery: every phase that can fail runs before any turn starts, so a
       // rolled-back activation never ran (nor interrupted) a handler (test: lifecycle "scanner fails twice").
       await phase('scanner');
-      this.#armScanner();
+      this.#scanner.arm();
       await phase('recovery');
       await this.recover();
     } catch (err) {
-      await this.#quiesce(0).catch((e) => this.#log.warn('rollback after failed activation failed', { error: e }));
+      await this.#quiesce(0).catch((e) => this.#o.log.warn('rollback after failed activation failed', { error: e }));
       this.#state = 'inactive';
       throw err;
     }
@@ -416,25 +193,25 @@ export class Engine {
    */
   async deactivate(options: { graceMs?: number } = {}): Promise<void> {
     if (this.#state !== 'open') return;
-    await this.#quiesce(options.graceMs ?? this.#shutdownGraceMs);
+    await this.#quiesce(options.graceMs ?? this.#o.shutdownGraceMs);
     this.#state = 'inactive';
   }
 
   async #makeStore(): Promise<HistoryStore> {
-    if (typeof this.#storeSpec !== 'string') return this.#storeSpec;
-    if (/^postgres(ql)?:\/\//i.test(this.#storeSpec)) {
+    if (typeof this.#o.storeSpec !== 'string') return this.#o.storeSpec;
+    if (/^postgres(ql)?:\/\//i.test(this.#o.storeSpec)) {
       // A URL is a PostgreSQL store, never a LevelDB directory named `postgres:`.
       const { createPostgresStore, parsePostgresUrl } = await import('../store/postgres-store.js');
-      return createPostgresStore(parsePostgresUrl(this.#storeSpec));
+      return createPostgresStore(parsePostgresUrl(this.#o.storeSpec));
     }
     // Loaded on first activation, never at import: native modules cannot be in a startup snapshot.
     const { LevelHistoryStore } = await import('../store/level-store.js');
-    return new LevelHistoryStore(this.#storeSpec);
+    return new LevelHistoryStore(this.#o.storeSpec);
   }
 
   /** The workflows this engine runs, by name. */
   get workflows(): ReadonlyMap<string, Workflow<any, any, any, any>> {
-    return this.#workflows;
+    return this.#o.workflows;
   }
 
   // -------------------------------------------------------------------------------------------
@@ -455,7 +232,7 @@ export class Engine {
     const wf = typeof workflow === 'string' ? this.#workflow(workflow) : this.#workflow(workflow.name);
     const taskId = options.taskId ?? `task-${nanoid(12)}`;
     checkTaskId(taskId);
-    const t = await this.#load(taskId);
+    const t = await this.#cache.load(taskId);
     const inputId = await this.#send(t, wf, input, options);
     return new TaskHandle<I, O>(this, taskId, inputId);
   }
@@ -468,7 +245,7 @@ export class Engine {
   /** @internal used by TaskHandle.send */
   async sendInput(taskId: string, input: unknown, options: SendOptions = {}): Promise<string> {
     this.#assertOpen('send');
-    const t = await this.#load(taskId);
+    const t = await this.#cache.load(taskId);
     const state = t.state;
     if (!state) throw notFound(taskId);
     return this.#send(t, this.#workflow(state.workflow), input, options);
@@ -478,11 +255,11 @@ export class Engine {
     const inputId = options.inputId ?? `in-${nanoid(12)}`;
     checkId('inputId', inputId);
     const payload = this.#inputPayload(t.id, inputId, input);
-    return this.#withLock(t, async () => {
+    return this.#cache.withLock(t, async (t) => {
       const s = t.state;
       if (!s) {
-        const policy = resolvePolicy(wf, this.#defaultExecutor);
-        await this.#drive(t, [
+        const policy = resolvePolicy(wf, this.#o.defaultExecutor);
+        await this.#driver.drive(t, [
           { type: 'TaskCreated', workflow: wf.name, kind: wf.kind, policy, formatVersion: HISTORY_FORMAT_VERSION },
           { type: 'InputQueued', inputId, input: payload, steering: false },
         ]);
@@ -498,7 +275,7 @@ export class Engine {
       if (s.status === 'completed') {
         throw new TaskConflictError(t.id, 'completed', `it ended (${s.outcome ?? 'unknown'}) and takes no more input. Start a new task.`);
       }
-      if (s.openTurn && !t.active) await this.#drive(t); // recover inline (L3) before queueing
+      if (s.openTurn && !t.active) await this.#driver.drive(t); // recover inline (L3) before queueing
       const busy = t.active !== undefined || t.state!.openTurn !== undefined;
       if (busy) {
         if (!wf.steerable) {
@@ -506,7 +283,7 @@ export class Engine {
         }
         if (t.state!.queue.length >= wf.policy.steeringMaxQueued) throw new SteeringQueueFullError(t.id, wf.policy.steeringMaxQueued);
       }
-      await this.#drive(t, [{ type: 'InputQueued', inputId, input: payload, steering: busy }]);
+      await this.#driver.drive(t, [{ type: 'InputQueued', inputId, input: payload, steering: busy }]);
       return inputId;
     });
   }
@@ -516,21 +293,13 @@ export class Engine {
     const subject = `Task ${taskId}, input ${inputId}`;
     let payload: Payload;
     try {
-      payload = this.#converter.toPayload(input);
+      payload = this.#o.converter.toPayload(input);
     } catch (err) {
       throw err instanceof PayloadEncodingError ? err.about(subject) : err;
     }
     const size = payloadSize(payload);
-    if (size > this.#limits.inputBytes) throw new PayloadTooLargeError('input', size, this.#limits.inputBytes, subject);
+    if (size > this.#o.limits.inputBytes) throw new PayloadTooLargeError('input', size, this.#o.limits.inputBytes, subject);
     return payload;
-  }
-
-  /** The handler's payload over its limit, as the error to record; undefined when it fits. */
-  #oversized(field: 'stepResult' | 'checkpoint' | 'state' | 'output', p: Payload | undefined, subject: string): PayloadTooLargeError | undefined {
-    if (!p) return undefined;
-    const size = payloadSize(p);
-    const limit = this.#limits[`${field}Bytes`];
-    return size > limit ? new PayloadTooLargeError(field, size, limit, subject) : undefined;
   }
 
   /** True if the task has ever received `inputId`. Scans the history (only for caller-chosen ids). */
@@ -546,41 +315,38 @@ export class Engine {
   /** Cancels a task: the open turn is cancelled (cooperatively, then by force after the grace), the task completes as cancelled. */
   async cancel(taskId: string, reason = 'cancelled by caller', scope: 'task' | 'turn' = 'task'): Promise<void> {
     this.#assertOpen('cancel');
-    const t = await this.#load(taskId);
-    await this.#withLock(t, async () => {
+    const t = await this.#cache.load(taskId);
+    await this.#cache.withLock(t, async (t) => {
       const s = t.state;
       if (!s) throw notFound(taskId);
-      if (s.status === 'completed') return;
-      if (s.cancelRequested || s.openTurn?.cancelRequested?.scope === 'task') return;
-      if (scope === 'turn' && !s.openTurn) return;
-      if (scope === 'turn' && s.openTurn?.cancelRequested) return;
-      const draft: Draft = { type: 'CancelRequested', scope, turn: s.openTurn?.turn ?? 0, reason };
+      const draft = cancelDraft(s, scope, reason);
+      if (!draft) return;
       const active = t.active;
       if (active) {
-        await this.#append(t, [draft]);
-        this.#cancelAttempt(active, 'cancel', reason);
+        await this.#appender.append(t, [draft]);
+        this.#supervisor.cancelAttempt(active, 'cancel', reason);
         const grace = s.policy.graceMs;
-        active.timers.push(this.#clock.setTimer(() => void this.#hardCap(t, active, 'cancel'), grace));
+        this.#supervisor.armCancelGrace(t, active, grace);
       } else {
-        await this.#drive(t, [draft]);
+        await this.#driver.drive(t, [draft]);
       }
-      if (scope === 'task') this.#settleQueued(t, 'cancelled', 'the task was cancelled before this input ran');
+      if (scope === 'task') this.#results.settleQueued(t, 'cancelled', 'the task was cancelled before this input ran');
     });
   }
 
   /** Withdraws a queued input that no turn has taken yet. */
   async withdraw(taskId: string, inputId: string, reason = 'withdrawn by caller'): Promise<void> {
     this.#assertOpen('withdraw');
-    const t = await this.#load(taskId);
-    await this.#withLock(t, async () => {
+    const t = await this.#cache.load(taskId);
+    await this.#cache.withLock(t, async (t) => {
       // Inputs still queued when a task completed never run, but they cannot be withdrawn either.
       const q = t.state?.status === 'completed' ? undefined : t.state?.queue.find((x) => x.inputId === inputId);
       if (!q) {
         throw new TurnlogError('TURNLOG_INPUT_NOT_FOUND', `Task ${taskId} has no queued input ${inputId} (it may have been taken by a turn already).`);
       }
-      await this.#append(t, [{ type: 'InputWithdrawn', inputId, reason }]);
+      await this.#appender.append(t, [{ type: 'InputWithdrawn', inputId, reason }]);
       // The reason as stored (well-formed), so a waiter reads what a reload reads.
-      this.#resolveWaiters(t, [inputId], { taskId, turn: 0, inputIds: [inputId], status: 'withdrawn', reason: reason.toWellFormed() });
+      this.#results.resolveWaiters(t, [inputId], { taskId, turn: 0, inputIds: [inputId], status: 'withdrawn', reason: reason.toWellFormed() });
     });
   }
 
@@ -588,9 +354,9 @@ export class Engine {
   async describe(taskId: string): Promise<TaskDescription> {
     let t: TaskEntry;
     try {
-      t = await this.#load(taskId);
+      t = await this.#cache.load(taskId);
     } catch (err) {
-      const mark = this.#corrupt.get(taskId);
+      const mark = this.#cache.corruptMark(taskId);
       if (mark) return this.#describeCorrupt(mark, err);
       throw err;
     }
@@ -606,12 +372,12 @@ export class Engine {
       queuedInputIds: s.queue.map((q) => q.inputId),
       decision: t.active
         ? { kind: 'none', rule: 'owned', reason: `turn ${t.active.turn} attempt ${t.active.attempt} is running in this engine (${this.instance})` }
-        : decide(s, undefined, this.#clock.now()),
+        : decide(s, undefined, this.#o.clock.now()),
     };
     if (s.outcome) d.outcome = s.outcome;
     if (s.lastInputId) d.lastInputId = s.lastInputId;
-    if (s.state) d.state = this.#value(s.state);
-    if (s.lastOutput) d.lastOutput = this.#value(s.lastOutput);
+    if (s.state) d.state = this.#results.value(s.state);
+    if (s.lastOutput) d.lastOutput = this.#results.value(s.lastOutput);
     if (s.openTurn) {
       d.openTurn = {
         turn: s.openTurn.turn,
@@ -680,26 +446,12 @@ export class Engine {
    * history if it already ended.
    */
   async turnResult<O = unknown>(taskId: string, inputId: string): Promise<TurnResult<O>> {
-    const t = await this.#load(taskId);
+    const t = await this.#cache.load(taskId);
     const s = t.state;
     if (!s) throw notFound(taskId);
-    const pending =
-      s.queue.some((q) => q.inputId === inputId) ||
-      (s.openTurn && (s.openTurn.inputIds.includes(inputId) || s.openTurn.taken.some((q) => q.inputId === inputId)));
-    if (pending && s.status !== 'completed') {
-      if (this.#state !== 'open') throw this.#deferred(taskId, s.openTurn?.turn ?? s.turn, 'the engine is shut down');
-      return new Promise<TurnResult<O>>((resolve, reject) => {
-        const list = t.waiters.get(inputId) ?? [];
-        list.push({ resolve: resolve as (v: TurnResult) => void, reject });
-        t.waiters.set(inputId, list);
-      });
-    }
-    const found = t.recent.get(inputId) ?? (await this.#findTurnResult(taskId, inputId));
-    if (!found) {
-      throw new TurnlogError('TURNLOG_INPUT_NOT_FOUND', `Task ${taskId} has no input ${inputId}. Use the id returned by start() or send().`);
-    }
-    return found as TurnResult<O>;
+    return this.#results.turnResult<O>(t, s, inputId);
   }
+
 
   /**
    * @internal used by TaskHandle.nextTurn/result for a handle without an input id.
@@ -709,27 +461,16 @@ export class Engine {
    * See docs/workflows.md "Results".
    */
   async latestTurnResult<O = unknown>(taskId: string): Promise<TurnResult<O>> {
-    const t = await this.#load(taskId);
+    const t = await this.#cache.load(taskId);
     const s = t.state;
     if (!s) throw notFound(taskId);
-    if (s.status !== 'completed' && (s.openTurn || s.turn === 0)) {
-      if (this.#state !== 'open') throw this.#deferred(taskId, s.openTurn?.turn ?? s.turn, 'the engine is shut down');
-      return new Promise<TurnResult<O>>((resolve, reject) => {
-        t.turnWaiters.push({ resolve: resolve as (v: TurnResult) => void, reject });
-      });
-    }
-    if (s.turn === 0) return { taskId, turn: 0, inputIds: [], status: 'cancelled', reason: `the task completed (${s.outcome ?? 'unknown'}) before any turn ran` };
-    const found = t.lastResult?.turn === s.turn ? t.lastResult : await this.#findLastTurnResult(taskId, s.turn);
-    if (!found) throw new TurnlogError('TURNLOG_HISTORY_INVARIANT', `Task ${taskId}: turn ${s.turn} ended but its terminal event is missing. Export the task with \`turnlog export\` and inspect it.`);
-    return found as TurnResult<O>;
+    return this.#results.latestTurnResult<O>(t, s);
   }
+
 
   /** Runs one recovery pass now (it also runs at open and every `scanIntervalMs`). */
   async recover(): Promise<void> {
-    if (this.#state !== 'open') return;
-    if (this.#scanning) return this.#scanning;
-    this.#scanning = this.#recoverPass().finally(() => (this.#scanning = undefined));
-    return this.#scanning;
+    return this.#scanner.recover();
   }
 
   /**
@@ -739,845 +480,37 @@ export class Engine {
    */
   async shutdown(options: { graceMs?: number } = {}): Promise<void> {
     if (this.#state === 'closed') return;
-    if (this.#state === 'open' || this.#state === 'activating') await this.#quiesce(options.graceMs ?? this.#shutdownGraceMs);
+    if (this.#state === 'open' || this.#state === 'activating') await this.#quiesce(options.graceMs ?? this.#o.shutdownGraceMs);
     this.#state = 'closed';
   }
 
   /** Stops everything this activation started; leaves history and leases for recovery. */
   async #quiesce(graceMs: number): Promise<void> {
     this.#state = 'quiescing';
-    this.#scanTimer?.cancel();
-    this.#scanTimer = undefined;
-    await this.#scanning?.catch(() => undefined);
-    const running = [...this.#tasks.values()].filter((t) => t.active);
-    for (const t of running) this.#cancelAttempt(t.active!, 'shutdown', 'engine shutdown');
-    let timer: Timer | undefined;
-    await Promise.race([
-      Promise.all(running.map((t) => t.active?.done)),
-      // Real time, not the engine clock: shutdown must end even when a test's manual clock stands still.
-      new Promise<void>((r) => (timer = systemClock.setTimer(r, graceMs, { background: true }))),
-    ]);
-    timer?.cancel();
-    for (const t of running) {
-      const a = t.active;
-      if (!a) continue;
-      a.finalized = true;
-      for (const tm of a.timers) tm.cancel();
-      a.handle?.fence('engine shut down before the turn ended');
-      a.handle?.kill?.('engine shutdown');
-      t.active = undefined;
+    await this.#scanner.stop();
+    await this.#supervisor.stopAll(graceMs);
+    await Promise.all([...this.#cache.entries()].map((t) => t.chain.catch(() => undefined)));
+    for (const t of this.#cache.entries()) {
+      this.#results.rejectAll(t, this.#results.deferred(t.id, t.state?.turn ?? 0, 'the engine shut down before the turn ended; the next engine recovers it'));
     }
-    await Promise.all([...this.#tasks.values()].map((t) => t.chain.catch(() => undefined)));
-    for (const t of this.#tasks.values()) {
-      const deferred = this.#deferred(t.id, t.state?.turn ?? 0, 'the engine shut down before the turn ended; the next engine recovers it');
-      for (const [, list] of t.waiters) for (const w of list) w.reject(deferred);
-      for (const w of t.turnWaiters.splice(0)) w.reject(deferred);
-      t.waiters.clear();
-    }
-    // The next activation may see another store or session: forget everything cached.
-    this.#tasks.clear();
-    this.#corrupt.clear();
-    for (const ex of new Set(this.#executors.values())) await ex.close().catch((err) => this.#log.warn('executor close failed', { error: err }));
-    if (this.#store && typeof this.#storeSpec === 'string') await this.#store.close();
+    this.#cache.clear();
+    for (const ex of new Set(this.#executors.values())) await ex.close().catch((err) => this.#o.log.warn('executor close failed', { error: err }));
+    if (this.#store && typeof this.#o.storeSpec === 'string') await this.#store.close();
     this.#store = undefined;
-  }
-
-  // -------------------------------------------------------------------------------------------
-  // The driver: decide, then carry out
-
-  /** Appends `pre` (if any) together with whatever the replayer decides next. Holds the lock. */
-  async #drive(t: TaskEntry, pre: Draft[] = []): Promise<void> {
-    let pending = pre;
-    for (;;) {
-      if (t.active || this.#state !== 'open') {
-        if (pending.length) await this.#append(t, pending);
-        return;
-      }
-      const preview = pending.length ? this.#preview(t, pending) : t.state;
-      if (!preview) return;
-      const decision = decide(preview, undefined, this.#clock.now());
-      switch (decision.kind) {
-        case 'none':
-          if (pending.length) await this.#append(t, pending);
-          return;
-        case 'complete-task':
-          await this.#append(t, [...pending, { type: 'TaskCompleted', outcome: decision.outcome }]);
-          this.#settleQueued(t, 'cancelled', 'the task was cancelled before this input ran');
-          return;
-        case 'finalize-turn': {
-          const before = preview;
-          const drafts: Draft[] = [...pending, this.#terminalDraft(decision, preview)];
-          if (decision.completeTask) drafts.push({ type: 'TaskCompleted', outcome: decision.completeTask });
-          await this.#append(t, drafts);
-          this.#afterTerminal(t, before);
-          pending = [];
-          continue;
-        }
-        case 'rerun':
-        case 'start-turn':
-          if (!this.#workflows.has(preview.workflow)) {
-            // Not ours to run (a deploy without this workflow): leave the task untouched for
-            // an engine that has it, instead of failing its turn (test: "unregistered workflow").
-            if (pending.length) await this.#append(t, pending);
-            this.#log.warn('task left waiting: its workflow is not registered with this engine', { taskId: t.id, workflow: preview.workflow });
-            return;
-          }
-          await this.#startAttempt(t, decision, pending, preview);
-          return;
-      }
-    }
-  }
-
-  #terminalDraft(d: Extract<Decision, { kind: 'finalize-turn' }>, s: TaskState): Draft {
-    switch (d.terminal) {
-      case 'TurnCancelled':
-        return { type: 'TurnCancelled', turn: d.turn, reason: cancelReason(s, d.reason) };
-      case 'TurnTimedOut':
-        return { type: 'TurnTimedOut', turn: d.turn, cause: d.cause ?? 'recovery_backstop' };
-      case 'TurnFailed':
-        return {
-          type: 'TurnFailed',
-          turn: d.turn,
-          failure: { message: d.reason, type: d.rule === 'worker-crashes-exhausted' ? 'WorkerCrashed' : 'RecoveriesExhausted', code: d.rule === 'worker-crashes-exhausted' ? 'TURNLOG_WORKER_CRASHED' : 'TURNLOG_TURN_FAILED', nonRetryable: true },
-        };
-    }
-  }
-
-  async #startAttempt(
-    t: TaskEntry,
-    d: Extract<Decision, { kind: 'rerun' | 'start-turn' }>,
-    pending: Draft[],
-    preview: TaskState,
-  ): Promise<void> {
-    const now = this.#clock.now();
-    const policy = preview.policy;
-    // An exclusive store proves other instances dead: their leases count as expired.
-    const current = t.lease && this.store.exclusive && t.lease.instance !== this.instance ? { ...t.lease, expiresAt: 0 } : t.lease;
-    const lease = nextLease(t.id, current, { owner: this.owner, instance: this.instance, durationMs: this.#leaseMs, now }, preview.highestGeneration || 1);
-    const drafts: Draft[] = [...pending];
-    if (!t.lease || lease.generation !== t.lease.generation || lease.instance !== t.lease.instance) {
-      drafts.push({
-        type: 'LeaseClaimed',
-        owner: lease.owner,
-        instance: lease.instance,
-        previousGeneration: t.lease?.generation ?? 0,
-        reason: d.kind === 'rerun' ? 'recovery' : 'turn-start',
-        expiresAt: lease.expiresAt,
-      });
-    }
-    const open = preview.openTurn;
-    // Throws before anything is written when the workflow's executor is not configured.
-    const executor = this.#executorFor(policy.executor);
-    // A worker taken now lets TurnStarted name its pid (0: it waits for a free worker).
-    const reservation = executor.reserve?.(t.id, preview.kind);
-    const pid = policy.executor === 'inline' ? process.pid : (reservation?.pid ?? 0);
-    if (d.kind === 'rerun') {
-      drafts.push({
-        type: 'TurnStarted',
-        turn: d.turn,
-        attempt: d.attempt,
-        inputIds: open!.inputIds,
-        entryMode: 'recovered',
-        steered: open!.steered,
-        owner: this.owner,
-        instance: this.instance,
-        executor: policy.executor,
-        pid,
-        turnStartedAt: open!.turnStartedAt,
-        deadline: open!.deadline,
-      });
-    } else {
-      drafts.push({
-        type: 'TurnStarted',
-        turn: d.turn,
-        attempt: 1,
-        inputIds: d.inputIds,
-        entryMode: d.entryMode,
-        steered: d.steered,
-        owner: this.owner,
-        instance: this.instance,
-        executor: policy.executor,
-        pid,
-        turnStartedAt: now,
-        deadline: now + policy.turnTimeoutMs,
-      });
-    }
-    try {
-      await this.#append(t, drafts, lease, now);
-    } catch (err) {
-      reservation?.release();
-      throw err;
-    }
-    const s = t.state!;
-    const ot = s.openTurn!;
-    const active: ActiveAttempt = { turn: ot.turn, attempt: ot.attempt, finalized: false, timers: [], renewFailures: 0, done: Promise.resolve() };
-    t.active = active;
-    const spec = turnSpecFor(s, this.#converter.toPayload(undefined), this.#codec);
-    active.timers.push(this.#clock.setTimer(() => void this.#onDeadline(t, active), ot.deadline - now));
-    this.#armRenewal(t, active);
-    active.done = this.#runAttempt(t, active, executor, spec, reservation);
-  }
-
-  async #runAttempt(t: TaskEntry, active: ActiveAttempt, executor: Executor, spec: TurnSpec, reservation: Reservation | undefined): Promise<void> {
-    let outcome: AttemptOutcome;
-    try {
-      const handle = await executor.start(spec, this.#host(t, active), reservation);
-      active.handle = handle;
-      // Fenced or shut down while the worker was starting: it must not run on unowned.
-      if (active.finalized) {
-        handle.fence('the turn was taken away while its worker started');
-        handle.kill?.('the turn was taken away while its worker started');
-      }
-      if (active.pendingCancel) handle.cancel(...active.pendingCancel);
-      outcome = await handle.outcome;
-    } catch (err) {
-      reservation?.release();
-      const failure = errorToFailure(err);
-      outcome = { kind: 'failed', failure: { ...failure, code: failure.code ?? 'TURNLOG_WORKER_START' } };
-    }
-    await this.#withLock(t, () => this.#finishAttempt(t, active, outcome)).catch((err) =>
-      this.#logFailure('finishing a turn failed', { taskId: t.id, turn: active.turn }, err),
-    );
-  }
-
-  #host(t: TaskEntry, active: ActiveAttempt): TurnHost {
-    const check = () => {
-      if (t.active !== active || active.finalized) {
-        throw new FencedError(t.id, active.turn, active.attempt, 'the turn was finalized without it');
-      }
-      if (active.refused) throw active.refused;
-    };
-    // A zombie's record gets FencedError (never retried, docs/errors.md), not the store's error.
-    const fenced = (err: unknown): never => {
-      if (isStale(err)) throw new FencedError(t.id, active.turn, active.attempt, `another instance took the task over at generation ${err.current}`, { cause: err });
-      if (active.finalized) throw new FencedError(t.id, active.turn, active.attempt, 'another writer ended the turn', { cause: err });
-      throw err;
-    };
-    // A record does not depend on what a same-generation writer appended (a send, a withdraw): when
-    // the re-read history still has this attempt's turn open, it goes on top, once, instead of failing.
-    const record = async (drafts: () => Draft[]): Promise<void> => {
-      try {
-        await this.#append(t, drafts());
-      } catch (err) {
-        if (t.active !== active || !this.#stillOurs(t, active, err)) return fenced(err);
-        await this.#append(t, drafts()).catch(fenced);
-      }
-    };
-    const at = `Task ${t.id}, turn ${active.turn}`;
-    return {
-      recordStep: (rec) =>
-        this.#withLock(t, async () => {
-          check();
-          const draft: Draft = { type: 'StepCompleted', turn: active.turn, attempt: active.attempt, seq: rec.seq, name: rec.name, durationMs: rec.durationMs };
-          // An oversized result is recorded as the step's failure instead (same seq, no gap), and thrown.
-          const tooLarge = rec.failure ? undefined : this.#oversized('stepResult', rec.result, `${at}, step "${rec.name}" result`);
-          if (rec.failure) draft.failure = rec.failure;
-          else if (tooLarge) draft.failure = errorToFailure(tooLarge);
-          else draft.result = rec.result ?? this.#converter.toPayload(undefined);
-          await record(() => [{ ...draft }]);
-          if (tooLarge) throw tooLarge;
-        }),
-      recordCheckpoint: (seq, data) =>
-        this.#withLock(t, async () => {
-          check();
-          // Nothing can stand at this seq instead, so the whole turn fails (#finishAttempt).
-          const tooLarge = this.#oversized('checkpoint', data, `${at}, checkpoint`);
-          if (tooLarge) throw (active.refused = tooLarge);
-          await record(() => [{ type: 'Checkpointed', turn: active.turn, seq, data }]);
-        }),
-      takeInputs: (seq) =>
-        this.#withLock(t, async () => {
-          check();
-          let queue = t.state!.queue;
-          await record(() => {
-            queue = t.state!.queue; // after a re-read, the queue as the other writer left it
-            return [{ type: 'InputsTaken', turn: active.turn, seq, inputIds: queue.map((q) => q.inputId) }];
-          });
-          const dec = this.#codec?.decode;
-          return queue.map((q) => ({ inputId: q.inputId, input: dec ? dec(q.input) : q.input }));
-        }),
-      pendingInputCount: () => t.state?.queue.length ?? 0,
-      now: () => this.#clock.now(),
-      sleep: (ms, signal) => sleep(this.#clock, ms, signal),
-    };
-  }
-
-  #cancelAttempt(active: ActiveAttempt, kind: CancelKind, reason: string): void {
-    if (active.handle) active.handle.cancel(kind, reason);
-    else active.pendingCancel = [kind, reason];
-  }
-
-  /** Tier 1: the marker first, then the cooperative cancel; tier 3 armed at the grace. */
-  async #onDeadline(t: TaskEntry, active: ActiveAttempt): Promise<void> {
-    await this.#withLock(t, async () => {
-      if (t.active !== active || active.finalized || this.#state !== 'open') return;
-      if (t.state!.openTurn?.marker) return;
-      const now = this.#clock.now();
-      const grace = t.state!.policy.graceMs;
-      await this.#append(t, [{ type: 'TimeoutCancelRequested', turn: active.turn, at: now, graceUntil: now + grace }]);
-      this.#cancelAttempt(active, 'timeout', `deadline ${new Date(t.state!.openTurn!.deadline).toISOString()} reached`);
-      active.timers.push(this.#clock.setTimer(() => void this.#hardCap(t, active, 'timeout'), grace));
-    }).catch((err) => this.#logFailure('timeout marker failed', { taskId: t.id }, err));
-  }
-
-  /** Tier 3: kill a worker (its `killed` outcome finalizes), or abandon an inline turn now. */
-  async #hardCap(t: TaskEntry, active: ActiveAttempt, why: 'timeout' | 'cancel'): Promise<void> {
-    await this.#withLock(t, async () => {
-      if (t.active !== active || active.finalized || this.#state !== 'open') return;
-      if (active.handle?.kill) {
-        active.killReason = why;
-        active.handle.kill(why === 'timeout' ? 'turn timeout hard cap' : 'cancel grace expired');
-        return;
-      }
-      active.finalized = true;
-      active.handle?.fence(why === 'timeout' ? 'turn timed out (hard cap)' : 'turn cancelled after the grace');
-      for (const tm of active.timers) tm.cancel();
-      t.active = undefined;
-      const before = t.state!;
-      await this.#append(t, this.#hardCapDrafts(before, active.turn, why));
-      this.#afterTerminal(t, before);
-      await this.#drive(t);
-    }).catch((err) => this.#logFailure('hard cap failed', { taskId: t.id }, err));
-  }
-
-  /** How a turn cut off at the hard cap ends: timed out (hard cap), or cancelled after a cancel's grace. */
-  #hardCapDrafts(s: TaskState, turn: number, why: 'timeout' | 'cancel'): Draft[] {
-    return why === 'timeout'
-      ? this.#endDrafts(s, { type: 'TurnTimedOut', turn, cause: 'hard_cap' }, 'timed_out')
-      : this.#endDrafts(s, { type: 'TurnCancelled', turn, reason: cancelReason(s, 'cancel grace expired') }, 'cancelled');
-  }
-
-  /** The terminal draft plus TaskCompleted when this ends the task. */
-  #endDrafts(s: TaskState, terminal: Draft, outcome: TaskOutcome): Draft[] {
-    const drafts = [terminal];
-    const ot = s.openTurn;
-    if (s.kind === 'one-shot') drafts.push({ type: 'TaskCompleted', outcome });
-    else if (ot?.cancelRequested?.scope === 'task') drafts.push({ type: 'TaskCompleted', outcome: 'cancelled' });
-    return drafts;
-  }
-
-  async #finishAttempt(t: TaskEntry, active: ActiveAttempt, outcome: AttemptOutcome): Promise<void> {
-    for (const tm of active.timers) tm.cancel();
-    if (t.active !== active || active.finalized) {
-      this.#log.debug?.('late outcome discarded', { taskId: t.id, turn: active.turn, outcome: outcome.kind });
-      return;
-    }
-    t.active = undefined;
-    const turn = active.turn;
-    outcome = this.#withinLimits(t.id, active, outcome);
-    const build = (s: TaskState): [Draft[], Lease | undefined] => {
-      let drafts: Draft[];
-      let leaseOut: Lease | undefined;
-      switch (outcome.kind) {
-        case 'completed': {
-          const d: Draft = { type: 'TurnCompleted', turn, output: outcome.output };
-          if (outcome.state) d.state = outcome.state;
-          drafts = this.#endDrafts(s, d, 'succeeded');
-          break;
-        }
-        case 'suspended': {
-          const d: Draft = { type: 'TurnSuspended', turn, reason: outcome.reason };
-          if (outcome.output) d.output = outcome.output;
-          if (outcome.state) d.state = outcome.state;
-          drafts = this.#endDrafts(s, d, 'succeeded');
-          break;
-        }
-        case 'failed':
-          drafts = this.#endDrafts(s, { type: 'TurnFailed', turn, failure: outcome.failure }, 'failed');
-          break;
-        case 'cancelled':
-          drafts = this.#endDrafts(s, { type: 'TurnCancelled', turn, reason: cancelReason(s, outcome.reason) }, 'cancelled');
-          break;
-        case 'timed-out':
-          drafts = this.#endDrafts(s, { type: 'TurnTimedOut', turn, cause: 'cooperative' }, 'timed_out');
-          break;
-        case 'exit-for-recovery':
-          drafts = [{ type: 'TurnExitedForRecovery', turn, attempt: active.attempt, reason: outcome.reason }];
-          // Release the lease in the same batch so another instance may take over at once.
-          if (t.lease) leaseOut = { ...t.lease, expiresAt: this.#clock.now() };
-          break;
-        case 'crashed': {
-          // A stderr tail quotes uncaught errors (messages, stacks): with failure text encoded by the
-          // codecs it is not stored in plain text; the worker's stderr is in the engine's log anyway.
-          const tail = outcome.stderrTail;
-          const message = !tail ? outcome.message : this.#encodesFailureText ? `${outcome.message}; stderr not stored (payload codecs encode failure text), see the engine's log` : `${outcome.message}; last stderr:\n${tail}`;
-          drafts = [{ type: 'WorkerCrashed', turn, attempt: active.attempt, pid: outcome.pid, exitCode: outcome.exitCode, signal: outcome.signal, message }];
-          break;
-        }
-        case 'killed': {
-          const killed: Draft = { type: 'WorkerKilled', turn, pid: outcome.pid, signal: outcome.signal, reason: active.killReason === 'cancel' ? 'cancel grace expired' : 'turn timeout hard cap' };
-          drafts = [killed, ...this.#hardCapDrafts(s, turn, active.killReason ?? 'timeout')];
-          break;
-        }
-      }
-      return [drafts, leaseOut];
-    };
-    let s = t.state!;
-    let [drafts, leaseOut] = build(s);
-    try {
-      await this.#append(t, drafts, leaseOut);
-    } catch (err) {
-      // Another writer appended under our generation (a withdraw on a shared store) and the re-read
-      // history still has this attempt's turn open: its outcome goes on top instead of being lost.
-      if (!this.#stillOurs(t, active, err)) throw err;
-      s = t.state!;
-      [drafts, leaseOut] = build(s);
-      await this.#append(t, drafts, leaseOut);
-    }
-    if (drafts.some(isTurnTerminal)) this.#afterTerminal(t, s);
-    else if (outcome.kind === 'exit-for-recovery') this.#deferWaiters(t, s);
-    await this.#drive(t);
-  }
-
-  /** A completed or suspended outcome whose output or state is over its limit becomes a failure. */
-  #withinLimits(taskId: string, active: ActiveAttempt, o: AttemptOutcome): AttemptOutcome {
-    if (o.kind !== 'completed' && o.kind !== 'suspended' && o.kind !== 'failed') return o;
-    const at = `Task ${taskId}, turn ${active.turn}`;
-    const refused =
-      active.refused ??
-      (o.kind === 'failed'
-        ? undefined
-        : (this.#oversized('output', o.output, `${at}, ${o.kind === 'suspended' ? 'suspend output' : 'output'}`) ?? this.#oversized('state', o.state, `${at}, ctx.state`)));
-    return refused ? { kind: 'failed', failure: errorToFailure(refused) } : o;
-  }
-
-  /** After a turn's terminal: resolve the waiters of its inputs; on task completion, settle the queue. */
-  #afterTerminal(t: TaskEntry, before: TaskState): void {
-    const s = t.state!;
-    const ot = before.openTurn;
-    const terminal = t.lastTerminal;
-    if (ot && terminal && terminal.turn === ot.turn) {
-      const ids = [...ot.inputIds, ...ot.taken.map((q) => q.inputId)];
-      const result = this.#resultFromEvent(t.id, terminal, ids);
-      t.lastResult = result;
-      this.#resolveWaiters(t, ids, result);
-      for (const w of t.turnWaiters.splice(0)) w.resolve(result);
-    }
-    if (s.status === 'completed') this.#settleQueued(t, 'cancelled', `the task completed (${s.outcome}) before this input ran`);
-  }
-
-  #value(p: Payload): unknown {
-    return this.#converter.fromPayload(this.#codec ? this.#codec.decode(p) : p);
-  }
-
-  async #findTurnResult(taskId: string, inputId: string): Promise<TurnResult | undefined> {
-    let turn = 0;
-    let seen = false;
-    const turnInputs = new Map<number, string[]>();
-    for await (const e of this.store.iterateEvents(taskId)) {
-      if (e.type === 'InputQueued' && e.inputId === inputId) seen = true;
-      else if (e.type === 'TurnStarted' && e.attempt === 1) turnInputs.set(e.turn, [...e.inputIds]);
-      else if (e.type === 'InputsTaken') turnInputs.get(e.turn)?.push(...e.inputIds);
-      else if (e.type === 'InputWithdrawn' && e.inputId === inputId) {
-        return { taskId, turn: 0, inputIds: [inputId], status: 'withdrawn', reason: e.reason };
-      } else if (e.type === 'TaskCompleted' && turn === 0 && seen) {
-        return { taskId, turn: 0, inputIds: [inputId], status: 'cancelled', reason: `the task completed (${e.outcome}) before this input ran` };
-      }
-      if (turn === 0 && (e.type === 'TurnStarted' || e.type === 'InputsTaken') && e.inputIds.includes(inputId)) turn = e.turn;
-      if (turn !== 0 && isTurnTerminal(e) && e.turn === turn) return this.#resultFromEvent(taskId, e, turnInputs.get(turn) ?? [inputId]);
-    }
-    return undefined;
-  }
-
-  /** The result of turn `turn` (ended), from the history: its terminal and every input it took. */
-  async #findLastTurnResult(taskId: string, turn: number): Promise<TurnResult | undefined> {
-    const inputIds: string[] = [];
-    for await (const e of this.store.iterateEvents(taskId)) {
-      if (e.type === 'TurnStarted' && e.attempt === 1 && e.turn === turn) inputIds.push(...e.inputIds);
-      else if (e.type === 'InputsTaken' && e.turn === turn) inputIds.push(...e.inputIds);
-      else if (isTurnTerminal(e) && e.turn === turn) return this.#resultFromEvent(taskId, e, inputIds);
-    }
-    return undefined;
-  }
-
-  #resultFromEvent(taskId: string, e: TurnTerminalEvent, inputIds: string[]): TurnResult {
-    const r: TurnResult = { taskId, turn: e.turn, inputIds, status: 'completed' };
-    switch (e.type) {
-      case 'TurnCompleted':
-        if (e.output) r.output = this.#value(e.output);
-        break;
-      case 'TurnSuspended':
-        r.status = 'suspended';
-        r.reason = e.reason;
-        if (e.output) r.output = this.#value(e.output);
-        break;
-      case 'TurnFailed':
-        r.status = 'failed';
-        r.failure = this.#codec ? this.#codec.decodeFailure(e.failure) : e.failure;
-        break;
-      case 'TurnCancelled':
-        r.status = 'cancelled';
-        r.reason = e.reason;
-        break;
-      case 'TurnTimedOut':
-        r.status = 'timed_out';
-        r.reason = e.cause;
-        break;
-    }
-    return r;
-  }
-
-  #resolveWaiters(t: TaskEntry, inputIds: string[], result: TurnResult): void {
-    for (const id of inputIds) {
-      t.recent.set(id, result);
-      if (t.recent.size > RECENT_RESULTS) t.recent.delete(t.recent.keys().next().value!);
-      const list = t.waiters.get(id);
-      if (!list) continue;
-      t.waiters.delete(id);
-      for (const w of list) w.resolve(result);
-    }
-  }
-
-  /** Inputs still queued when the task ended or was cancelled will never run: tell their waiters. */
-  #settleQueued(t: TaskEntry, status: 'cancelled', reason: string): void {
-    for (const q of t.state?.queue ?? []) {
-      this.#resolveWaiters(t, [q.inputId], { taskId: t.id, turn: 0, inputIds: [q.inputId], status, reason });
-    }
-    // A task that completed with no turn left to end (cancelled while pending or suspended).
-    if (t.state?.status === 'completed' && t.turnWaiters.length) {
-      const s = t.state;
-      const result: TurnResult = s.turn > 0 && t.lastResult?.turn === s.turn ? t.lastResult : { taskId: t.id, turn: s.turn, inputIds: [], status, reason };
-      for (const w of t.turnWaiters.splice(0)) w.resolve(result);
-    }
-  }
-
-  #deferWaiters(t: TaskEntry, before: TaskState): void {
-    const ot = before.openTurn;
-    if (!ot) return;
-    for (const id of [...ot.inputIds, ...ot.taken.map((q) => q.inputId)]) {
-      const list = t.waiters.get(id);
-      if (!list) continue;
-      t.waiters.delete(id);
-      for (const w of list) w.reject(this.#deferred(t.id, ot.turn, 'the turn exited for recovery; the next engine re-runs it'));
-    }
-    for (const w of t.turnWaiters.splice(0)) w.reject(this.#deferred(t.id, ot.turn, 'the turn exited for recovery; the next engine re-runs it'));
-  }
-
-  #deferred(taskId: string, turn: number, why: string): TurnOutcomeError {
-    return new TurnOutcomeError('TURNLOG_TURN_DEFERRED', taskId, turn, `${why}. Ask again on the engine that recovers it: handle.turnResult(inputId), or engine.task(taskId).result().`);
-  }
-
-  // -------------------------------------------------------------------------------------------
-  // Appends, leases, loading
-
-  /**
-   * Numbers drafts into events. Drafts are fresh objects built here, so they are stamped in
-   * place: an object spread over 19 event shapes costs ~7 µs each in V8, stamping ~0.1 µs.
-   */
-  #materialize(t: TaskEntry, drafts: Draft[], generation: number, time = this.#clock.now()): HistoryEvent[] {
-    let id = t.state?.lastEventId ?? 0;
-    const enc = this.#codec?.encodeEvent;
-    const out: HistoryEvent[] = new Array(drafts.length);
-    for (let i = 0; i < drafts.length; i++) {
-      const e = drafts[i] as HistoryEvent;
-      e.eventId = ++id;
-      e.generation = generation;
-      e.time = time;
-      // Well-formed before folding: the state kept in memory is what a reload reads back.
-      out[i] = wellFormedEvent(enc ? enc(e) : e, t.id);
-    }
-    return out;
-  }
-
-  #generation(t: TaskEntry): number {
-    return Math.max(t.lease?.instance === this.instance ? t.lease.generation : 0, t.state?.highestGeneration ?? 0);
-  }
-
-  #preview(t: TaskEntry, drafts: Draft[]): TaskState {
-    return fold(t.id, this.#materialize(t, drafts, this.#generation(t)), t.state);
-  }
-
-  /** Validates by folding first (an invalid batch throws before anything is written), then writes. */
-  async #append(t: TaskEntry, drafts: Draft[], lease?: Lease, time?: number): Promise<void> {
-    if (drafts.length === 0) return;
-    const generation = lease ? lease.generation : this.#generation(t);
-    const events = this.#materialize(t, drafts, generation, time);
-    const next = fold(t.id, events, t.state);
-    const expectedLastEventId = t.state?.lastEventId ?? 0;
-    try {
-      await this.store.append(t.id, events, lease ? { expectedLastEventId, generation, lease } : { expectedLastEventId, generation });
-    } catch (err) {
-      if (isStale(err)) this.#fenceTask(t, err);
-      else if (isTurnlogError(err, 'TURNLOG_CONCURRENCY')) await this.#refresh(t, err);
-      throw err;
-    }
-    const before = t.state;
-    t.state = next;
-    if (lease) t.lease = lease;
-    for (const e of events) if (isTurnTerminal(e)) t.lastTerminal = e;
-    for (const l of outcomeLogLines(t.id, before, events)) this.#log[l.level](l.message, l.fields);
-    this.#fault?.afterAppend();
-    if (next.lastEventId - t.snapshotAt >= this.#snapshotEvery) {
-      t.snapshotAt = next.lastEventId;
-      this.store
-        .putSnapshot(t.id, { eventId: next.lastEventId, data: encodeState(next) })
-        .catch((err) => this.#log.warn('snapshot write failed', { taskId: t.id, error: err }));
-    }
-  }
-
-  /**
-   * Another instance claimed the task at a higher generation: this engine is a zombie for it.
-   * Stop the attempt (kill a worker, else cancel cooperatively), forget the cached entry so the
-   * next call re-reads the history, and never retry (test: runtime/engine-fencing).
-   */
-  #fenceTask(t: TaskEntry, err: StaleGenerationError): void {
-    const a = t.active;
-    const detail = `another instance took task ${t.id} over at generation ${err.current}`;
-    if (a) this.#stopAttempt(t, a, detail);
-    if (this.#tasks.get(t.id) === t) this.#tasks.delete(t.id);
-    const turn = a?.turn ?? t.state?.openTurn?.turn ?? t.state?.turn ?? 0;
-    const deferred = this.#deferred(t.id, turn, `${detail}; this engine no longer runs it`);
-    for (const [, list] of t.waiters) for (const w of list) w.reject(deferred);
-    for (const w of t.turnWaiters.splice(0)) w.reject(deferred);
-    t.waiters.clear();
-    this.#log.warn('task fenced: another instance took it over; the attempt is stopped and not retried', {
-      taskId: t.id,
-      turn,
-      attempt: a?.attempt ?? t.state?.openTurn?.attempt ?? 0,
-      code: err.code,
-      generation: err.generation,
-      current: err.current,
-    });
-  }
-
-  /** Stops an attempt that no longer owns its turn (kill a worker, else cancel cooperatively); its records and outcome are refused. */
-  #stopAttempt(t: TaskEntry, a: ActiveAttempt, detail: string): void {
-    a.finalized = true;
-    for (const tm of a.timers) tm.cancel();
-    a.handle?.fence(detail);
-    if (a.handle?.kill) a.handle.kill(detail);
-    else this.#cancelAttempt(a, 'cancel', detail);
-    if (t.active === a) t.active = undefined;
-  }
-
-  /** After a ConcurrencyError (and its re-read): the history still has this attempt's turn open. */
-  #stillOurs(t: TaskEntry, active: ActiveAttempt, err: unknown): boolean {
-    const ot = t.state?.openTurn;
-    return isTurnlogError(err, 'TURNLOG_CONCURRENCY') && !active.finalized && ot?.turn === active.turn && ot.attempt === active.attempt;
-  }
-
-  /** Logs a background failure; a fenced task was logged once already by #fenceTask. */
-  #logFailure(message: string, fields: Record<string, unknown>, err: unknown): void {
-    if (!isStale(err)) this.#log.error(message, { ...fields, error: err });
-  }
-
-  /**
-   * A ConcurrencyError: someone else appended under our generation, so the cached state is
-   * behind. Re-read the tail so the next call decides on the real history instead of failing
-   * again forever. An API call is not retried (decided on stale state); a running attempt's
-   * record or end is, by its caller (#stillOurs), while the turn is still that attempt's.
-   */
-  async #refresh(t: TaskEntry, err: unknown): Promise<void> {
-    this.#log.warn('append lost a race with another writer; re-reading the history', { taskId: t.id, code: 'TURNLOG_CONCURRENCY', error: err });
-    try {
-      const before = t.state;
-      const events = await this.store.readEvents(t.id, { fromEventId: (t.state?.lastEventId ?? 0) + 1 });
-      if (events.length) t.state = fold(t.id, events, t.state);
-      t.lease = await this.store.getLease(t.id);
-      // The other writer may have ended the turn running here (another engine's cancel finalizes
-      // it under the same generation): stop it, so no step of a finalized turn runs (invariant 7).
-      const a = t.active;
-      const ot = t.state?.openTurn;
-      if (a && (ot?.turn !== a.turn || ot.attempt !== a.attempt)) this.#stopAttempt(t, a, `another writer ended turn ${a.turn} of task ${t.id}`);
-      for (const e of events) {
-        if (isTurnTerminal(e)) t.lastTerminal = e;
-        else if (e.type === 'InputWithdrawn') this.#resolveWaiters(t, [e.inputId], { taskId: t.id, turn: 0, inputIds: [e.inputId], status: 'withdrawn', reason: e.reason });
-      }
-      if (before?.openTurn && t.state?.openTurn?.turn !== before.openTurn.turn) this.#afterTerminal(t, before);
-    } catch (e) {
-      this.#log.error('re-reading the history failed; dropping the cached task', { taskId: t.id, error: e });
-      if (!t.active && this.#tasks.get(t.id) === t) this.#tasks.delete(t.id);
-    }
-  }
-
-  #armRenewal(t: TaskEntry, active: ActiveAttempt): void {
-    const every = Math.max(1, Math.floor(this.#leaseMs / 2));
-    const tick = () => {
-      if (t.active !== active || active.finalized) return;
-      void this.#withLock(t, async () => {
-        if (t.active !== active || !t.lease) return;
-        try {
-          t.lease = await this.store.renewLease(t.id, t.lease, this.#leaseMs, this.#clock.now());
-          active.renewFailures = 0;
-        } catch (err) {
-          if (isStale(err)) return this.#fenceTask(t, err);
-          active.renewFailures++;
-          this.#log.warn('lease renewal failed', { taskId: t.id, failures: active.renewFailures, error: err });
-          if (active.renewFailures >= 3) this.#cancelAttempt(active, 'cancel', 'lease lost: three renewals failed');
-        }
-      }).finally(() => {
-        if (t.active === active) active.timers.push(this.#clock.setTimer(tick, every));
-      });
-    };
-    active.timers.push(this.#clock.setTimer(tick, every));
-  }
-
-  /**
-   * The task's entry, loaded from the store on first use. The entry is pinned until the next
-   * macrotask: its caller's continuation (microtasks) takes the lock or registers a waiter
-   * first, so another task's load cannot evict it in between (test: review/engine-races).
-   */
-  async #load(taskId: string): Promise<TaskEntry> {
-    const cached = this.#tasks.get(taskId);
-    if (cached) return this.#pin(cached);
-    const mark = this.#corrupt.get(taskId);
-    if (mark) throw corruptError(mark);
-    return this.#loadEntry(taskId);
-  }
-
-  #pin(t: TaskEntry): TaskEntry {
-    t.busy++;
-    setImmediate(() => t.busy--);
-    return t;
-  }
-
-  async #loadEntry(taskId: string): Promise<TaskEntry> {
-    let loading = this.#loading.get(taskId);
-    if (!loading) {
-      loading = (async () => {
-        const t = new TaskEntry(taskId);
-        // A snapshot is only a shortcut: an unreadable one means folding the whole history.
-        const snap = await this.store.getSnapshot(taskId).catch((err: unknown) => {
-          this.#log.warn('snapshot unreadable, folding the whole history', { taskId, error: err });
-          return undefined;
-        });
-        let from: TaskState | undefined;
-        if (snap) {
-          try {
-            from = decodeState(snap.data);
-            t.snapshotAt = snap.eventId;
-          } catch (err) {
-            this.#log.warn('snapshot unreadable, folding the whole history', { taskId, error: err });
-          }
-        }
-        try {
-          const events = await this.store.readEvents(taskId, { fromEventId: (from?.lastEventId ?? 0) + 1 });
-          t.state = events.length ? fold(taskId, events, from) : from;
-          t.lease = await this.store.getLease(taskId);
-        } catch (err) {
-          throw await this.#isolate(taskId, err);
-        }
-        this.#evictIdle();
-        this.#tasks.set(taskId, t);
-        return this.#pin(t); // synchronously with the set: no other load can run in between
-      })().finally(() => this.#loading.delete(taskId));
-      this.#loading.set(taskId, loading);
-    }
-    return loading;
-  }
-
-  #evictIdle(): void {
-    if (this.#tasks.size < this.#maxCached) return;
-    for (const [id, t] of this.#tasks) {
-      if (this.#tasks.size < this.#maxCached * 0.9) break;
-      // A busy entry may be about to start a turn: evicting it would let a fresh entry
-      // "recover" that turn while it runs (test: review/engine-races).
-      if (!t.active && t.waiters.size === 0 && t.turnWaiters.length === 0 && t.busy === 0) this.#tasks.delete(id);
-    }
-  }
-
-  /**
-   * A task whose stored records cannot be read is isolated: logged once (key and task), marked
-   * in the store (its own records untouched) and refused from then on. Returns what to throw.
-   */
-  async #isolate(taskId: string, err: unknown): Promise<unknown> {
-    if (!isUnreadable(err)) return err;
-    const key = err instanceof HistoryCorruptError ? err.key : `events/${taskId}/${(err as { eventId?: number }).eventId ?? '?'}`;
-    const mark: CorruptMark = { taskId, key, code: err.code, message: err.message, time: this.#clock.now() };
-    if (!this.#corrupt.has(taskId)) {
-      this.#corrupt.set(taskId, mark);
-      this.#log.error('task isolated: its stored history cannot be read', { taskId, key, error: err });
-      await this.store.markCorrupt(mark).catch((e: unknown) => this.#log.warn('could not record the corrupt mark', { taskId, error: e }));
-    }
-    return err instanceof HistoryCorruptError ? err : corruptError(mark, err);
-  }
-
-  async #recoverPass(): Promise<void> {
-    const now = this.#clock.now();
-    const ids = new Set(await this.store.listRecoverable(now, this.instance));
-    for (const status of ['suspended', 'pending'] as const) {
-      let cursor: string | undefined;
-      try {
-        do {
-          const page = await this.store.listTasks(cursor ? { status, cursor } : { status });
-          for (const s of page.tasks) if (s.queued > 0 || status === 'pending') ids.add(s.taskId);
-          cursor = page.next;
-        } while (cursor);
-      } catch (err) {
-        // An unreadable summary: recover the tasks listed so far and every in-progress one.
-        if (!isUnreadable(err)) throw err;
-        this.#log.error('recovery could not list every task', { status, error: err });
-      }
-    }
-    for (const id of ids) {
-      if (this.#state !== 'open') return;
-      if (this.#corrupt.has(id)) continue;
-      // One task that cannot be loaded (an unreadable or corrupt history, an id an older version
-      // accepted) must not stop the others' recovery, nor Engine.open (test: runtime/engine "cannot be loaded").
-      let t: TaskEntry;
-      try {
-        t = await this.#load(id);
-      } catch (err) {
-        // A corrupt task was logged and marked by #isolate; every other task is still served.
-        if (this.#corrupt.has(id)) continue;
-        this.#log.error('recovery failed: the task cannot be loaded', { taskId: id, error: err });
-        continue;
-      }
-      if (t.active) continue;
-      await this.#withLock(t, () => this.#drive(t)).catch((err) => this.#logFailure('recovery failed', { taskId: id }, err));
-    }
-    if (this.#retentionMs !== undefined && this.#state === 'open') {
-      const purged = await this.store.purgeCompleted(this.#retentionMs, this.#clock.now()).catch((err: unknown) => {
-        if (!isUnreadable(err)) throw err;
-        this.#log.error('retention skipped: a summary cannot be read', { error: err });
-        return [] as string[];
-      });
-      for (const id of purged) {
-        const t = this.#tasks.get(id);
-        if (t && t.waiters.size === 0 && t.turnWaiters.length === 0) this.#tasks.delete(id);
-      }
-      if (purged.length) this.#log.info('retention deleted completed tasks', { count: purged.length });
-    }
-  }
-
-  #armScanner(): void {
-    if (this.#scanIntervalMs <= 0) return;
-    this.#scanTimer = this.#clock.setTimer(() => {
-      void this.recover()
-        .catch((err) => this.#log.error('recovery scan failed', { error: err }))
-        .finally(() => {
-          if (this.#state === 'open') this.#armScanner();
-        });
-    }, this.#scanIntervalMs, { background: true });
-  }
-
-  #withLock<T>(t: TaskEntry, fn: () => Promise<T>): Promise<T> {
-    t.busy++;
-    const run = t.chain.then(fn).finally(() => t.busy--);
-    t.chain = run.catch(() => undefined);
-    return run;
   }
 
   async #checkExecutors(): Promise<void> {
     for (const [kind, ex] of this.#executors) {
       if (!ex.check) continue;
-      const mine = [...this.#workflows.values()].filter((wf) => resolvePolicy(wf, this.#defaultExecutor).executor === kind);
+      const mine = [...this.#o.workflows.values()].filter((wf) => resolvePolicy(wf, this.#o.defaultExecutor).executor === kind);
       if (mine.length > 0) await ex.check(mine);
     }
   }
 
-  #executorFor(kind: ExecutorKind): Executor {
-    const ex = this.#executors.get(kind);
-    if (!ex) {
-      throw new TurnlogError('TURNLOG_INVALID_ARGUMENT', `No ${kind} executor is configured. Pass Engine.open({ executors: { ${kind}: ... } }) or set the workflow's executor to 'inline'.`);
-    }
-    return ex;
-  }
-
   #workflow(name: string): Workflow<any, any, any, any> {
-    const wf = this.#workflows.get(name);
+    const wf = this.#o.workflows.get(name);
     if (!wf) {
-      throw new TurnlogError('TURNLOG_WORKFLOW_NOT_FOUND', `Workflow ${name} is not registered with this engine. Registered: ${[...this.#workflows.keys()].join(', ') || '(none)'}. Pass it in Engine.open({ workflows }).`);
+      throw new TurnlogError('TURNLOG_WORKFLOW_NOT_FOUND', `Workflow ${name} is not registered with this engine. Registered: ${[...this.#o.workflows.keys()].join(', ') || '(none)'}. Pass it in Engine.open({ workflows }).`);
     }
     return wf;
   }
@@ -1595,54 +528,6 @@ export class Engine {
       throw new TurnlogError('TURNLOG_ENGINE_CLOSED', `engine.${api}() called on an engine that is ${this.#state}. Open a new engine with Engine.open().`);
     }
   }
-}
-
-const RECENT_RESULTS = 64;
-
-/** A cancelled turn records the reason its cancel was requested with, however it ended. */
-function cancelReason(s: TaskState, fallback: string): string {
-  return s.openTurn?.cancelRequested?.reason ?? s.cancelRequested?.reason ?? fallback;
-}
-
-/** Any store's fencing rejection (by code, so a third-party store's error counts too). */
-function isStale(err: unknown): err is StaleGenerationError {
-  return isTurnlogError(err, 'TURNLOG_STALE_GENERATION');
-}
-
-function resolveLimits(given: Partial<PayloadLimits> | undefined): Readonly<PayloadLimits> {
-  const limits = { ...DEFAULT_PAYLOAD_LIMITS, ...given };
-  for (const key of Object.keys(DEFAULT_PAYLOAD_LIMITS) as (keyof PayloadLimits)[]) {
-    const v = limits[key];
-    if (!Number.isInteger(v) || v < 1 || v > MAX_PAYLOAD_BYTES) {
-      throw invalidArgument(`limits.${key} must be an integer from 1 to ${MAX_PAYLOAD_BYTES} (16 MiB), got ${String(v)}. Keep larger data outside the task and pass a reference.`);
-    }
-  }
-  for (const key of Object.keys(given ?? {})) {
-    if (!(key in DEFAULT_PAYLOAD_LIMITS)) throw invalidArgument(`limits.${key} is not a payload limit; use ${Object.keys(DEFAULT_PAYLOAD_LIMITS).join(', ')}.`);
-  }
-  return Object.freeze(limits);
-}
-
-function positive(name: string, v: number): number {
-  if (typeof v !== 'number' || !(v > 0)) throw invalidArgument(`${name} must be a positive number of milliseconds, got ${String(v)}.`);
-  return v;
-}
-
-function checkId(what: string, id: string): void {
-  if (typeof id !== 'string' || id.length === 0 || id.length > 200 || /[\u0000-\u001f]/.test(id)) {
-    throw invalidArgument(`${what} must be a non-empty string of at most 200 printable characters, got ${JSON.stringify(id)}.`);
-  }
-  // Before anything is written: a lone surrogate has no UTF-8 form, so the stored id would differ.
-  if (!id.isWellFormed()) throw invalidArgument(`${illFormedText(what, id)}.`);
-}
-
-/** What every API of an isolated task throws. */
-function corruptError(mark: CorruptMark, cause?: unknown): HistoryCorruptError {
-  return new HistoryCorruptError(
-    mark.key,
-    `task ${mark.taskId} is isolated, ${mark.code} found at ${new Date(mark.time).toISOString()}; \`turnlog show ${mark.taskId}\` shows what is readable`,
-    cause === undefined ? {} : { cause },
-  );
 }
 
 function notFound(taskId: string): TurnlogError {

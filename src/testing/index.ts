@@ -1,6 +1,6 @@
 /**
- * `turnlog/testing`: replay-test turns against recorded histories, and run workflows on an
- * in-memory store with a manual clock. See docs/testing.md.
+ * `turnlog/testing`: replay-test turns against recorded histories, build histories event by
+ * event, and run workflows on an in-memory store with a manual clock. See docs/testing.md.
  */
 
 // replay testing
@@ -21,6 +21,10 @@ export type {
   ReplayFailure,
   WorkflowSource,
 } from './replay-history.js';
+
+// history builder
+export { historyBuilder, HistoryBuilder, renumber as renumberEvents } from './history-builder.js';
+export type { BuilderOptions as HistoryBuilderOptions, TerminalOptions as HistoryBuilderTerminalOptions } from './history-builder.js';
 
 // test engine
 export { createTestEngine } from './test-engine.js';

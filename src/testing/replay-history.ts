@@ -16,17 +16,11 @@ import type { PayloadCodec, PayloadConverter } from '../history/payload.js';
 import { moduleConverter, payloadPipeline } from '../history/pipeline.js';
 import type { OpenTurn, RecordedCall, TaskState } from '../history/state.js';
 import { fold } from '../replay/fold.js';
-import {
-  TurnContextImpl,
-  runHandler,
-  type AttemptOutcome,
-  type CancelKind,
-  type StepOptions,
-  type TurnHost,
-  type TurnSpec,
-} from '../workflow/context.js';
+import { TurnContextImpl, runHandler } from '../attempt/context.js';
+import type { AttemptOutcome, CancelKind, TurnHost, TurnSpec } from '../attempt/host.js';
+import type { StepOptions } from '../workflow/context.js';
 import type { Workflow } from '../workflow/define-workflow.js';
-import { turnSpecFor } from '../workflow/turn-spec.js';
+import { turnSpecFor } from '../attempt/turn-spec.js';
 import { replayInWorker } from './replay-isolate.js';
 import { SettleWatch, withSettleTracking } from './settle-watch.js';
 

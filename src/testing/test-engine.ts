@@ -5,7 +5,7 @@
 import type { HistoryEvent } from '../history/events.js';
 import { ManualClock } from '../runtime/clock.js';
 import { Engine, type EngineOptions } from '../runtime/engine.js';
-import { silentLogger } from '../runtime/logger.js';
+import { silentLogger } from '../logger.js';
 import { MemoryHistoryStore } from '../store/memory-store.js';
 import { replayHistory, type ReplayReport } from './replay-history.js';
 

@@ -11,12 +11,12 @@ import { encodeHistoryFile, parseHistoryFile } from '../../src/history/history-f
 import { decodeState } from '../../src/history/state-codec.js';
 import { fold } from '../../src/replay/fold.js';
 import { Engine } from '../../src/runtime/engine.js';
-import { silentLogger } from '../../src/runtime/logger.js';
+import { silentLogger } from '../../src/logger.js';
 import { LevelHistoryStore } from '../../src/store/index.js';
 import { eventKey, summaryKey } from '../../src/store/keys.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
 import { ManualClock } from '../../src/runtime/clock.js';
-import { T0, historyBuilder } from '../helpers/build-history.js';
+import { T0, historyBuilder } from '../../src/testing/history-builder.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
 import { oneShotHistory } from './helpers.js';
 import { appendHistory, cli, cliJSON, ensureBuilt, withLevel } from './run-cli.js';

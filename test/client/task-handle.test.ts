@@ -5,7 +5,7 @@
  */
 import { afterEach, describe, expect, it } from 'vitest';
 import { Engine } from '../../src/runtime/engine.js';
-import { silentLogger } from '../../src/runtime/logger.js';
+import { silentLogger } from '../../src/logger.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
 import { isTurnlogError } from '../../src/errors.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';

@@ -12,7 +12,7 @@ import { Engine } from '../../src/runtime/engine.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
 import { ProcessExecutor, type ProcessExecutorOptions } from '../../src/executor/process-executor.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
-import { silentLogger, type Logger } from '../../src/runtime/logger.js';
+import { silentLogger, type Logger } from '../../src/logger.js';
 import type { HistoryEvent } from '../../src/history/events.js';
 import * as fixtures from '../fixtures/workflows/index.js';
 import * as burstModule from '../fixtures/workflows/burst.js';

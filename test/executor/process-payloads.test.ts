@@ -10,7 +10,7 @@ import { MAX_PAYLOAD_BYTES } from '../../src/history/payload.js';
 import { ProcessExecutor } from '../../src/executor/process-executor.js';
 import { MAX_FRAME_BYTES } from '../../src/executor/protocol.js';
 import { Engine, type EngineOptions } from '../../src/runtime/engine.js';
-import { silentLogger } from '../../src/runtime/logger.js';
+import { silentLogger } from '../../src/logger.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
 import { payloads, takeAfterGate, type PayloadMode } from '../fixtures/workflows/payloads.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';

@@ -20,7 +20,7 @@ import {
 } from '../../src/executor/protocol.js';
 import type { FailureInfo, Payload, RetryPolicy } from '../../src/history/events.js';
 import type { QueuedInput, RecordedCall } from '../../src/history/state.js';
-import type { StepRecord, TurnSpec } from '../../src/workflow/context.js';
+import type { StepRecord, TurnSpec } from '../../src/attempt/host.js';
 import {
   reflectedDecodeEngineMessage,
   reflectedDecodeWorkerMessage,

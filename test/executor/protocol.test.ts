@@ -13,7 +13,7 @@ import {
 } from '../../src/executor/protocol.js';
 import { isTurnlogError } from '../../src/errors.js';
 import { defaultPayloadConverter } from '../../src/history/payload.js';
-import type { TurnSpec } from '../../src/workflow/context.js';
+import type { TurnSpec } from '../../src/attempt/host.js';
 
 const p = (v: unknown) => defaultPayloadConverter.toPayload(v);
 

@@ -5,7 +5,7 @@ import type { EntryMode, FailureInfo, Payload, RetryPolicy, WorkflowKind } from 
 import type { QueuedInput, RecordedCall } from '../../src/history/state.js';
 import { failureFromProto, failureToProto } from '../../src/history/codec.js';
 import { lookupType } from '../../src/internal/proto/root.js';
-import type { CancelKind, StepRecord, TurnSpec } from '../../src/workflow/context.js';
+import type { CancelKind, StepRecord, TurnSpec } from '../../src/attempt/host.js';
 import { WorkerProtocolError, type EngineMessage, type TerminalOutcome, type WorkerMessage } from '../../src/executor/protocol.js';
 
 const EngineFrameType = lookupType('turnlog.v1.EngineFrame');

@@ -8,7 +8,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { Engine } from '../../src/runtime/engine.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
 import { ProcessExecutor, type ProcessExecutorOptions } from '../../src/executor/process-executor.js';
-import { silentLogger, type Logger } from '../../src/runtime/logger.js';
+import { silentLogger, type Logger } from '../../src/logger.js';
 import type { HistoryEvent } from '../../src/history/events.js';
 import * as fixtures from '../fixtures/workflows/index.js';
 import { burstLine } from '../fixtures/workflows/burst.js';

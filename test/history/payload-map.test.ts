@@ -6,7 +6,7 @@
 import { describe, expect, it } from 'vitest';
 import type { FailureInfo, Payload } from '../../src/history/events.js';
 import { ENCODED_FAILURE_MESSAGE, codecChain } from '../../src/history/payload-map.js';
-import { payload } from '../helpers/build-history.js';
+import { payload } from '../../src/testing/history-builder.js';
 
 const te = new TextEncoder();
 const td = new TextDecoder();

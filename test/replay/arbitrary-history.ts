@@ -6,7 +6,7 @@
  */
 import fc from 'fast-check';
 import type { HistoryEvent, Lease, TurnPolicy, WorkflowKind } from '../../src/history/events.js';
-import { historyBuilder, T0 } from '../helpers/build-history.js';
+import { historyBuilder, T0 } from '../../src/testing/history-builder.js';
 
 export interface SimInput {
   kind: WorkflowKind;

@@ -7,6 +7,7 @@ import { readFileSync, readdirSync, statSync } from 'node:fs';
 import { dirname, join, relative, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { describe, expect, it } from 'vitest';
+import { importsOf } from '../helpers/imports.js';
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), '../..');
 const replayDir = join(root, 'src/replay');
@@ -18,13 +19,6 @@ function tsFiles(dir: string): string[] {
   });
 }
 
-/** Module specifiers of static imports, re-exports and dynamic imports. */
-export function importsOf(source: string): string[] {
-  const out: string[] = [];
-  const re = /(?:^|\s|;)(?:import|export)\s[^'"]*?from\s*['"]([^'"]+)['"]|(?:^|\s|;)import\s*['"]([^'"]+)['"]|import\s*\(\s*['"]([^'"]+)['"]\s*\)|require\s*\(\s*['"]([^'"]+)['"]\s*\)/g;
-  for (const m of source.matchAll(re)) out.push((m[1] ?? m[2] ?? m[3] ?? m[4])!);
-  return out;
-}
 
 const BANNED_CALLS: [RegExp, string][] = [
   [/\bDate\.now\b/, 'Date.now'],

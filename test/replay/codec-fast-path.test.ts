@@ -7,7 +7,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import { decodeEvent, encodeEvent } from '../../src/history/codec.js';
 import type { HistoryEvent } from '../../src/history/events.js';
-import { historyBuilder } from '../helpers/build-history.js';
+import { historyBuilder } from '../../src/testing/history-builder.js';
 import { arbHistory } from './arbitrary-history.js';
 
 /** Plain data with byte arrays as number lists (Buffer and Uint8Array compare equal). */

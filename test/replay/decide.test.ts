@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import type { Lease } from '../../src/history/events.js';
 import { decide } from '../../src/replay/decide.js';
 import { fold } from '../../src/replay/fold.js';
-import { historyBuilder, T0 } from '../helpers/build-history.js';
+import { historyBuilder, T0 } from '../../src/testing/history-builder.js';
 import { RULE_EXAMPLES } from './rule-examples.js';
 
 const live: Lease = { owner: 'engine-b', instance: 'engine-b-1', generation: 2, expiresAt: T0 + 1_000_000 };

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import { decide } from '../../src/replay/decide.js';
 import { explainDecision } from '../../src/replay/explain.js';
 import { fold } from '../../src/replay/fold.js';
-import { historyBuilder, T0 } from '../helpers/build-history.js';
+import { historyBuilder, T0 } from '../../src/testing/history-builder.js';
 
 describe('explainDecision', () => {
   it('prints the decision, rule, reason and key facts', () => {

@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest';
 import type { HistoryEvent } from '../../src/history/events.js';
 import type { TaskState } from '../../src/history/state.js';
 import { fold } from '../../src/replay/fold.js';
-import { historyBuilder, payload, T0 } from '../helpers/build-history.js';
+import { historyBuilder, payload, T0 } from '../../src/testing/history-builder.js';
 
 function deepFreeze<T>(o: T): T {
   if (typeof o === 'object' && o !== null && !Object.isFrozen(o) && !(o instanceof Uint8Array)) {

@@ -11,7 +11,7 @@ import type { HistoryEvent } from '../../src/history/events.js';
 import { decide, formatTime } from '../../src/replay/decide.js';
 import { explainDecision } from '../../src/replay/explain.js';
 import { fold } from '../../src/replay/fold.js';
-import { T0 } from '../helpers/build-history.js';
+import { T0 } from '../../src/testing/history-builder.js';
 import { RULE_EXAMPLES } from './rule-examples.js';
 
 const DOC = join(dirname(fileURLToPath(import.meta.url)), '../../docs/recovery.md');

@@ -4,7 +4,7 @@
  */
 import type { HistoryEvent, Lease } from '../../src/history/events.js';
 import type { Decision } from '../../src/replay/decision.js';
-import { historyBuilder, T0 } from '../helpers/build-history.js';
+import { historyBuilder, T0 } from '../../src/testing/history-builder.js';
 
 export interface RuleExample {
   name: string;

@@ -4,7 +4,7 @@ import { lookupType } from '../../src/internal/proto/root.js';
 import { decodeEvent, encodeEvent } from '../../src/history/codec.js';
 import { decodeState, encodeState, SNAPSHOT_VERSION } from '../../src/history/state-codec.js';
 import { fold } from '../../src/replay/fold.js';
-import { historyBuilder } from '../helpers/build-history.js';
+import { historyBuilder } from '../../src/testing/history-builder.js';
 
 // Every optional field set: checkpoint, marker, cancels, failures with details, causes and encoded attributes.
 const full = () =>

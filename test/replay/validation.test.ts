@@ -4,7 +4,7 @@ import { HistoryInvariantError, isTurnlogError } from '../../src/errors.js';
 import { isTurnTerminal, type HistoryEvent, type NewEvent } from '../../src/history/events.js';
 import type { TaskState } from '../../src/history/state.js';
 import { fold } from '../../src/replay/fold.js';
-import { historyBuilder, payload, renumber } from '../helpers/build-history.js';
+import { historyBuilder, payload, renumber } from '../../src/testing/history-builder.js';
 import { arbHistory } from './arbitrary-history.js';
 
 function rejection(events: HistoryEvent[]): { eventId: number; rule: string } | undefined {

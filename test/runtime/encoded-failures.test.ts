@@ -13,7 +13,7 @@ import { ManualClock } from '../../src/runtime/clock.js';
 import { Engine } from '../../src/runtime/engine.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
-import { silentLogger } from '../../src/runtime/logger.js';
+import { silentLogger } from '../../src/logger.js';
 import { replayHistory } from '../../src/testing/index.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
 import { ROOT, cli, cliJSON, ensureBuilt } from '../cli/run-cli.js';

@@ -10,13 +10,13 @@ import { HistoryCorruptError, isTurnlogError } from '../../src/errors.js';
 import type { HistoryEvent } from '../../src/history/events.js';
 import { ManualClock } from '../../src/runtime/clock.js';
 import { Engine } from '../../src/runtime/engine.js';
-import type { Logger } from '../../src/runtime/logger.js';
+import type { Logger } from '../../src/logger.js';
 import type { HistoryStore } from '../../src/store/history-store.js';
 import { eventKey, summaryKey } from '../../src/store/keys.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
 import { LevelHistoryStore } from '../../src/store/level-store.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
-import { historyBuilder } from '../helpers/build-history.js';
+import { historyBuilder } from '../../src/testing/history-builder.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
 
 const engines: Engine[] = [];

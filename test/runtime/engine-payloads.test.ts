@@ -5,7 +5,7 @@ import { isTurnlogError } from '../../src/errors.js';
 import type { HistoryEvent } from '../../src/history/events.js';
 import { MAX_PAYLOAD_BYTES } from '../../src/history/payload.js';
 import { Engine, type EngineOptions } from '../../src/runtime/engine.js';
-import { silentLogger } from '../../src/runtime/logger.js';
+import { silentLogger } from '../../src/logger.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
 import { mapPrices, payloadConverter } from '../fixtures/custom-payloads/workflows.js';

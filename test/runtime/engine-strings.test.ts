@@ -8,7 +8,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { isTurnlogError } from '../../src/errors.js';
 import type { HistoryEvent } from '../../src/history/events.js';
 import { Engine } from '../../src/runtime/engine.js';
-import { silentLogger } from '../../src/runtime/logger.js';
+import { silentLogger } from '../../src/logger.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
 

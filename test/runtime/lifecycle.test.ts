@@ -8,13 +8,13 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { Engine } from '../../src/runtime/engine.js';
 import { SESSION_ENV, SnapshotLifecycle, type ActivationPhase, type SnapshotLifecycleOptions } from '../../src/runtime/lifecycle.js';
 import { systemClock, type Clock, type Timer, type TimerOptions } from '../../src/runtime/clock.js';
-import { silentLogger } from '../../src/runtime/logger.js';
+import { silentLogger } from '../../src/logger.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
 import { LevelHistoryStore } from '../../src/store/level-store.js';
 import { isTurnlogError } from '../../src/errors.js';
 import { isTurnTerminal, type HistoryEvent } from '../../src/history/events.js';
 import { fold } from '../../src/replay/index.js';
-import { historyBuilder } from '../helpers/build-history.js';
+import { historyBuilder } from '../../src/testing/history-builder.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
 
 const TASK = 'chat';

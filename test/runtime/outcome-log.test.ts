@@ -7,7 +7,7 @@ import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Engine, type EngineOptions } from '../../src/runtime/engine.js';
 import { ManualClock } from '../../src/runtime/clock.js';
-import { silentLogger, type Logger } from '../../src/runtime/logger.js';
+import { silentLogger, type Logger } from '../../src/logger.js';
 import { outcomeLogLines } from '../../src/runtime/outcome-log.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';

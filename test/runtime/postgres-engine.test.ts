@@ -12,7 +12,7 @@ import type { HistoryEvent } from '../../src/history/events.js';
 import { ManualClock } from '../../src/runtime/clock.js';
 import { Engine } from '../../src/runtime/engine.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
-import { silentLogger } from '../../src/runtime/logger.js';
+import { silentLogger } from '../../src/logger.js';
 import { createPostgresStore, type PostgresHistoryStore } from '../../src/store/postgres-store.js';
 import { stepThenStall } from '../fixtures/workflows/pg-recovery.js';
 import { ensureBuilt } from '../cli/run-cli.js';

@@ -2,7 +2,7 @@ import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { TaskStatus } from '../../src/history/events.js';
 import { Engine } from '../../src/runtime/engine.js';
-import { silentLogger } from '../../src/runtime/logger.js';
+import { silentLogger } from '../../src/logger.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
 import { MAX_TASK_ID_LENGTH, TaskKeys, checkTaskId, eventKey, eventPrefix, leaseKey, statusIndexKey, summaryKey, workflowIndexKey } from '../../src/store/keys.js';

@@ -10,7 +10,7 @@ import { Level } from 'level';
 import { afterEach, describe, expect, it } from 'vitest';
 import { isTurnlogError } from '../../src/errors.js';
 import { Engine } from '../../src/runtime/engine.js';
-import { silentLogger } from '../../src/runtime/logger.js';
+import { silentLogger } from '../../src/logger.js';
 import { LevelHistoryStore, openStore } from '../../src/store/index.js';
 import { inspectStoreDir } from '../../src/store/store-dir.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';

@@ -10,7 +10,7 @@ import { createTestEngine } from '../../src/testing/test-engine.js';
 import { mapPrices, payloadConverter } from '../fixtures/custom-payloads/workflows.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
 import { ROOT, appendHistory, cli, cliJSON, ensureBuilt, withLevel } from '../cli/run-cli.js';
-import { historyBuilder } from '../helpers/build-history.js';
+import { historyBuilder } from '../../src/testing/history-builder.js';
 import { goldenPath } from './golden.js';
 import { loadEvents, mutate } from './mutate.js';
 

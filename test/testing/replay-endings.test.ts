@@ -11,7 +11,7 @@ import type { EventType, TimeoutCause, TurnTerminalEvent } from '../../src/histo
 import { replayHistory } from '../../src/testing/index.js';
 import { ENGINE_FAILURE_CODES } from '../../src/testing/replay-history.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
-import { historyBuilder, type HistoryBuilder } from '../helpers/build-history.js';
+import { historyBuilder, type HistoryBuilder } from '../../src/testing/history-builder.js';
 
 type Mode = 'complete' | 'suspend' | 'fail' | 'wait' | 'more';
 

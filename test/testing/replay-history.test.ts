@@ -7,7 +7,7 @@ import type { HistoryEvent } from '../../src/history/events.js';
 import { encodeHistoryFile } from '../../src/history/history-file.js';
 import { defineWorkflow, type Workflow } from '../../src/workflow/define-workflow.js';
 import { ReplayFailuresError, createTestEngine, replayHistories, replayHistory, type TestEngine } from '../../src/testing/index.js';
-import { historyBuilder, payload } from '../helpers/build-history.js';
+import { historyBuilder, payload } from '../../src/testing/history-builder.js';
 import { createSupportAgent, supportAgent } from '../fixtures/workflows/support-agent.js';
 import { goldenPath } from './golden.js';
 import { eventAt, insertAfter, loadEvents, mutate, remove, swapSteps } from './mutate.js';

@@ -10,7 +10,7 @@ import type { HistoryEvent } from '../../src/history/events.js';
 import { encodeHistoryFile } from '../../src/history/history-file.js';
 import { ReplayFailuresError, replayHistories, replayHistory, type TurnReplayResult } from '../../src/testing/index.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
-import { historyBuilder } from '../helpers/build-history.js';
+import { historyBuilder } from '../../src/testing/history-builder.js';
 import { ROOT, ensureBuilt } from '../cli/run-cli.js';
 import { goldenPath } from './golden.js';
 import { loadEvents, mutate } from './mutate.js';

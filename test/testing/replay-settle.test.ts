@@ -13,11 +13,11 @@ import { ReplayStalledError, isTurnlogError } from '../../src/errors.js';
 import type { HistoryEvent } from '../../src/history/events.js';
 import { ManualClock } from '../../src/runtime/clock.js';
 import { Engine } from '../../src/runtime/engine.js';
-import { silentLogger } from '../../src/runtime/logger.js';
+import { silentLogger } from '../../src/logger.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
 import { replayHistory } from '../../src/testing/index.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
-import { historyBuilder } from '../helpers/build-history.js';
+import { historyBuilder } from '../../src/testing/history-builder.js';
 import { napper, patient, stuck } from '../fixtures/workflows/replay-endings.js';
 
 /** Turn 1 of `workflow`: TurnStarted, step a = 'hi' (event 4), then whatever `end` appends. */

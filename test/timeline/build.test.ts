@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { summarize } from '../../src/history/summary.js';
 import { buildTimeline, recoveries, taskTimeline } from '../../src/timeline/build.js';
-import { historyBuilder } from '../helpers/build-history.js';
+import { historyBuilder } from '../../src/testing/history-builder.js';
 
 describe('buildTimeline', () => {
   it('groups attempts, steps, kills and crashes under their turn', () => {

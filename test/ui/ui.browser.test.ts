@@ -13,7 +13,7 @@ import { fileURLToPath } from 'node:url';
 import type { Page } from 'playwright-core';
 import { afterEach, expect, it } from 'vitest';
 import { Engine } from '../../src/runtime/engine.js';
-import { silentLogger } from '../../src/runtime/logger.js';
+import { silentLogger } from '../../src/logger.js';
 import { createPostgresStore } from '../../src/store/postgres-store.js';
 import { stepThenStall } from '../fixtures/workflows/pg-recovery.js';
 import { appendHistory, ensureBuilt, MAIN, ROOT, withLevel } from '../cli/run-cli.js';

@@ -1,12 +1,12 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { Engine } from '../../src/runtime/engine.js';
-import { silentLogger } from '../../src/runtime/logger.js';
+import { silentLogger } from '../../src/logger.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
 import { replayHistory } from '../../src/testing/index.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
 import type { TurnContext } from '../../src/workflow/context.js';
 import { ProcessExecutor } from '../../src/executor/process-executor.js';
-import type { Logger } from '../../src/runtime/logger.js';
+import type { Logger } from '../../src/logger.js';
 import * as fixtures from '../fixtures/workflows/index.js';
 import { ensureBuilt, ROOT } from '../cli/run-cli.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';

@@ -4,7 +4,7 @@
  */
 import { describe, expect, it } from 'vitest';
 import { Engine } from '../../src/runtime/engine.js';
-import { silentLogger } from '../../src/runtime/logger.js';
+import { silentLogger } from '../../src/logger.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
 import type { Payload } from '../../src/history/events.js';

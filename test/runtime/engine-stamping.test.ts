@@ -1,5 +1,5 @@
 /**
- * Review of src/runtime/engine.ts #materialize stamping drafts in place (eventId, generation,
+ * Review of src/runtime/appender.ts #materialize stamping drafts in place (eventId, generation,
  * time written on the draft objects). Checked: the only double materialization is #preview then
  * #append of the same pending drafts (same ids; the append's generation/time win, as before);
  * no draft is re-stamped after it was handed to the store; fold keeps only payloads/failures of
@@ -12,7 +12,7 @@ import type { HistoryEvent, Payload } from '../../src/history/events.js';
 import type { PayloadCodec } from '../../src/history/payload.js';
 import { fold } from '../../src/replay/fold.js';
 import { Engine } from '../../src/runtime/engine.js';
-import { silentLogger } from '../../src/runtime/logger.js';
+import { silentLogger } from '../../src/logger.js';
 import type { HistoryStore } from '../../src/store/history-store.js';
 import { LevelHistoryStore } from '../../src/store/level-store.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';

@@ -1,14 +1,14 @@
 // Review probe: a reused worker must not carry a previous turn's records into the next turn.
-// Workers import the compiled fixture (dist/test/fixtures/review): run `npx tsc -p tsconfig.json` first.
+// Workers import the compiled fixture (dist/test/fixtures/workflows): run `npx tsc -p tsconfig.json` first.
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Engine } from '../../src/runtime/engine.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
 import { ProcessExecutor } from '../../src/executor/process-executor.js';
-import { silentLogger } from '../../src/runtime/logger.js';
-import { dangling, reviewEcho } from '../fixtures/review/dangling.js';
+import { silentLogger } from '../../src/logger.js';
+import { dangling, reviewEcho } from '../fixtures/workflows/dangling.js';
 
-const MODULE = fileURLToPath(new URL('../../dist/test/fixtures/review/dangling.js', import.meta.url));
+const MODULE = fileURLToPath(new URL('../../dist/test/fixtures/workflows/dangling.js', import.meta.url));
 
 const cleanups: (() => Promise<void> | void)[] = [];
 afterEach(async () => {

@@ -1,5 +1,6 @@
 /**
- * Event builders for tests: write a history the way the engine would, one fluent call per event.
+ * History builder (`turnlog/testing`): write a history the way the engine would, one fluent call
+ * per event — for replay tests, recovery tests and tests of your own tooling over histories.
  * Ids are dense from 1, times tick forward, turn/attempt/seq numbers are tracked for you; every
  * default can be overridden, and nothing is validated (so tests can build broken histories too).
  *
@@ -25,9 +26,9 @@ import type {
   TurnPolicy,
   TurnTerminalEvent,
   WorkflowKind,
-} from '../../src/history/events.js';
-import { HISTORY_FORMAT_VERSION } from '../../src/history/events.js';
-import { defaultPayloadConverter } from '../../src/history/payload.js';
+} from '../history/events.js';
+import { HISTORY_FORMAT_VERSION } from '../history/events.js';
+import { defaultPayloadConverter } from '../history/payload.js';
 
 /** 2026-01-01T00:00:00.000Z: the builders' default clock start. */
 export const T0 = Date.UTC(2026, 0, 1);

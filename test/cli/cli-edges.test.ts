@@ -5,7 +5,7 @@ import { existsSync, readdirSync } from 'node:fs';
 import { join } from 'node:path';
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
-import { cli, cliJSON, ensureBuilt, withLevel } from '../cli/run-cli.js';
+import { cli, cliJSON, ensureBuilt, withLevel } from './run-cli.js';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {

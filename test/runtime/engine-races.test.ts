@@ -4,7 +4,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { Engine, type EngineOptions } from '../../src/runtime/engine.js';
 import { ManualClock } from '../../src/runtime/clock.js';
-import { silentLogger } from '../../src/runtime/logger.js';
+import { silentLogger } from '../../src/logger.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
 import { fold } from '../../src/replay/index.js';

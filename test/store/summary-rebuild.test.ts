@@ -5,7 +5,7 @@
 import { afterEach, describe, expect, it } from 'vitest';
 import { Engine } from '../../src/runtime/engine.js';
 import { ManualClock } from '../../src/runtime/clock.js';
-import { silentLogger } from '../../src/runtime/logger.js';
+import { silentLogger } from '../../src/logger.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
 import { LevelHistoryStore } from '../../src/store/level-store.js';
 import { summarize } from '../../src/history/summary.js';

@@ -10,7 +10,7 @@ import type { HistoryEvent } from '../../src/history/events.js';
 import type { OpenTurn, TaskState } from '../../src/history/state.js';
 import { decodeState, encodeState } from '../../src/history/state-codec.js';
 import { fold } from '../../src/replay/fold.js';
-import { historyBuilder } from '../helpers/build-history.js';
+import { historyBuilder } from '../../src/testing/history-builder.js';
 
 /** Every optional TaskState field set at the end except outcome (a completed task has no open turn). */
 function everything(): HistoryEvent[] {

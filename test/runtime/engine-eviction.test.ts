@@ -1,5 +1,5 @@
 /**
- * Review of src/runtime/engine.ts #load/#pin/#evictIdle (busy counter, setImmediate unpin).
+ * Review of src/runtime/task-cache.ts load/#pin/#evictIdle (busy counter, setImmediate unpin).
  * Checked: every caller of #load takes the lock or registers its waiter synchronously after the
  * await, so the pin (until the next macrotask) covers the gap; active, busy and waited-on entries
  * are never evicted. Regression guard: with a cache of 2 entries and many concurrent tasks and
@@ -7,7 +7,7 @@
  */
 import { afterEach, expect, it } from 'vitest';
 import { Engine } from '../../src/runtime/engine.js';
-import { silentLogger } from '../../src/runtime/logger.js';
+import { silentLogger } from '../../src/logger.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
 

@@ -4,7 +4,7 @@
  */
 import type { FailureInfo, Payload } from '../history/events.js';
 import type { RecordedCall, TaskState } from '../history/state.js';
-import type { TurnSpec } from './context.js';
+import type { TurnSpec } from './host.js';
 
 /**
  * Builds the spec of `s.openTurn` as of now: its input (the first of the turn's inputs, or

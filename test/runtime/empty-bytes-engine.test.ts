@@ -4,7 +4,7 @@
  */
 import { afterEach, expect, it } from 'vitest';
 import { Engine } from '../../src/runtime/engine.js';
-import { silentLogger } from '../../src/runtime/logger.js';
+import { silentLogger } from '../../src/logger.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
 

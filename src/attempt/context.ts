@@ -1,0 +1,376 @@
+/**
+ * The one implementation of the turn context. The same code runs inline in the engine, inside
+ * an isolated worker, and under replay testing; only the {@link TurnHost} it talks to differs
+ * (engine appends, protocol frames, a recorded history).
+ */
+import type { AsyncLocalStorage } from 'node:async_hooks';
+import { createHash } from 'node:crypto';
+import { FencedError, NonDeterminismError, PayloadEncodingError, PayloadTooLargeError, TurnlogError, invalidArgument, type PayloadField } from '../errors.js';
+import type { EntryMode, Payload, RetryPolicy } from '../history/events.js';
+import { errorToFailure, failureToError } from '../history/failure.js';
+import { MAX_PAYLOAD_BYTES, payloadSize, type PayloadConverter } from '../history/payload.js';
+import type { RecordedCall } from '../history/state.js';
+import { illFormedText } from '../history/well-formed.js';
+import { EXIT, SUSPENSION, type CancelKind, type ExitForRecovery, type StepFn, type StepOptions, type Suspension, type TurnContext } from '../workflow/context.js';
+import type { AttemptOutcome, TurnHost, TurnSpec } from './host.js';
+
+export type { AttemptOutcome, StepRecord, TurnHost, TurnSpec } from './host.js';
+
+// Which step's fn is running, so ctx.idempotencyKey() inside it (and its retries, and parallel
+// steps) names that step through the fn's awaits (test: test/workflow/idempotency-key.test.ts).
+// Loaded by the first step, not at import (node:async_hooks is unverified in startup snapshots),
+// and synchronously where Node has getBuiltinModule (≥ 20.16): a snapshot-restored process never
+// settles a dynamic import() (test: test/examples/startup-snapshot.test.ts).
+type StepScope = AsyncLocalStorage<{ ctx: object; seq: number }>;
+let runningStep: StepScope | undefined;
+async function stepScope(): Promise<StepScope> {
+  const builtin = (process as { getBuiltinModule?: (id: string) => unknown }).getBuiltinModule;
+  const hooks = builtin ? (builtin('node:async_hooks') as typeof import('node:async_hooks')) : await import('node:async_hooks');
+  return (runningStep ??= new hooks.AsyncLocalStorage());
+}
+const INPUT_POLL_MS = 5;
+
+function abortReason(kind: CancelKind, spec: TurnSpec, reason: string): TurnlogError {
+  const at = `Task ${spec.taskId}, turn ${spec.turn}`;
+  switch (kind) {
+    case 'timeout':
+      return new TurnlogError('TURNLOG_TURN_TIMED_OUT', `${at}: turn timeout reached (${reason}).`);
+    case 'cancel':
+      return new TurnlogError('TURNLOG_TURN_CANCELLED', `${at}: cancelled (${reason}).`);
+    case 'shutdown':
+      return new TurnlogError('TURNLOG_ENGINE_CLOSED', `${at}: engine shutting down (${reason}).`);
+  }
+}
+
+// Implements the unchecked (`custom`) shape: the payload checks are compile-time only.
+export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I, S, 'custom'> {
+  readonly taskId: string;
+  readonly workflow: string;
+  readonly turn: number;
+  readonly attempt: number;
+  readonly inputId: string;
+  readonly input: I;
+  readonly entryMode: EntryMode;
+  readonly steered: boolean;
+  readonly recoveryCount: number;
+  readonly deadline: number;
+  state: S;
+
+  #spec: TurnSpec;
+  #host: TurnHost;
+  #converter: PayloadConverter;
+  #controller = new AbortController();
+  #seq = 0;
+  #checkpoint: Payload | undefined;
+  #timeoutExceeded: boolean;
+  #cancelRequested: boolean;
+  #shutdownRequested = false;
+  #cancelKind: CancelKind | undefined;
+  #fenced: string | undefined;
+  #tooLarge: PayloadTooLargeError | undefined;
+  // Records land in seq order even when steps run in parallel: each call reserves its slot
+  // when it is made, and its record waits for the slot before it (test: parallel steps).
+  #recordTail: Promise<void> = Promise.resolve();
+
+  constructor(spec: TurnSpec, host: TurnHost, converter: PayloadConverter, initialState: (() => S) | undefined) {
+    this.#spec = spec;
+    this.#host = host;
+    this.#converter = converter;
+    this.taskId = spec.taskId;
+    this.workflow = spec.workflow;
+    this.turn = spec.turn;
+    this.attempt = spec.attempt;
+    this.inputId = spec.inputId;
+    this.input = converter.fromPayload<I>(spec.input);
+    this.entryMode = spec.entryMode;
+    this.steered = spec.steered;
+    this.recoveryCount = spec.recoveryCount;
+    this.deadline = spec.deadline;
+    this.state = spec.state ? converter.fromPayload<S>(spec.state) : (initialState?.() as S);
+    this.#checkpoint = spec.checkpoint;
+    this.#timeoutExceeded = spec.timeoutExceeded;
+    this.#cancelRequested = spec.cancelRequested;
+    if (spec.timeoutExceeded) this.cancel('timeout', 'deadline already passed');
+    else if (spec.cancelRequested) this.cancel('cancel', 'cancel requested before this attempt');
+  }
+
+  get signal(): AbortSignal {
+    return this.#controller.signal;
+  }
+  get timeoutExceeded(): boolean {
+    return this.#timeoutExceeded;
+  }
+  get cancelRequested(): boolean {
+    return this.#cancelRequested;
+  }
+  get shutdownRequested(): boolean {
+    return this.#shutdownRequested;
+  }
+  get pendingInputCount(): number {
+    return this.#host.pendingInputCount();
+  }
+  get checkpointData(): unknown {
+    return this.#checkpoint ? this.#converter.fromPayload(this.#checkpoint) : undefined;
+  }
+  /** A checkpoint refused as too large: the turn fails with it, however the handler ends. */
+  get payloadRefusal(): PayloadTooLargeError | undefined {
+    return this.#tooLarge;
+  }
+  /** Why the signal aborted, if it did. */
+  get cancelKind(): CancelKind | undefined {
+    return this.#cancelKind;
+  }
+
+  /** Cooperative cancel: flags first, then the abort (handlers reading flags in the abort listener see them set). */
+  cancel(kind: CancelKind, reason: string): void {
+    if (kind === 'timeout') this.#timeoutExceeded = true;
+    if (kind === 'cancel') this.#cancelRequested = true;
+    if (kind === 'shutdown') this.#shutdownRequested = true;
+    if (this.#controller.signal.aborted) return;
+    this.#cancelKind = kind;
+    this.#controller.abort(abortReason(kind, this.#spec, reason));
+  }
+
+  /** After this, every record call fails: the attempt no longer owns its turn. */
+  fence(detail: string): void {
+    this.#fenced ??= detail;
+  }
+
+  async step<T>(name: string, fn: StepFn<T>, options: StepOptions = {}): Promise<T> {
+    // Names are matched on replay: one with no UTF-8 form would be recorded as another name.
+    if (typeof name !== 'string') throw invalidArgument(`Task ${this.taskId}: ctx.step() needs a string name, got ${typeof name}.`);
+    if (!name.isWellFormed()) throw invalidArgument(`Task ${this.taskId}: step ${illFormedText('name', name)}.`);
+    const seq = ++this.#seq;
+    const recorded = this.#spec.calls[seq - 1];
+    if (recorded) {
+      if (recorded.kind !== 'step' || recorded.name !== name) throw this.#diverged(recorded, `step "${name}"`);
+      if (recorded.failure) throw failureToError(recorded.failure);
+      return this.#converter.fromPayload<T>(recorded.result!);
+    }
+    this.#checkFenced();
+    const slot = this.#reserve();
+    const policy = { ...this.#spec.stepRetry, ...options.retry };
+    const started = this.#host.now();
+    const fail = async (err: unknown): Promise<never> => {
+      const failure = errorToFailure(err);
+      await slot.record(() => this.#host.recordStep({ seq, name, failure, durationMs: this.#host.now() - started }));
+      throw err;
+    };
+    const scope = runningStep ?? (await stepScope());
+    let value: T;
+    for (let attempt = 1; ; attempt++) {
+      try {
+        value = await scope.run({ ctx: this, seq }, () => fn(this.signal));
+        break;
+      } catch (err) {
+        if (attempt >= policy.maxAttempts || !isRetryable(err, policy) || this.signal.aborted) return fail(err);
+        const delay = Math.min(
+          policy.maxIntervalMs,
+          policy.initialIntervalMs * Math.pow(Math.max(1, policy.backoffCoefficient), attempt - 1),
+        );
+        try {
+          await this.#host.sleep(delay, this.signal);
+        } catch {
+          return fail(err);
+        }
+      }
+    }
+    let result: Payload;
+    try {
+      result = encodeFor(this.#converter, value, 'stepResult', `Task ${this.taskId}, turn ${this.turn}, step "${name}" result`);
+    } catch (err) {
+      return fail(err);
+    }
+    await slot.record(() => this.#host.recordStep({ seq, name, result, durationMs: this.#host.now() - started }));
+    // Return what a replay would return, so the first run and later attempts see the same value.
+    return this.#converter.fromPayload<T>(result);
+  }
+
+  idempotencyKey(name = ''): string {
+    const running = runningStep?.getStore();
+    const seq = running?.ctx === this ? running.seq : this.#seq + 1;
+    // Hashed: fixed length and charset whatever the task id holds, and no separator ambiguity.
+    const digest = createHash('sha256').update(JSON.stringify([this.taskId, this.turn, seq, name])).digest('base64url');
+    return `tl_${digest.slice(0, 32)}`;
+  }
+
+  /**
+   * @internal `data` as a checkpoint payload, or the refusal `checkpoint()` throws before it takes
+   * a seq (the replay tester calls it first too, so a refused checkpoint is no call there either).
+   */
+  checkpointPayload(data: unknown): Payload {
+    try {
+      return encodeFor(this.#converter, data, 'checkpoint', `Task ${this.taskId}, turn ${this.turn}, checkpoint`);
+    } catch (err) {
+      // Too large fails the turn, as the engine's own limit does; not JSON only throws.
+      if (err instanceof PayloadTooLargeError) this.#tooLarge ??= err;
+      throw err;
+    }
+  }
+
+  async checkpoint(data: unknown): Promise<void> {
+    // Converted before taking a seq: a refused checkpoint leaves no gap in the recorded calls.
+    const payload = this.checkpointPayload(data);
+    const seq = ++this.#seq;
+    const recorded = this.#spec.calls[seq - 1];
+    if (recorded) {
+      if (recorded.kind !== 'checkpoint') throw this.#diverged(recorded, 'checkpoint');
+      this.#checkpoint = payload;
+      return;
+    }
+    this.#checkFenced();
+    await this.#reserve().record(() => this.#host.recordCheckpoint(seq, payload));
+    this.#checkpoint = payload;
+  }
+
+  async takeInputs<T = I>(options: { wait?: boolean } = {}): Promise<T[]> {
+    const seq = ++this.#seq;
+    const recorded = this.#spec.calls[seq - 1];
+    if (recorded) {
+      if (recorded.kind !== 'take-inputs') throw this.#diverged(recorded, 'takeInputs()');
+      const byId = new Map(this.#spec.taken.map((q) => [q.inputId, q]));
+      return recorded.inputIds.map((id) => this.#converter.fromPayload<T>(byId.get(id)!.input));
+    }
+    this.#checkFenced();
+    // Polling keeps the host contract small (it works the same across the worker protocol).
+    while (options.wait && this.#host.pendingInputCount() === 0) await this.#host.sleep(INPUT_POLL_MS, this.signal);
+    const taken = await this.#reserve().record(() => this.#host.takeInputs(seq));
+    return taken.map((q) => this.#converter.fromPayload<T>(q.input));
+  }
+
+  suspend<O>(reason: string, output?: O): Suspension<O> {
+    if (this.#spec.kind !== 'multi-turn') {
+      throw new TurnlogError(
+        'TURNLOG_WRONG_KIND',
+        `Task ${this.taskId}: ctx.suspend() is for multi-turn workflows; workflow ${this.workflow} is one-shot. Return a value instead, or define it with kind: 'multi-turn'.`,
+      );
+    }
+    return { [SUSPENSION]: true, reason, output };
+  }
+
+  exitForRecovery(reason = 'engine shutting down'): ExitForRecovery {
+    if (!this.#shutdownRequested) {
+      throw new TurnlogError(
+        'TURNLOG_EXIT_FOR_RECOVERY_OUTSIDE_SHUTDOWN',
+        `Task ${this.taskId}, turn ${this.turn}: exitForRecovery() is only allowed while the engine shuts down (ctx.shutdownRequested). Finish the turn, or throw to fail it.`,
+      );
+    }
+    return { [EXIT]: true, reason };
+  }
+
+  /** Reserves the next record slot; its `record` must be called exactly once. */
+  #reserve(): { record<T>(write: () => Promise<T>): Promise<T> } {
+    const before = this.#recordTail;
+    let release!: () => void;
+    this.#recordTail = new Promise<void>((r) => (release = r));
+    return {
+      record: async <T>(write: () => Promise<T>): Promise<T> => {
+        try {
+          await before;
+          this.#checkFenced();
+          return await write();
+        } finally {
+          release();
+        }
+      },
+    };
+  }
+
+  #checkFenced(): void {
+    if (this.#fenced !== undefined) throw new FencedError(this.taskId, this.turn, this.attempt, this.#fenced);
+  }
+
+  #diverged(recorded: RecordedCall, actual: string): NonDeterminismError {
+    const expected = recorded.kind === 'step' ? `step "${recorded.name}"` : recorded.kind === 'checkpoint' ? 'checkpoint' : 'takeInputs()';
+    return new NonDeterminismError(this.taskId, this.turn, recorded.eventId, `${expected} at position ${recorded.seq}`, actual);
+  }
+}
+
+/**
+ * Converts a value the handler produced, naming it in a refusal. Payloads over the hard cap are
+ * refused here, in whichever process runs the handler, so no worker frame outgrows the
+ * protocol's cap; the engine checks its configured (lower or equal) limits on receipt.
+ */
+function encodeFor(converter: PayloadConverter, value: unknown, field: PayloadField, subject: string): Payload {
+  let p: Payload;
+  try {
+    p = converter.toPayload(value);
+  } catch (err) {
+    if (err instanceof PayloadEncodingError) throw err.about(subject);
+    throw err;
+  }
+  const size = payloadSize(p);
+  if (size > MAX_PAYLOAD_BYTES) {
+    throw new PayloadTooLargeError(field, size, MAX_PAYLOAD_BYTES, subject, "That is turnlog's hard cap (no limit can be set above it): keep large data outside the task and pass a reference.");
+  }
+  return p;
+}
+
+function isRetryable(err: unknown, policy: RetryPolicy): boolean {
+  try {
+    return retryable(err, policy);
+  } catch {
+    return false; // a value whose inspection throws (a hostile Proxy) is not retried, but recorded
+  }
+}
+
+function retryable(err: unknown, policy: RetryPolicy): boolean {
+  if (typeof err !== 'object' || err === null) return true;
+  const e = err as { nonRetryable?: unknown; type?: unknown; name?: unknown; code?: unknown };
+  if (e.nonRetryable === true) return false;
+  if (e.code === 'TURNLOG_FENCED' || e.code === 'TURNLOG_NON_DETERMINISM') return false;
+  const type = typeof e.type === 'string' ? e.type : typeof e.name === 'string' ? e.name : '';
+  return !policy.nonRetryableTypes.includes(type);
+}
+
+function isSuspension(v: unknown): v is Suspension {
+  return typeof v === 'object' && v !== null && (v as Record<symbol, unknown>)[SUSPENSION] === true;
+}
+function isExit(v: unknown): v is ExitForRecovery {
+  return typeof v === 'object' && v !== null && (v as Record<symbol, unknown>)[EXIT] === true;
+}
+
+/**
+ * Runs the handler to its outcome. Once the signal has aborted, a throw counts as the
+ * abort's outcome (timed out, cancelled, or exit for recovery at shutdown), whatever was thrown.
+ */
+export async function runHandler<I, O, S>(
+  // `ctx: never`: handlers of either payload mode; the context checks payloads at run time.
+  handler: (ctx: never, input: I) => Promise<O | Suspension<O> | ExitForRecovery> | O | Suspension<O> | ExitForRecovery,
+  ctx: TurnContextImpl<I, S>,
+  converter: PayloadConverter,
+): Promise<AttemptOutcome> {
+  let value: unknown;
+  try {
+    value = await handler(ctx as never, ctx.input);
+  } catch (err) {
+    switch (ctx.cancelKind) {
+      case 'timeout':
+        return { kind: 'timed-out' };
+      case 'cancel':
+        return { kind: 'cancelled', reason: (ctx.signal.reason as Error).message };
+      case 'shutdown':
+        return { kind: 'exit-for-recovery', reason: 'handler stopped at engine shutdown' };
+      default:
+        return { kind: 'failed', failure: errorToFailure(ctx.payloadRefusal ?? err) };
+    }
+  }
+  const refused = ctx.payloadRefusal;
+  if (refused && !isExit(value)) return { kind: 'failed', failure: errorToFailure(refused) };
+  const at = `Task ${ctx.taskId}, turn ${ctx.turn}`;
+  try {
+    const state = ctx.state === undefined ? undefined : encodeFor(converter, ctx.state, 'state', `${at}, ctx.state`);
+    if (isExit(value)) return { kind: 'exit-for-recovery', reason: value.reason };
+    if (isSuspension(value)) {
+      const out: AttemptOutcome = { kind: 'suspended', reason: value.reason };
+      if (value.output !== undefined) out.output = encodeFor(converter, value.output, 'output', `${at}, suspend output`);
+      if (state) out.state = state;
+      return out;
+    }
+    const out: AttemptOutcome = { kind: 'completed', output: encodeFor(converter, value, 'output', `${at}, output`) };
+    if (state) out.state = state;
+    return out;
+  } catch (err) {
+    return { kind: 'failed', failure: errorToFailure(err) };
+  }
+}

@@ -1,0 +1,66 @@
+/**
+ * The turn-attempt contract: what an executor is given to run one attempt (TurnSpec), what the
+ * attempt talks to while it runs (TurnHost: engine appends, protocol frames or a recorded
+ * history) and how it ends (AttemptOutcome). Inline, process and replay executors share it.
+ */
+import type { EntryMode, FailureInfo, Payload, RetryPolicy, WorkflowKind } from '../history/events.js';
+import type { QueuedInput, RecordedCall } from '../history/state.js';
+
+export type { CancelKind } from '../workflow/context.js';
+
+/** Everything an executor needs to run one attempt of one turn. Plain data (crosses processes). */
+export interface TurnSpec {
+  taskId: string;
+  workflow: string;
+  kind: WorkflowKind;
+  turn: number;
+  attempt: number;
+  entryMode: EntryMode;
+  steered: boolean;
+  inputId: string;
+  input: Payload;
+  state?: Payload;
+  /** Calls recorded by earlier attempts, in seq order. */
+  calls: RecordedCall[];
+  /** Inputs taken by recorded take-inputs calls, by id. */
+  taken: QueuedInput[];
+  checkpoint?: Payload;
+  turnStartedAt: number;
+  deadline: number;
+  recoveryCount: number;
+  stepRetry: RetryPolicy;
+  /** Cancel state at start (a recovered turn whose cancel was already requested). */
+  timeoutExceeded: boolean;
+  cancelRequested: boolean;
+}
+
+/** How an attempt ended, as the executor reports it. */
+export type AttemptOutcome =
+  | { kind: 'completed'; output: Payload; state?: Payload }
+  | { kind: 'suspended'; reason: string; output?: Payload; state?: Payload }
+  | { kind: 'failed'; failure: FailureInfo }
+  | { kind: 'cancelled'; reason: string }
+  | { kind: 'timed-out' }
+  | { kind: 'exit-for-recovery'; reason: string }
+  | { kind: 'crashed'; pid: number; exitCode: number | null; signal: string | null; message: string; stderrTail?: string }
+  | { kind: 'killed'; pid: number; signal: string };
+
+export interface StepRecord {
+  seq: number;
+  name: string;
+  result?: Payload;
+  failure?: FailureInfo;
+  durationMs: number;
+}
+
+/** The environment of a running attempt. Each record resolves once durable (invariant 4). */
+export interface TurnHost {
+  recordStep(record: StepRecord): Promise<void>;
+  recordCheckpoint(seq: number, data: Payload): Promise<void>;
+  /** Takes every queued input, records InputsTaken, returns them. */
+  takeInputs(seq: number): Promise<{ inputId: string; input: Payload }[]>;
+  pendingInputCount(): number;
+  now(): number;
+  /** Retry backoff; rejects when `signal` aborts. */
+  sleep(ms: number, signal: AbortSignal): Promise<void>;
+}

@@ -1,0 +1,124 @@
+/**
+ * The appender: numbers, stamps, encodes (codecs) and checks drafts, validates them by folding,
+ * appends them with the lease's fencing, keeps the cached state, logs outcomes and writes
+ * snapshots at their cadence. A stale generation is handed to `onStale` (the supervisor fences).
+ */
+import { isTurnlogError, type StaleGenerationError } from '../errors.js';
+import { isTurnTerminal, type HistoryEvent, type Lease } from '../history/events.js';
+import type { TaskState } from '../history/state.js';
+import { encodeState } from '../history/state-codec.js';
+import { wellFormedEvent } from '../history/well-formed.js';
+import { fold } from '../replay/index.js';
+import type { Logger } from '../logger.js';
+import type { Draft } from './drafts.js';
+import type { FaultInjector } from './fault.js';
+import { outcomeLogLines } from './outcome-log.js';
+import type { Runtime } from './runtime.js';
+import type { LockedTask, TaskCache, TaskEntry } from './task-cache.js';
+
+export class Appender {
+  readonly #rt: Runtime;
+  readonly #cache: TaskCache;
+  readonly #fault: FaultInjector | undefined;
+  readonly #onStale: (t: LockedTask, err: StaleGenerationError) => void;
+  readonly #onRefreshed: OnRefreshed;
+
+  /** `onRefreshed` sees what another writer appended, after a ConcurrencyError's re-read (the supervisor reacts). */
+  constructor(rt: Runtime, cache: TaskCache, fault: FaultInjector | undefined, onStale: (t: LockedTask, err: StaleGenerationError) => void, onRefreshed: OnRefreshed) {
+    this.#rt = rt;
+    this.#cache = cache;
+    this.#fault = fault;
+    this.#onStale = onStale;
+    this.#onRefreshed = onRefreshed;
+  }
+
+  /**
+   * Numbers drafts into events. Drafts are fresh objects built here, so they are stamped in
+   * place: an object spread over 19 event shapes costs ~7 µs each in V8, stamping ~0.1 µs.
+   */
+  #materialize(t: TaskEntry, drafts: Draft[], generation: number, time = this.#rt.clock.now()): HistoryEvent[] {
+    let id = t.state?.lastEventId ?? 0;
+    const enc = this.#rt.codec?.encodeEvent;
+    const out: HistoryEvent[] = new Array(drafts.length);
+    for (let i = 0; i < drafts.length; i++) {
+      const e = drafts[i] as HistoryEvent;
+      e.eventId = ++id;
+      e.generation = generation;
+      e.time = time;
+      // Well-formed before folding: the state kept in memory is what a reload reads back.
+      out[i] = wellFormedEvent(enc ? enc(e) : e, t.id);
+    }
+    return out;
+  }
+
+  /** The generation this engine writes under: its own lease's, never below the history's highest. */
+  generation(t: TaskEntry): number {
+    return Math.max(t.lease?.instance === this.#rt.instance ? t.lease.generation : 0, t.state?.highestGeneration ?? 0);
+  }
+
+  /** The state `drafts` would fold to, without writing (the driver decides on it). */
+  preview(t: TaskEntry, drafts: Draft[]): TaskState {
+    return fold(t.id, this.#materialize(t, drafts, this.generation(t)), t.state);
+  }
+
+  /** Validates by folding first (an invalid batch throws before anything is written), then writes. */
+  async append(t: LockedTask, drafts: Draft[], lease?: Lease, time?: number): Promise<void> {
+    if (drafts.length === 0) return;
+    const generation = lease ? lease.generation : this.generation(t);
+    const events = this.#materialize(t, drafts, generation, time);
+    const next = fold(t.id, events, t.state);
+    const expectedLastEventId = t.state?.lastEventId ?? 0;
+    try {
+      await this.#rt.store.append(t.id, events, lease ? { expectedLastEventId, generation, lease } : { expectedLastEventId, generation });
+    } catch (err) {
+      if (isStale(err)) this.#onStale(t, err);
+      else if (isTurnlogError(err, 'TURNLOG_CONCURRENCY')) await this.#refresh(t, err);
+      throw err;
+    }
+    const before = t.state;
+    t.state = next;
+    if (lease) t.lease = lease;
+    for (const e of events) if (isTurnTerminal(e)) t.lastTerminal = e;
+    for (const l of outcomeLogLines(t.id, before, events)) this.#rt.log[l.level](l.message, l.fields);
+    this.#fault?.afterAppend();
+    if (next.lastEventId - t.snapshotAt >= this.#rt.snapshotEvery) {
+      t.snapshotAt = next.lastEventId;
+      this.#rt.store
+        .putSnapshot(t.id, { eventId: next.lastEventId, data: encodeState(next) })
+        .catch((err) => this.#rt.log.warn('snapshot write failed', { taskId: t.id, error: err }));
+    }
+  }
+
+  /**
+   * A ConcurrencyError: someone else appended under our generation, so the cached state is
+   * behind. Re-read the tail so the next call decides on the real history instead of failing
+   * again forever. An API call is not retried (decided on stale state); a running attempt's
+   * record or end is, by its caller (driver.ts `stillOurs`), while the turn is still that attempt's.
+   */
+  async #refresh(t: TaskEntry, err: unknown): Promise<void> {
+    this.#rt.log.warn('append lost a race with another writer; re-reading the history', { taskId: t.id, code: 'TURNLOG_CONCURRENCY', error: err });
+    try {
+      const before = t.state;
+      const events = await this.#rt.store.readEvents(t.id, { fromEventId: (t.state?.lastEventId ?? 0) + 1 });
+      if (events.length) t.state = fold(t.id, events, t.state);
+      t.lease = await this.#rt.store.getLease(t.id);
+      this.#onRefreshed(t, before, events);
+    } catch (e) {
+      this.#rt.log.error('re-reading the history failed; dropping the cached task', { taskId: t.id, error: e });
+      if (!t.active) this.#cache.forget(t);
+    }
+  }
+}
+
+/** Called with the state before a re-read and the events another writer appended meanwhile. */
+export type OnRefreshed = (t: TaskEntry, before: TaskState | undefined, events: readonly HistoryEvent[]) => void;
+
+/** Any store's fencing rejection (by code, so a third-party store's error counts too). */
+export function isStale(err: unknown): err is StaleGenerationError {
+  return isTurnlogError(err, 'TURNLOG_STALE_GENERATION');
+}
+
+/** Logs a background failure; a fenced task was logged once already by the supervisor's fence. */
+export function logFailure(log: Logger, message: string, fields: Record<string, unknown>, err: unknown): void {
+  if (!isStale(err)) log.error(message, { ...fields, error: err });
+}

@@ -1,0 +1,248 @@
+/**
+ * The driver: asks the replayer what a task does next and carries it out — appends, starts an
+ * attempt on its executor (lease, TurnStarted, timers), records what the handler records, and
+ * finishes the attempt with its outcome. Drafts come from drafts.ts; writes from the appender;
+ * timers from the supervisor. Every entry point holds the task's lock (a LockedTask).
+ */
+import { FencedError, TurnlogError, isTurnlogError } from '../errors.js';
+import { isTurnTerminal, type ExecutorKind } from '../history/events.js';
+import { errorToFailure } from '../history/failure.js';
+import { nextLease } from '../history/lease.js';
+import type { TaskState } from '../history/state.js';
+import { decide } from '../replay/index.js';
+import type { Decision } from '../replay/decision.js';
+import type { Executor, Reservation } from '../executor/executor.js';
+import type { AttemptOutcome, TurnHost, TurnSpec } from '../attempt/host.js';
+import { turnSpecFor } from '../attempt/turn-spec.js';
+import { sleep } from './clock.js';
+import { isStale, logFailure, type Appender } from './appender.js';
+import { finalizeDrafts, outcomeDrafts, oversized, turnStartDrafts, withinLimits, type Draft } from './drafts.js';
+import type { TurnResults } from './results.js';
+import type { Runtime } from './runtime.js';
+import type { Supervisor } from './supervisor.js';
+import type { ActiveAttempt, LockedTask, TaskCache, TaskEntry } from './task-cache.js';
+
+/** After a ConcurrencyError (and its re-read): the history still has this attempt's turn open. */
+function stillOurs(t: TaskEntry, active: ActiveAttempt, err: unknown): boolean {
+  const ot = t.state?.openTurn;
+  return isTurnlogError(err, 'TURNLOG_CONCURRENCY') && !active.finalized && ot?.turn === active.turn && ot.attempt === active.attempt;
+}
+
+export class Driver {
+  readonly #rt: Runtime;
+  readonly #executors: ReadonlyMap<ExecutorKind, Executor>;
+  readonly #cache: TaskCache;
+  readonly #appender: Appender;
+  readonly #results: TurnResults;
+  readonly #supervisor: Supervisor;
+
+  constructor(rt: Runtime, executors: ReadonlyMap<ExecutorKind, Executor>, cache: TaskCache, appender: Appender, results: TurnResults, supervisor: Supervisor) {
+    this.#rt = rt;
+    this.#executors = executors;
+    this.#cache = cache;
+    this.#appender = appender;
+    this.#results = results;
+    this.#supervisor = supervisor;
+  }
+
+  /** Appends `pre` (if any) together with whatever the replayer decides next. Holds the lock. */
+  async drive(t: LockedTask, pre: Draft[] = []): Promise<void> {
+    let pending = pre;
+    for (;;) {
+      if (t.active || !this.#rt.open) {
+        if (pending.length) await this.#appender.append(t, pending);
+        return;
+      }
+      const preview = pending.length ? this.#appender.preview(t, pending) : t.state;
+      if (!preview) return;
+      const decision = decide(preview, undefined, this.#rt.clock.now());
+      switch (decision.kind) {
+        case 'none':
+          if (pending.length) await this.#appender.append(t, pending);
+          return;
+        case 'complete-task':
+          await this.#appender.append(t, [...pending, { type: 'TaskCompleted', outcome: decision.outcome }]);
+          this.#results.settleQueued(t, 'cancelled', 'the task was cancelled before this input ran');
+          return;
+        case 'finalize-turn': {
+          const before = preview;
+          await this.#appender.append(t, finalizeDrafts(decision, preview, pending));
+          this.#results.afterTerminal(t, before);
+          pending = [];
+          continue;
+        }
+        case 'rerun':
+        case 'start-turn':
+          if (!this.#rt.workflows.has(preview.workflow)) {
+            // Not ours to run (a deploy without this workflow): leave the task untouched for
+            // an engine that has it, instead of failing its turn (test: "unregistered workflow").
+            if (pending.length) await this.#appender.append(t, pending);
+            this.#rt.log.warn('task left waiting: its workflow is not registered with this engine', { taskId: t.id, workflow: preview.workflow });
+            return;
+          }
+          await this.#startAttempt(t, decision, pending, preview);
+          return;
+      }
+    }
+  }
+
+  async #startAttempt(
+    t: LockedTask,
+    d: Extract<Decision, { kind: 'rerun' | 'start-turn' }>,
+    pending: Draft[],
+    preview: TaskState,
+  ): Promise<void> {
+    const now = this.#rt.clock.now();
+    const policy = preview.policy;
+    // An exclusive store proves other instances dead: their leases count as expired.
+    const current = t.lease && this.#rt.store.exclusive && t.lease.instance !== this.#rt.instance ? { ...t.lease, expiresAt: 0 } : t.lease;
+    const lease = nextLease(t.id, current, { owner: this.#rt.owner, instance: this.#rt.instance, durationMs: this.#rt.leaseMs, now }, preview.highestGeneration || 1);
+    // Throws before anything is written when the workflow's executor is not configured.
+    const executor = this.#executorFor(policy.executor);
+    // A worker taken now lets TurnStarted name its pid (0: it waits for a free worker).
+    const reservation = executor.reserve?.(t.id, preview.kind);
+    const pid = policy.executor === 'inline' ? process.pid : (reservation?.pid ?? 0);
+    const drafts = turnStartDrafts(d, preview, pending, {
+      owner: this.#rt.owner,
+      instance: this.#rt.instance,
+      executor: policy.executor,
+      pid,
+      now,
+      turnTimeoutMs: policy.turnTimeoutMs,
+      lease,
+      previous: t.lease,
+    });
+    try {
+      await this.#appender.append(t, drafts, lease, now);
+    } catch (err) {
+      reservation?.release();
+      throw err;
+    }
+    const s = t.state!;
+    const ot = s.openTurn!;
+    const active: ActiveAttempt = { turn: ot.turn, attempt: ot.attempt, finalized: false, timers: [], renewFailures: 0, done: Promise.resolve() };
+    t.active = active;
+    const spec = turnSpecFor(s, this.#rt.converter.toPayload(undefined), this.#rt.codec);
+    this.#supervisor.armDeadline(t, active, ot.deadline - now);
+    this.#supervisor.armRenewal(t, active);
+    active.done = this.#runAttempt(t, active, executor, spec, reservation);
+  }
+
+  async #runAttempt(t: TaskEntry, active: ActiveAttempt, executor: Executor, spec: TurnSpec, reservation: Reservation | undefined): Promise<void> {
+    let outcome: AttemptOutcome;
+    try {
+      const handle = await executor.start(spec, this.#host(t, active), reservation);
+      active.handle = handle;
+      // Fenced or shut down while the worker was starting: it must not run on unowned.
+      if (active.finalized) {
+        handle.fence('the turn was taken away while its worker started');
+        handle.kill?.('the turn was taken away while its worker started');
+      }
+      if (active.pendingCancel) handle.cancel(...active.pendingCancel);
+      outcome = await handle.outcome;
+    } catch (err) {
+      reservation?.release();
+      const failure = errorToFailure(err);
+      outcome = { kind: 'failed', failure: { ...failure, code: failure.code ?? 'TURNLOG_WORKER_START' } };
+    }
+    await this.#cache.withLock(t, (t) => this.#finishAttempt(t, active, outcome)).catch((err) =>
+      logFailure(this.#rt.log, 'finishing a turn failed', { taskId: t.id, turn: active.turn }, err),
+    );
+  }
+
+  #host(t: TaskEntry, active: ActiveAttempt): TurnHost {
+    const check = () => {
+      if (t.active !== active || active.finalized) {
+        throw new FencedError(t.id, active.turn, active.attempt, 'the turn was finalized without it');
+      }
+      if (active.refused) throw active.refused;
+    };
+    // A zombie's record gets FencedError (never retried, docs/errors.md), not the store's error.
+    const fenced = (err: unknown): never => {
+      if (isStale(err)) throw new FencedError(t.id, active.turn, active.attempt, `another instance took the task over at generation ${err.current}`, { cause: err });
+      if (active.finalized) throw new FencedError(t.id, active.turn, active.attempt, 'another writer ended the turn', { cause: err });
+      throw err;
+    };
+    // A record does not depend on what a same-generation writer appended (a send, a withdraw): when
+    // the re-read history still has this attempt's turn open, it goes on top, once, instead of failing.
+    const record = async (t: LockedTask, drafts: () => Draft[]): Promise<void> => {
+      try {
+        await this.#appender.append(t, drafts());
+      } catch (err) {
+        if (t.active !== active || !stillOurs(t, active, err)) return fenced(err);
+        await this.#appender.append(t, drafts()).catch(fenced);
+      }
+    };
+    const at = `Task ${t.id}, turn ${active.turn}`;
+    return {
+      recordStep: (rec) =>
+        this.#cache.withLock(t, async (t) => {
+          check();
+          const draft: Draft = { type: 'StepCompleted', turn: active.turn, attempt: active.attempt, seq: rec.seq, name: rec.name, durationMs: rec.durationMs };
+          // An oversized result is recorded as the step's failure instead (same seq, no gap), and thrown.
+          const tooLarge = rec.failure ? undefined : oversized(this.#rt.limits, 'stepResult', rec.result, `${at}, step "${rec.name}" result`);
+          if (rec.failure) draft.failure = rec.failure;
+          else if (tooLarge) draft.failure = errorToFailure(tooLarge);
+          else draft.result = rec.result ?? this.#rt.converter.toPayload(undefined);
+          await record(t, () => [{ ...draft }]);
+          if (tooLarge) throw tooLarge;
+        }),
+      recordCheckpoint: (seq, data) =>
+        this.#cache.withLock(t, async (t) => {
+          check();
+          // Nothing can stand at this seq instead, so the whole turn fails (#finishAttempt).
+          const tooLarge = oversized(this.#rt.limits, 'checkpoint', data, `${at}, checkpoint`);
+          if (tooLarge) throw (active.refused = tooLarge);
+          await record(t, () => [{ type: 'Checkpointed', turn: active.turn, seq, data }]);
+        }),
+      takeInputs: (seq) =>
+        this.#cache.withLock(t, async (t) => {
+          check();
+          let queue = t.state!.queue;
+          await record(t, () => {
+            queue = t.state!.queue; // after a re-read, the queue as the other writer left it
+            return [{ type: 'InputsTaken', turn: active.turn, seq, inputIds: queue.map((q) => q.inputId) }];
+          });
+          const dec = this.#rt.codec?.decode;
+          return queue.map((q) => ({ inputId: q.inputId, input: dec ? dec(q.input) : q.input }));
+        }),
+      pendingInputCount: () => t.state?.queue.length ?? 0,
+      now: () => this.#rt.clock.now(),
+      sleep: (ms, signal) => sleep(this.#rt.clock, ms, signal),
+    };
+  }
+
+  async #finishAttempt(t: LockedTask, active: ActiveAttempt, outcome: AttemptOutcome): Promise<void> {
+    for (const tm of active.timers) tm.cancel();
+    if (t.active !== active || active.finalized) {
+      this.#rt.log.debug?.('late outcome discarded', { taskId: t.id, turn: active.turn, outcome: outcome.kind });
+      return;
+    }
+    t.active = undefined;
+    const ended = withinLimits(this.#rt.limits, t.id, active, outcome);
+    const build = (s: TaskState) => outcomeDrafts(s, active, ended, t.lease, this.#rt.clock.now(), this.#rt.encodesFailureText);
+    let s = t.state!;
+    let { drafts, lease: leaseOut } = build(s);
+    try {
+      await this.#appender.append(t, drafts, leaseOut);
+    } catch (err) {
+      // Another writer appended under our generation (a withdraw on a shared store) and the re-read
+      // history still has this attempt's turn open: its outcome goes on top instead of being lost.
+      if (!stillOurs(t, active, err)) throw err;
+      s = t.state!;
+      ({ drafts, lease: leaseOut } = build(s));
+      await this.#appender.append(t, drafts, leaseOut);
+    }
+    if (drafts.some(isTurnTerminal)) this.#results.afterTerminal(t, s);
+    else if (ended.kind === 'exit-for-recovery') this.#results.deferWaiters(t, s);
+    await this.drive(t);
+  }
+
+  #executorFor(kind: ExecutorKind): Executor {
+    const ex = this.#executors.get(kind);
+    if (!ex) {
+      throw new TurnlogError('TURNLOG_INVALID_ARGUMENT', `No ${kind} executor is configured. Pass Engine.open({ executors: { ${kind}: ... } }) or set the workflow's executor to 'inline'.`);
+    }
+    return ex;
+  }
+}

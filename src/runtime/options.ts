@@ -1,0 +1,199 @@
+/**
+ * Engine options: what `Engine.open` takes, its defaults and its validation. No I/O here.
+ */
+import type { ExecutorKind } from '../history/events.js';
+import { DEFAULT_PAYLOAD_LIMITS, MAX_PAYLOAD_BYTES, type PayloadCodec, type PayloadConverter, type PayloadLimits } from '../history/payload.js';
+import type { CodecChain } from '../history/payload-map.js';
+import { payloadPipeline } from '../history/pipeline.js';
+import { illFormedText } from '../history/well-formed.js';
+import { invalidArgument } from '../errors.js';
+import type { Executor } from '../executor/executor.js';
+import type { HistoryStore } from '../store/history-store.js';
+import type { Workflow } from '../workflow/define-workflow.js';
+import { isWorkflow, workflowList, type WorkflowSource } from '../workflow/workflow-source.js';
+import { consoleLogger, type Logger } from '../logger.js';
+import { systemClock, type Clock } from './clock.js';
+
+export interface EngineOptions {
+  /**
+   * A directory for the default LevelDB store, a `postgres://…[?schema=name]` URL (a PostgreSQL
+   * store the engine opens and closes), or any HistoryStore (e.g. `createPostgresStore(…)`,
+   * which the engine opens but, being yours, does not close). Default `.turnlog`.
+   */
+  store?: string | HistoryStore;
+  /**
+   * The workflows this engine runs: a list, or a module namespace (`import * as workflows`)
+   * whose exports include workflows (other exports are ignored).
+   */
+  workflows: WorkflowSource;
+  /** Stable identity of this deployment (survives restarts). Default `<hostname>|turnlog`. */
+  owner?: string;
+  /** This process's identity. Default `engine-<pid>-<random>`. */
+  instance?: string;
+  /** Lease duration while a turn runs; renewed every half. Default 60 s. */
+  leaseMs?: number;
+  /** Periodic recovery scan. Default 30 s; 0 disables (recovery still runs at open). */
+  scanIntervalMs?: number;
+  /** How long shutdown waits for running turns before leaving them to recovery. Default 25 s. */
+  shutdownGraceMs?: number;
+  clock?: Clock;
+  /** Codecs (encryption, compression) applied to every payload at the store boundary. */
+  payloadCodecs?: readonly PayloadCodec[];
+  /**
+   * Converts values to payloads and back. Default: the JSON converter, which refuses values JSON
+   * would change. Workflows defined with `payloads: 'custom'` need one; process workers use the
+   * `payloadConverter` export of the workflows module (docs/workflows.md#custom-payload-converters).
+   */
+  payloadConverter?: PayloadConverter;
+  /**
+   * Payload size limits in bytes, checked before anything is appended or sent to a worker.
+   * Default 4 MiB each; at most 16 MiB each. See docs/workflows.md#payload-limits.
+   */
+  limits?: Partial<PayloadLimits>;
+  /**
+   * With payload codecs: store failure messages and stacks as an encoded payload (Temporal's
+   * `encoded_attributes`), the message reading `Encoded failure`. Default true; false keeps
+   * them readable without the codec (they then bypass it, encryption included).
+   */
+  encodeFailureAttributes?: boolean;
+  /** Executor for workflows that do not name one. Default `inline`. */
+  defaultExecutor?: ExecutorKind;
+  /** Executors by kind; `inline` is built in. */
+  executors?: Partial<Record<ExecutorKind, Executor>>;
+  /** Write a folded-state snapshot every N events so recovery reads only the tail. Default 1000. */
+  snapshotEvery?: number;
+  /**
+   * Where the engine logs. Default `consoleLogger` (warn and error to stderr). Every turn outcome
+   * other than success is logged once with taskId, turn, attempt and code (docs/workflows.md#logging).
+   */
+  logger?: Logger;
+  /** Idle tasks kept in memory. Default 10,000. */
+  maxCachedTasks?: number;
+  /**
+   * Retention: delete a completed task's history once its last update is this old (checked on
+   * every recovery scan). Default: keep histories forever.
+   */
+  retentionMs?: number;
+  /**
+   * Capture mode for memory snapshots: register workflows, open nothing. Default:
+   * `TURNLOG_SNAPSHOT_CAPTURE=true` in the environment. See docs/snapshots.md.
+   */
+  capture?: boolean;
+}
+
+export interface ActivateOptions {
+  /** Deployment identity for this activation (e.g. bound to a restored session). */
+  owner?: string;
+  /** Instance identity; default a new one per activation. */
+  instance?: string;
+  /** Called before each activation phase; a throw fails activation there (fault injection, tracing). */
+  onPhase?: (phase: 'open' | 'recovery' | 'scanner') => void | Promise<void>;
+}
+
+/** Capture mode: an explicit option wins; else `TURNLOG_SNAPSHOT_CAPTURE=true`. */
+export function isCaptureMode(options: { capture?: boolean }, env: NodeJS.ProcessEnv = process.env): boolean {
+  if (options.capture !== undefined) return options.capture;
+  return (env['TURNLOG_SNAPSHOT_CAPTURE'] ?? '').toLowerCase() === 'true';
+}
+
+export function resolveLimits(given: Partial<PayloadLimits> | undefined): Readonly<PayloadLimits> {
+  const limits = { ...DEFAULT_PAYLOAD_LIMITS, ...given };
+  for (const key of Object.keys(DEFAULT_PAYLOAD_LIMITS) as (keyof PayloadLimits)[]) {
+    const v = limits[key];
+    if (!Number.isInteger(v) || v < 1 || v > MAX_PAYLOAD_BYTES) {
+      throw invalidArgument(`limits.${key} must be an integer from 1 to ${MAX_PAYLOAD_BYTES} (16 MiB), got ${String(v)}. Keep larger data outside the task and pass a reference.`);
+    }
+  }
+  for (const key of Object.keys(given ?? {})) {
+    if (!(key in DEFAULT_PAYLOAD_LIMITS)) throw invalidArgument(`limits.${key} is not a payload limit; use ${Object.keys(DEFAULT_PAYLOAD_LIMITS).join(', ')}.`);
+  }
+  return Object.freeze(limits);
+}
+
+export function positive(name: string, v: number): number {
+  if (typeof v !== 'number' || !(v > 0)) throw invalidArgument(`${name} must be a positive number of milliseconds, got ${String(v)}.`);
+  return v;
+}
+
+export function checkId(what: string, id: string): void {
+  if (typeof id !== 'string' || id.length === 0 || id.length > 200 || /[\u0000-\u001f]/.test(id)) {
+    throw invalidArgument(`${what} must be a non-empty string of at most 200 printable characters, got ${JSON.stringify(id)}.`);
+  }
+  // Before anything is written: a lone surrogate has no UTF-8 form, so the stored id would differ.
+  if (!id.isWellFormed()) throw invalidArgument(`${illFormedText(what, id)}.`);
+}
+
+/** Engine options after validation and defaults (see {@link resolveOptions}). */
+export interface EngineSettings {
+  readonly workflows: Map<string, Workflow<any, any, any, any>>;
+  readonly converter: PayloadConverter;
+  readonly storeSpec: string | HistoryStore;
+  readonly ownerOption: string | undefined;
+  readonly instanceOption: string | undefined;
+  readonly clock: Clock;
+  readonly codec: CodecChain | undefined;
+  /** Payload codecs encode failure text (codecs present, encodeFailureAttributes not false). */
+  readonly encodesFailureText: boolean;
+  readonly leaseMs: number;
+  readonly scanIntervalMs: number;
+  readonly shutdownGraceMs: number;
+  readonly snapshotEvery: number;
+  readonly maxCached: number;
+  readonly retentionMs: number | undefined;
+  readonly log: Logger;
+  readonly defaultExecutor: ExecutorKind;
+  readonly limits: Readonly<PayloadLimits>;
+}
+
+/**
+ * Validates `Engine.open` options and fills in every default, in one place. Throws
+ * TURNLOG_INVALID_ARGUMENT (workflows, converter, durations, limits) before anything is opened.
+ */
+export function resolveOptions(options: EngineOptions): EngineSettings {
+  if (!options || typeof options.workflows !== 'object' || options.workflows === null) {
+    throw invalidArgument('Engine.open needs { workflows }: a list of the workflows this engine runs, or their module (import * as workflows).');
+  }
+  const source = options.workflows;
+  if (Array.isArray(source)) {
+    source.forEach((wf: unknown, i) => {
+      if (!isWorkflow(wf)) throw invalidArgument(`workflows[${i}] is not a workflow (got ${wf === null ? 'null' : typeof wf}). Pass values made by defineWorkflow().`);
+    });
+  }
+  const list = workflowList(source);
+  if (!Array.isArray(source) && list.length === 0) {
+    throw invalidArgument(`The workflows module passed to Engine.open exports no workflows (exports: ${Object.keys(source).join(', ') || 'none'}). Export them by name or as a default array.`);
+  }
+  const workflows = new Map<string, Workflow<any, any, any, any>>();
+  for (const wf of list) {
+    if (workflows.has(wf.name)) throw invalidArgument(`Workflow ${wf.name} is registered twice; names must be unique.`);
+    workflows.set(wf.name, wf);
+  }
+  // One pipeline (history/pipeline.ts): the converter and codecs every path of this engine uses.
+  const pipeline = payloadPipeline({ converter: options.payloadConverter, codecs: options.payloadCodecs, encodeFailureAttributes: options.encodeFailureAttributes });
+  const converter = pipeline.converter;
+  for (const wf of list) {
+    if (wf.payloads === 'custom' && !options.payloadConverter) {
+      throw invalidArgument(`Workflow ${wf.name} is defined with payloads: 'custom', but the engine has no payloadConverter. Pass Engine.open({ payloadConverter }), or drop payloads: 'custom' to use JSON.`);
+    }
+  }
+  return {
+    workflows,
+    converter,
+    storeSpec: options.store ?? '.turnlog',
+    ownerOption: options.owner,
+    instanceOption: options.instance,
+    clock: options.clock ?? systemClock,
+    codec: pipeline.chain,
+    encodesFailureText: pipeline.chain !== undefined && options.encodeFailureAttributes !== false,
+    leaseMs: positive('leaseMs', options.leaseMs ?? 60_000),
+    scanIntervalMs: options.scanIntervalMs ?? 30_000,
+    shutdownGraceMs: options.shutdownGraceMs ?? 25_000,
+    snapshotEvery: options.snapshotEvery ?? 1000,
+    maxCached: options.maxCachedTasks ?? 10_000,
+    retentionMs: options.retentionMs === undefined ? undefined : positive('retentionMs', options.retentionMs),
+    log: options.logger ?? consoleLogger,
+    defaultExecutor: options.defaultExecutor ?? 'inline',
+    limits: resolveLimits(options.limits),
+  };
+}
+

@@ -1,0 +1,15 @@
+/**
+ * What every part of the engine reads about the engine it belongs to: the settings, the store
+ * (TURNLOG_ENGINE_NOT_ACTIVATED before activation), this activation's identity and whether it is
+ * open. The facade (engine.ts) builds it; the parts never see the Engine class.
+ */
+import type { HistoryStore } from '../store/history-store.js';
+import type { EngineSettings } from './options.js';
+
+export interface Runtime extends EngineSettings {
+  readonly store: HistoryStore;
+  readonly owner: string;
+  readonly instance: string;
+  /** True while the engine is open (not activating, quiescing or closed). */
+  readonly open: boolean;
+}

@@ -1,0 +1,176 @@
+/**
+ * Attempt supervision: the deadline (tier 1 marker and cooperative cancel), the hard cap
+ * (tier 3: kill a worker or abandon an inline turn), lease renewal, fencing of a zombie
+ * attempt, and stopping every attempt at shutdown. Timers schedule; drafts.ts decides what
+ * is written; the appender writes. See docs/workflows.md and docs/recovery.md.
+ */
+import type { StaleGenerationError } from '../errors.js';
+import { isTurnTerminal, type HistoryEvent } from '../history/events.js';
+import type { TaskState } from '../history/state.js';
+import type { CancelKind } from '../attempt/host.js';
+import { systemClock, type Timer } from './clock.js';
+import { isStale, logFailure, type Appender } from './appender.js';
+import { hardCapDrafts, type HardCapReason } from './drafts.js';
+import type { TurnResults } from './results.js';
+import type { Runtime } from './runtime.js';
+import type { ActiveAttempt, LockedTask, TaskCache, TaskEntry } from './task-cache.js';
+
+export class Supervisor {
+  readonly #rt: Runtime;
+  readonly #cache: TaskCache;
+  readonly #appender: Appender;
+  readonly #results: TurnResults;
+  readonly #drive: (t: LockedTask) => Promise<void>;
+
+  /** `drive` is late-bound: the driver arms this supervisor, and a hard cap drives the task on. */
+  constructor(rt: Runtime, cache: TaskCache, results: TurnResults, appender: Appender, drive: (t: LockedTask) => Promise<void>) {
+    this.#rt = rt;
+    this.#cache = cache;
+    this.#results = results;
+    this.#appender = appender;
+    this.#drive = drive;
+  }
+
+  /** Arms tier 1 at the turn's deadline. */
+  armDeadline(t: TaskEntry, active: ActiveAttempt, delayMs: number): void {
+    active.timers.push(this.#rt.clock.setTimer(() => void this.onDeadline(t, active), delayMs));
+  }
+
+  /** Arms the hard cap `graceMs` after a cancel was requested. */
+  armCancelGrace(t: TaskEntry, active: ActiveAttempt, graceMs: number): void {
+    active.timers.push(this.#rt.clock.setTimer(() => void this.hardCap(t, active, 'cancel'), graceMs));
+  }
+
+  cancelAttempt(active: ActiveAttempt, kind: CancelKind, reason: string): void {
+    if (active.handle) active.handle.cancel(kind, reason);
+    else active.pendingCancel = [kind, reason];
+  }
+
+  /** Tier 1: the marker first, then the cooperative cancel; tier 3 armed at the grace. */
+  async onDeadline(t: TaskEntry, active: ActiveAttempt): Promise<void> {
+    await this.#cache.withLock(t, async (t) => {
+      if (t.active !== active || active.finalized || !this.#rt.open) return;
+      if (t.state!.openTurn?.marker) return;
+      const now = this.#rt.clock.now();
+      const grace = t.state!.policy.graceMs;
+      await this.#appender.append(t, [{ type: 'TimeoutCancelRequested', turn: active.turn, at: now, graceUntil: now + grace }]);
+      this.cancelAttempt(active, 'timeout', `deadline ${new Date(t.state!.openTurn!.deadline).toISOString()} reached`);
+      active.timers.push(this.#rt.clock.setTimer(() => void this.hardCap(t, active, 'timeout'), grace));
+    }).catch((err) => logFailure(this.#rt.log, 'timeout marker failed', { taskId: t.id }, err));
+  }
+
+  /** Tier 3: kill a worker (its `killed` outcome finalizes), or abandon an inline turn now. */
+  async hardCap(t: TaskEntry, active: ActiveAttempt, why: HardCapReason): Promise<void> {
+    await this.#cache.withLock(t, async (t) => {
+      if (t.active !== active || active.finalized || !this.#rt.open) return;
+      if (active.handle?.kill) {
+        active.killReason = why;
+        active.handle.kill(why === 'timeout' ? 'turn timeout hard cap' : 'cancel grace expired');
+        return;
+      }
+      active.finalized = true;
+      active.handle?.fence(why === 'timeout' ? 'turn timed out (hard cap)' : 'turn cancelled after the grace');
+      for (const tm of active.timers) tm.cancel();
+      t.active = undefined;
+      const before = t.state!;
+      await this.#appender.append(t, hardCapDrafts(before, active.turn, why));
+      this.#results.afterTerminal(t, before);
+      await this.#drive(t);
+    }).catch((err) => logFailure(this.#rt.log, 'hard cap failed', { taskId: t.id }, err));
+  }
+
+  armRenewal(t: TaskEntry, active: ActiveAttempt): void {
+    const every = Math.max(1, Math.floor(this.#rt.leaseMs / 2));
+    const tick = () => {
+      if (t.active !== active || active.finalized) return;
+      void this.#cache.withLock(t, async (t) => {
+        if (t.active !== active || !t.lease) return;
+        try {
+          t.lease = await this.#rt.store.renewLease(t.id, t.lease, this.#rt.leaseMs, this.#rt.clock.now());
+          active.renewFailures = 0;
+        } catch (err) {
+          if (isStale(err)) return this.fence(t, err);
+          active.renewFailures++;
+          this.#rt.log.warn('lease renewal failed', { taskId: t.id, failures: active.renewFailures, error: err });
+          if (active.renewFailures >= 3) this.cancelAttempt(active, 'cancel', 'lease lost: three renewals failed');
+        }
+      }).finally(() => {
+        if (t.active === active) active.timers.push(this.#rt.clock.setTimer(tick, every));
+      });
+    };
+    active.timers.push(this.#rt.clock.setTimer(tick, every));
+  }
+
+  /**
+   * Another instance claimed the task at a higher generation: this engine is a zombie for it.
+   * Stop the attempt (kill a worker, else cancel cooperatively), forget the cached entry so the
+   * next call re-reads the history, and never retry (test: runtime/engine-fencing).
+   */
+  fence(t: TaskEntry, err: StaleGenerationError): void {
+    const a = t.active;
+    const detail = `another instance took task ${t.id} over at generation ${err.current}`;
+    if (a) this.stopAttempt(t, a, detail);
+    this.#cache.forget(t);
+    const turn = a?.turn ?? t.state?.openTurn?.turn ?? t.state?.turn ?? 0;
+    this.#results.rejectAll(t, this.#results.deferred(t.id, turn, `${detail}; this engine no longer runs it`));
+    this.#rt.log.warn('task fenced: another instance took it over; the attempt is stopped and not retried', {
+      taskId: t.id,
+      turn,
+      attempt: a?.attempt ?? t.state?.openTurn?.attempt ?? 0,
+      code: err.code,
+      generation: err.generation,
+      current: err.current,
+    });
+  }
+
+  /** Stops an attempt that no longer owns its turn (kill a worker, else cancel cooperatively); its records and outcome are refused. */
+  stopAttempt(t: TaskEntry, a: ActiveAttempt, detail: string): void {
+    a.finalized = true;
+    for (const tm of a.timers) tm.cancel();
+    a.handle?.fence(detail);
+    if (a.handle?.kill) a.handle.kill(detail);
+    else this.cancelAttempt(a, 'cancel', detail);
+    if (t.active === a) t.active = undefined;
+  }
+
+  /**
+   * After a ConcurrencyError's re-read (the appender's `onRefreshed`): the other writer may have
+   * ended the turn running here (another engine's cancel finalizes it under the same generation):
+   * stop it, so no step of a finalized turn runs (invariant 7); resolve the waiters it settled.
+   */
+  afterRefresh(t: TaskEntry, before: TaskState | undefined, events: readonly HistoryEvent[]): void {
+    const a = t.active;
+    const ot = t.state?.openTurn;
+    if (a && (ot?.turn !== a.turn || ot.attempt !== a.attempt)) this.stopAttempt(t, a, `another writer ended turn ${a.turn} of task ${t.id}`);
+    for (const e of events) {
+      if (isTurnTerminal(e)) t.lastTerminal = e;
+      else if (e.type === 'InputWithdrawn') this.#results.resolveWaiters(t, [e.inputId], { taskId: t.id, turn: 0, inputIds: [e.inputId], status: 'withdrawn', reason: e.reason });
+    }
+    if (before?.openTurn && t.state?.openTurn?.turn !== before.openTurn.turn) this.#results.afterTerminal(t, before);
+  }
+
+  /**
+   * Shutdown: cancel every running attempt, wait up to `graceMs` for them, then fence and kill
+   * the rest, leaving their turns in progress for the next engine's recovery.
+   */
+  async stopAll(graceMs: number): Promise<void> {
+    const running = [...this.#cache.entries()].filter((t) => t.active);
+    for (const t of running) this.cancelAttempt(t.active!, 'shutdown', 'engine shutdown');
+    let timer: Timer | undefined;
+    await Promise.race([
+      Promise.all(running.map((t) => t.active?.done)),
+      // Real time, not the engine clock: shutdown must end even when a test's manual clock stands still.
+      new Promise<void>((r) => (timer = systemClock.setTimer(r, graceMs, { background: true }))),
+    ]);
+    timer?.cancel();
+    for (const t of running) {
+      const a = t.active;
+      if (!a) continue;
+      a.finalized = true;
+      for (const tm of a.timers) tm.cancel();
+      a.handle?.fence('engine shut down before the turn ended');
+      a.handle?.kill?.('engine shutdown');
+      t.active = undefined;
+    }
+  }
+}

@@ -1,0 +1,213 @@
+/**
+ * The task cache: loads tasks (snapshot + tail), pins and evicts them, isolates corrupt ones,
+ * and alone owns the per-task lock. Mutations take a {@link LockedTask}, which only
+ * {@link TaskCache.withLock} hands out.
+ */
+import { HistoryCorruptError, isHistoryUnreadable as isUnreadable, type PayloadTooLargeError } from '../errors.js';
+import type { Lease, TurnTerminalEvent } from '../history/events.js';
+import type { TaskState } from '../history/state.js';
+import { decodeState } from '../history/state-codec.js';
+import { fold } from '../replay/index.js';
+import type { CorruptMark } from '../store/history-store.js';
+import type { AttemptHandle } from '../executor/executor.js';
+import type { CancelKind } from '../attempt/host.js';
+import type { TurnResult } from '../client/task-client.js';
+import type { Timer } from './clock.js';
+import type { Runtime } from './runtime.js';
+
+export interface Deferred<T> {
+  resolve(v: T): void;
+  reject(e: unknown): void;
+}
+
+/** An attempt this engine runs now: its worker handle, timers and how it must end. */
+export interface ActiveAttempt {
+  turn: number;
+  attempt: number;
+  handle?: AttemptHandle;
+  /** Set once the engine ended the turn itself (hard cap, shutdown): the late outcome is discarded. */
+  finalized: boolean;
+  /** Why the engine killed the worker, when it did. */
+  killReason?: 'timeout' | 'cancel';
+  /** A cancel that arrived before the handle existed. */
+  pendingCancel?: [CancelKind, string];
+  /** An oversized checkpoint was refused: every later record fails, and so does the turn. */
+  refused?: PayloadTooLargeError;
+  timers: Timer[];
+  renewFailures: number;
+  done: Promise<void>;
+}
+
+/** One task as this engine holds it: folded state, lease, lock chain, running attempt, waiters. */
+export class TaskEntry {
+  state: TaskState | undefined;
+  lease: Lease | undefined;
+  chain: Promise<unknown> = Promise.resolve();
+  /** Operations queued on or holding the lock; a busy entry is never evicted. */
+  busy = 0;
+  active: ActiveAttempt | undefined;
+  waiters = new Map<string, Deferred<TurnResult>[]>();
+  /** Waiters for the end of the next turn, whatever input it takes (handles without an input id). */
+  turnWaiters: Deferred<TurnResult>[] = [];
+  snapshotAt = 0;
+  /** The last turn terminal event appended by this engine (waiters' results are built from it). */
+  lastTerminal: TurnTerminalEvent | undefined;
+  /** Results of recently finished inputs, so `nextTurn()` after the fact needs no history scan. */
+  recent = new Map<string, TurnResult>();
+  /** The result of the last turn this engine saw end. */
+  lastResult: TurnResult | undefined;
+  constructor(readonly id: string) {}
+}
+
+
+declare const lockedBrand: unique symbol;
+/** A task whose lock the holder has: the only kind that appends, drives or finishes attempts. */
+export type LockedTask = TaskEntry & { readonly [lockedBrand]: true };
+
+export class TaskCache {
+  readonly #rt: Runtime;
+  readonly #tasks = new Map<string, TaskEntry>();
+  readonly #loading = new Map<string, Promise<TaskEntry>>();
+  /** Tasks whose stored records cannot be read, isolated so every other task is served. */
+  readonly #corrupt = new Map<string, CorruptMark>();
+
+  constructor(rt: Runtime) {
+    this.#rt = rt;
+  }
+
+  /** The cached entry, if any (no load, no pin). */
+  get(taskId: string): TaskEntry | undefined {
+    return this.#tasks.get(taskId);
+  }
+
+  /** Every cached entry. */
+  entries(): IterableIterator<TaskEntry> {
+    return this.#tasks.values();
+  }
+
+  /** Drops `t` if it is still the cached entry for its task (a fresh load re-reads the history). */
+  forget(t: TaskEntry): void {
+    if (this.#tasks.get(t.id) === t) this.#tasks.delete(t.id);
+  }
+
+  /** Drops a task's entry unless someone waits on it (retention deleted its history). */
+  forgetIdle(taskId: string): void {
+    const t = this.#tasks.get(taskId);
+    if (t && t.waiters.size === 0 && t.turnWaiters.length === 0) this.#tasks.delete(taskId);
+  }
+
+  corruptMark(taskId: string): CorruptMark | undefined {
+    return this.#corrupt.get(taskId);
+  }
+
+  /** Records a task as isolated (at activation, from the store's marks). */
+  markCorrupt(mark: CorruptMark): void {
+    this.#corrupt.set(mark.taskId, mark);
+  }
+
+  /** The next activation may see another store or session: forget everything cached. */
+  clear(): void {
+    this.#tasks.clear();
+    this.#corrupt.clear();
+  }
+
+  /**
+   * The task's entry, loaded from the store on first use. The entry is pinned until the next
+   * macrotask: its caller's continuation (microtasks) takes the lock or registers a waiter
+   * first, so another task's load cannot evict it in between (test: runtime/engine-races).
+   */
+  async load(taskId: string): Promise<TaskEntry> {
+    const cached = this.#tasks.get(taskId);
+    if (cached) return this.#pin(cached);
+    const mark = this.#corrupt.get(taskId);
+    if (mark) throw corruptError(mark);
+    return this.#loadEntry(taskId);
+  }
+
+  #pin(t: TaskEntry): TaskEntry {
+    t.busy++;
+    setImmediate(() => t.busy--);
+    return t;
+  }
+
+  async #loadEntry(taskId: string): Promise<TaskEntry> {
+    let loading = this.#loading.get(taskId);
+    if (!loading) {
+      loading = (async () => {
+        const t = new TaskEntry(taskId);
+        // A snapshot is only a shortcut: an unreadable one means folding the whole history.
+        const snap = await this.#rt.store.getSnapshot(taskId).catch((err: unknown) => {
+          this.#rt.log.warn('snapshot unreadable, folding the whole history', { taskId, error: err });
+          return undefined;
+        });
+        let from: TaskState | undefined;
+        if (snap) {
+          try {
+            from = decodeState(snap.data);
+            t.snapshotAt = snap.eventId;
+          } catch (err) {
+            this.#rt.log.warn('snapshot unreadable, folding the whole history', { taskId, error: err });
+          }
+        }
+        try {
+          const events = await this.#rt.store.readEvents(taskId, { fromEventId: (from?.lastEventId ?? 0) + 1 });
+          t.state = events.length ? fold(taskId, events, from) : from;
+          t.lease = await this.#rt.store.getLease(taskId);
+        } catch (err) {
+          throw await this.isolate(taskId, err);
+        }
+        this.#evictIdle();
+        this.#tasks.set(taskId, t);
+        return this.#pin(t); // synchronously with the set: no other load can run in between
+      })().finally(() => this.#loading.delete(taskId));
+      this.#loading.set(taskId, loading);
+    }
+    return loading;
+  }
+
+  #evictIdle(): void {
+    if (this.#tasks.size < this.#rt.maxCached) return;
+    for (const [id, t] of this.#tasks) {
+      if (this.#tasks.size < this.#rt.maxCached * 0.9) break;
+      // A busy entry may be about to start a turn: evicting it would let a fresh entry
+      // "recover" that turn while it runs (test: runtime/engine-races).
+      if (!t.active && t.waiters.size === 0 && t.turnWaiters.length === 0 && t.busy === 0) this.#tasks.delete(id);
+    }
+  }
+
+  /**
+   * A task whose stored records cannot be read is isolated: logged once (key and task), marked
+   * in the store (its own records untouched) and refused from then on. Returns what to throw.
+   */
+  async isolate(taskId: string, err: unknown): Promise<unknown> {
+    if (!isUnreadable(err)) return err;
+    const key = err instanceof HistoryCorruptError ? err.key : `events/${taskId}/${(err as { eventId?: number }).eventId ?? '?'}`;
+    const mark: CorruptMark = { taskId, key, code: err.code, message: err.message, time: this.#rt.clock.now() };
+    if (!this.#corrupt.has(taskId)) {
+      this.#corrupt.set(taskId, mark);
+      this.#rt.log.error('task isolated: its stored history cannot be read', { taskId, key, error: err });
+      await this.#rt.store.markCorrupt(mark).catch((e: unknown) => this.#rt.log.warn('could not record the corrupt mark', { taskId, error: e }));
+    }
+    return err instanceof HistoryCorruptError ? err : corruptError(mark, err);
+  }
+
+  /**
+   * Runs `fn` holding the task's lock: every write to one task goes through here, in order.
+   * Only the lock hands out a LockedTask, so a function that mutates says so in its type.
+   */
+  withLock<T>(t: TaskEntry, fn: (task: LockedTask) => Promise<T>): Promise<T> {
+    t.busy++;
+    const run = t.chain.then(() => fn(t as LockedTask)).finally(() => t.busy--);
+    t.chain = run.catch(() => undefined);
+    return run;
+  }
+}
+
+/** What every API of an isolated task throws. */
+export function corruptError(mark: CorruptMark, cause?: unknown): HistoryCorruptError {
+  return new HistoryCorruptError(
+    mark.key,
+    `task ${mark.taskId} is isolated, ${mark.code} found at ${new Date(mark.time).toISOString()}; \`turnlog show ${mark.taskId}\` shows what is readable`,
+    cause === undefined ? {} : { cause },
+  );
+}
