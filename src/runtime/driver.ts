@@ -95,7 +95,7 @@ export class Driver {
     const now = this.#rt.clock.now();
     const policy = preview.policy;
     // An exclusive store proves other instances dead: their leases count as expired.
-    const current = t.lease && this.#rt.store.exclusive && t.lease.instance !== this.#rt.instance ? { ...t.lease, expiresAt: 0 } : t.lease;
+    const current = t.lease && this.#rt.store.supports.exclusive && t.lease.instance !== this.#rt.instance ? { ...t.lease, expiresAt: 0 } : t.lease;
     const lease = nextLease(t.id, current, { owner: this.#rt.owner, instance: this.#rt.instance, durationMs: this.#rt.leaseMs, now }, preview.highestGeneration || 1);
     // Throws before anything is written when the workflow's executor is not configured.
     const executor = this.#executorFor(policy.executor);
