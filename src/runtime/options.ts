@@ -75,6 +75,11 @@ export interface EngineOptions {
    */
   retentionMs?: number;
   /**
+   * Tasks recovered at once: each is loaded and decided under its own lock while up to this many
+   * others are, so their appends share group commits. Default 64 (docs/recovery.md).
+   */
+  recoveryConcurrency?: number;
+  /**
    * Capture mode for memory snapshots: register workflows, open nothing. Default:
    * `TURNLOG_SNAPSHOT_CAPTURE=true` in the environment. See docs/snapshots.md.
    */
@@ -110,6 +115,11 @@ export function resolveLimits(given: Partial<PayloadLimits> | undefined): Readon
   return Object.freeze(limits);
 }
 
+function positiveInteger(name: string, v: number): number {
+  if (!Number.isInteger(v) || v < 1) throw invalidArgument(`${name} must be a positive integer, got ${String(v)}.`);
+  return v;
+}
+
 export function positive(name: string, v: number): number {
   if (typeof v !== 'number' || !(v > 0)) throw invalidArgument(`${name} must be a positive number of milliseconds, got ${String(v)}.`);
   return v;
@@ -140,6 +150,7 @@ export interface EngineSettings {
   readonly snapshotEvery: number;
   readonly maxCached: number;
   readonly retentionMs: number | undefined;
+  readonly recoveryConcurrency: number;
   readonly log: Logger;
   readonly defaultExecutor: ExecutorKind;
   readonly limits: Readonly<PayloadLimits>;
@@ -191,6 +202,7 @@ export function resolveOptions(options: EngineOptions): EngineSettings {
     snapshotEvery: options.snapshotEvery ?? 1000,
     maxCached: options.maxCachedTasks ?? 10_000,
     retentionMs: options.retentionMs === undefined ? undefined : positive('retentionMs', options.retentionMs),
+    recoveryConcurrency: positiveInteger('recoveryConcurrency', options.recoveryConcurrency ?? 64),
     log: options.logger ?? consoleLogger,
     defaultExecutor: options.defaultExecutor ?? 'inline',
     limits: resolveLimits(options.limits),

@@ -12,6 +12,8 @@ import type {
   CorruptMark,
   AppendOptions,
   AppendResult,
+  ClaimRequest,
+  DueBatch,
   HistoryStore,
   ListOptions,
   ReadOptions,
@@ -19,6 +21,7 @@ import type {
   TaskPage,
 } from './history-store.js';
 import { checkTaskId } from './keys.js';
+import { checkClaim } from './due-work.js';
 import { decodeCursor, encodeCursor, pageLimit, iterateInPages, readBounds } from './paging.js';
 import { SCHEMA_VERSION, appliedVersions, migrate, quoteSchema, type SqlClient } from './postgres-migrations.js';
 import { applyAppend, applyClaim, applyRelease, applyRenew, withMark, type TaskHead } from './task-head.js';
@@ -144,6 +147,7 @@ export function parsePostgresUrl(url: string): { connectionString: string; schem
 export class PostgresHistoryStore implements HistoryStore {
   readonly location: string;
   readonly exclusive = false;
+  readonly supports = { exclusive: false, watch: false, claim: false, groupCommit: false } as const;
   /** The PostgreSQL schema holding the tables. */
   readonly schema: string;
   readonly #s: string;
@@ -614,6 +618,40 @@ export class PostgresHistoryStore implements HistoryStore {
    * In-progress tasks whose lease is missing or expired on the database clock. `now` and
    * `instance` are ignored: a live lease of any instance is honoured (the store is not exclusive).
    */
+  /**
+   * A plain query over the summaries (lease expiry on the database clock, retention on the
+   * caller's), ordered by phase then task id; the cursor is `<phase>.<task id>`.
+   */
+  async claimDueWork(request: ClaimRequest): Promise<DueBatch> {
+    checkClaim(request);
+    let phase = 0;
+    let after = '';
+    if (request.cursor !== undefined) {
+      const dot = request.cursor.indexOf('.');
+      phase = Number(request.cursor.slice(0, dot));
+      after = request.cursor.slice(dot + 1);
+      if (dot < 1 || !Number.isInteger(phase)) throw invalidArgument(`claimDueWork cursor ${request.cursor} is not one this store returned. Pass the \`next\` of the previous batch, or none to start over.`);
+    }
+    const retention = request.retentionMs === undefined ? null : request.now - request.retentionMs;
+    const rows = await this.#query(
+      `SELECT task_id, phase FROM (
+         SELECT s.task_id, CASE s.status WHEN 'in_progress' THEN 0 WHEN 'pending' THEN 1 WHEN 'suspended' THEN 2 ELSE 3 END AS phase
+           FROM ${this.#s}.summaries s LEFT JOIN ${this.#s}.leases l ON l.task_id = s.task_id
+          WHERE (s.status = 'in_progress' AND (l.task_id IS NULL OR l.expires_at <= ${DB_NOW}))
+             OR s.status = 'pending' OR (s.status = 'suspended' AND s.queued > 0)
+             OR ($1::bigint IS NOT NULL AND s.status = 'completed' AND s.updated_at <= $1::bigint
+                 AND NOT EXISTS (SELECT 1 FROM ${this.#s}.corrupt_marks m WHERE m.task_id = s.task_id))
+       ) d WHERE (phase, task_id) > ($2::int, $3::text COLLATE "C") ORDER BY phase, task_id LIMIT $4`,
+      [retention, phase, after, request.limit + 1],
+    );
+    const reasons = ['in-progress', 'pending', 'queued', 'retention'] as const;
+    const page = rows.slice(0, request.limit) as { task_id: string; phase: number }[];
+    const batch: DueBatch = { tasks: page.map((r) => ({ taskId: r.task_id, reason: reasons[r.phase]! })) };
+    const last = page[page.length - 1];
+    if (rows.length > request.limit && last) batch.next = `${last.phase}.${last.task_id}`;
+    return batch;
+  }
+
   async listRecoverable(_now: number, _instance: string): Promise<string[]> {
     const rows = await this.#query(recoverableSql(this.#s), []);
     return rows.map((r: { task_id: string }) => r.task_id);
