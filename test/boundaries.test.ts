@@ -26,8 +26,9 @@ const ROOMS: Record<Room, readonly Room[]> = {
   store: ['errors', 'history'],
   // The authoring API (turnlog/workflow): light, loaded by every worker.
   workflow: ['errors', 'history'],
-  // The turn-attempt contract shared by inline, process and replay executors.
-  attempt: ['errors', 'history', 'workflow'],
+  // The turn-attempt contract shared by inline, process and replay executors. internal/: the wire
+  // layer its call table (attempt/calls.ts) encodes worker records, acks and recorded calls with.
+  attempt: ['errors', 'history', 'internal', 'workflow'],
   // Types only: the client API a remote client can implement too (no runtime, no cycle).
   client: ['errors', 'history', 'replay'],
   // internal/: the shared wire layer (internal/wire/) of the worker protocol (main's one wire layer

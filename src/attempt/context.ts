@@ -5,16 +5,16 @@
  */
 import type { AsyncLocalStorage } from 'node:async_hooks';
 import { createHash } from 'node:crypto';
-import { FencedError, NonDeterminismError, PayloadEncodingError, PayloadTooLargeError, TurnlogError, invalidArgument, type PayloadField } from '../errors.js';
+import { FencedError, PayloadEncodingError, PayloadTooLargeError, TurnlogError, invalidArgument, type PayloadField } from '../errors.js';
 import type { EntryMode, Payload, RetryPolicy } from '../history/events.js';
-import { errorToFailure, failureToError } from '../history/failure.js';
+import { errorToFailure } from '../history/failure.js';
 import { MAX_PAYLOAD_BYTES, payloadSize, type PayloadConverter } from '../history/payload.js';
-import type { RecordedCall } from '../history/state.js';
 import { illFormedText } from '../history/well-formed.js';
 import { EXIT, SUSPENSION, type CancelKind, type ExitForRecovery, type StepFn, type StepOptions, type Suspension, type TurnContext } from '../workflow/context.js';
+import { CALLS, replayMismatch, type CallIntent, type Recorded } from './calls.js';
 import type { AttemptOutcome, TurnHost, TurnSpec } from './host.js';
 
-export type { AttemptOutcome, StepRecord, TurnHost, TurnSpec } from './host.js';
+export type { AttemptOutcome, TurnHost, TurnSpec } from './host.js';
 
 // Which step's fn is running, so ctx.idempotencyKey() inside it (and its retries, and parallel
 // steps) names that step through the fn's awaits (test: test/workflow/idempotency-key.test.ts).
@@ -136,24 +136,30 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     this.#fenced ??= detail;
   }
 
+  /**
+   * @internal Called first by every recorded call with what it is: undefined lets it proceed; a
+   * rejection ends it instead. The replay tester checks each call here before anything runs.
+   */
+  protected intercept(_call: CallIntent): Promise<never> | undefined {
+    return undefined;
+  }
+
   async step<T>(name: string, fn: StepFn<T>, options: StepOptions = {}): Promise<T> {
+    const stopped = this.intercept({ kind: 'step', name });
+    if (stopped) return stopped;
     // Names are matched on replay: one with no UTF-8 form would be recorded as another name.
     if (typeof name !== 'string') throw invalidArgument(`Task ${this.taskId}: ctx.step() needs a string name, got ${typeof name}.`);
     if (!name.isWellFormed()) throw invalidArgument(`Task ${this.taskId}: step ${illFormedText('name', name)}.`);
     const seq = ++this.#seq;
-    const recorded = this.#spec.calls[seq - 1];
-    if (recorded) {
-      if (recorded.kind !== 'step' || recorded.name !== name) throw this.#diverged(recorded, `step "${name}"`);
-      if (recorded.failure) throw failureToError(recorded.failure);
-      return this.#converter.fromPayload<T>(recorded.result!);
-    }
+    const recorded = this.#replayed(seq, { kind: 'step', name });
+    if (recorded) return this.#converter.fromPayload<T>(CALLS.step.result(recorded, this.#spec.taken));
     this.#checkFenced();
     const slot = this.#reserve();
     const policy = { ...this.#spec.stepRetry, ...options.retry };
     const started = this.#host.now();
     const fail = async (err: unknown): Promise<never> => {
       const failure = errorToFailure(err);
-      await slot.record(() => this.#host.recordStep({ seq, name, failure, durationMs: this.#host.now() - started }));
+      await slot.record(() => this.#host.record({ kind: 'step', seq, name, failure, durationMs: this.#host.now() - started }));
       throw err;
     };
     const scope = runningStep ?? (await stepScope());
@@ -181,7 +187,7 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     } catch (err) {
       return fail(err);
     }
-    await slot.record(() => this.#host.recordStep({ seq, name, result, durationMs: this.#host.now() - started }));
+    await slot.record(() => this.#host.record({ kind: 'step', seq, name, result, durationMs: this.#host.now() - started }));
     // Return what a replay would return, so the first run and later attempts see the same value.
     return this.#converter.fromPayload<T>(result);
   }
@@ -211,30 +217,26 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
   async checkpoint(data: unknown): Promise<void> {
     // Converted before taking a seq: a refused checkpoint leaves no gap in the recorded calls.
     const payload = this.checkpointPayload(data);
+    const stopped = this.intercept({ kind: 'checkpoint' });
+    if (stopped) return stopped;
     const seq = ++this.#seq;
-    const recorded = this.#spec.calls[seq - 1];
-    if (recorded) {
-      if (recorded.kind !== 'checkpoint') throw this.#diverged(recorded, 'checkpoint');
-      this.#checkpoint = payload;
-      return;
+    if (!this.#replayed(seq, { kind: 'checkpoint' })) {
+      this.#checkFenced();
+      await this.#reserve().record(() => this.#host.record({ kind: 'checkpoint', seq, data: payload }));
     }
-    this.#checkFenced();
-    await this.#reserve().record(() => this.#host.recordCheckpoint(seq, payload));
     this.#checkpoint = payload;
   }
 
   async takeInputs<T = I>(options: { wait?: boolean } = {}): Promise<T[]> {
+    const stopped = this.intercept({ kind: 'take-inputs' });
+    if (stopped) return stopped;
     const seq = ++this.#seq;
-    const recorded = this.#spec.calls[seq - 1];
-    if (recorded) {
-      if (recorded.kind !== 'take-inputs') throw this.#diverged(recorded, 'takeInputs()');
-      const byId = new Map(this.#spec.taken.map((q) => [q.inputId, q]));
-      return recorded.inputIds.map((id) => this.#converter.fromPayload<T>(byId.get(id)!.input));
-    }
+    const recorded = this.#replayed(seq, { kind: 'take-inputs' });
+    if (recorded) return CALLS['take-inputs'].result(recorded, this.#spec.taken).map((p) => this.#converter.fromPayload<T>(p));
     this.#checkFenced();
     // Polling keeps the host contract small (it works the same across the worker protocol).
     while (options.wait && this.#host.pendingInputCount() === 0) await this.#host.sleep(INPUT_POLL_MS, this.signal);
-    const taken = await this.#reserve().record(() => this.#host.takeInputs(seq));
+    const taken = await this.#reserve().record(() => this.#host.record({ kind: 'take-inputs', seq }));
     return taken.map((q) => this.#converter.fromPayload<T>(q.input));
   }
 
@@ -280,9 +282,13 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     if (this.#fenced !== undefined) throw new FencedError(this.taskId, this.turn, this.attempt, this.#fenced);
   }
 
-  #diverged(recorded: RecordedCall, actual: string): NonDeterminismError {
-    const expected = recorded.kind === 'step' ? `step "${recorded.name}"` : recorded.kind === 'checkpoint' ? 'checkpoint' : 'takeInputs()';
-    return new NonDeterminismError(this.taskId, this.turn, recorded.eventId, `${expected} at position ${recorded.seq}`, actual);
+  /** The call recorded at `seq`, checked against `call`; undefined past the recorded calls. */
+  #replayed<C extends CallIntent>(seq: number, call: C): Recorded<C['kind']> | undefined {
+    const recorded = this.#spec.calls[seq - 1];
+    if (!recorded) return undefined;
+    const diverged = replayMismatch(this.taskId, this.turn, seq, recorded, call);
+    if (diverged) throw diverged;
+    return recorded as Recorded<C['kind']>;
   }
 }
 

@@ -5,6 +5,7 @@
  */
 import type { EntryMode, FailureInfo, Payload, RetryPolicy, WorkflowKind } from '../history/events.js';
 import type { QueuedInput, RecordedCall } from '../history/state.js';
+import type { CallRecord, CallReplies } from './calls.js';
 
 export type { CancelKind } from '../workflow/context.js';
 
@@ -45,20 +46,10 @@ export type AttemptOutcome =
   | { kind: 'crashed'; pid: number; exitCode: number | null; signal: string | null; message: string; stderrTail?: string }
   | { kind: 'killed'; pid: number; signal: string };
 
-export interface StepRecord {
-  seq: number;
-  name: string;
-  result?: Payload;
-  failure?: FailureInfo;
-  durationMs: number;
-}
-
 /** The environment of a running attempt. Each record resolves once durable (invariant 4). */
 export interface TurnHost {
-  recordStep(record: StepRecord): Promise<void>;
-  recordCheckpoint(seq: number, data: Payload): Promise<void>;
-  /** Takes every queued input, records InputsTaken, returns them. */
-  takeInputs(seq: number): Promise<{ inputId: string; input: Payload }[]>;
+  /** Records one call (a row of attempt/calls.ts); resolves with its reply once durable. */
+  record<C extends CallRecord>(call: C): Promise<CallReplies[C['kind']]>;
   pendingInputCount(): number;
   now(): number;
   /** Retry backoff; rejects when `signal` aborts. */

@@ -4,6 +4,7 @@
  */
 import type { FailureInfo, Payload } from '../history/events.js';
 import type { RecordedCall, TaskState } from '../history/state.js';
+import { callSpec } from './calls.js';
 import type { TurnSpec } from './host.js';
 
 /**
@@ -48,10 +49,5 @@ export interface SpecDecoder {
 }
 
 function decodeCall(c: RecordedCall, codec: SpecDecoder): RecordedCall {
-  if (c.kind === 'step') {
-    if (c.result) return { ...c, result: codec.decode(c.result) };
-    return c.failure ? { ...c, failure: codec.decodeFailure(c.failure) } : c;
-  }
-  if (c.kind === 'checkpoint') return { ...c, data: codec.decode(c.data) };
-  return c;
+  return callSpec(c.kind).decoded(c as never, codec);
 }

@@ -15,10 +15,10 @@ import { Socket } from 'node:net';
 import { isAbsolute, resolve } from 'node:path';
 import { pathToFileURL } from 'node:url';
 import { FencedError, TurnlogError } from '../errors.js';
-import type { Payload } from '../history/events.js';
 import { errorToFailure, failureToError } from '../history/failure.js';
 import { DefaultPayloadConverter, moduleConverter, type PayloadConverter } from '../history/payload.js';
 import { TurnContextImpl, runHandler } from '../attempt/context.js';
+import type { CallRecord, CallReplies } from '../attempt/calls.js';
 import type { TurnHost, TurnSpec } from '../attempt/host.js';
 import type { Workflow } from '../workflow/define-workflow.js';
 import { workflowList } from '../workflow/workflow-source.js';
@@ -148,14 +148,13 @@ function onMessage(m: EngineMessage): void {
     case 'cancel':
       turn?.ctx?.cancel(m.kind, m.reason);
       return;
-    case 'record-ack':
-    case 'take-inputs-reply': {
+    case 'ack': {
       const p = turn?.pending.get(m.seq);
       // An ack for a record the handler stopped waiting for (the turn already ended): nothing to do.
       if (!p) return;
       turn!.pending.delete(m.seq);
       if (m.error) p.reject(failureToError(m.error));
-      else p.resolve(m.type === 'take-inputs-reply' ? m.inputs : undefined);
+      else p.resolve(m.reply?.value);
       return;
     }
     case 'pending-inputs':
@@ -196,9 +195,7 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
 /** The host of one turn: its records go out only while that turn is the worker's current one. */
 function hostFor(t: Turn): TurnHost {
   return {
-    recordStep: (record) => request<void>(t, record.seq, { type: 'step-record', record }),
-    recordCheckpoint: (seq, data) => request<void>(t, seq, { type: 'checkpoint', seq, data }),
-    takeInputs: (seq) => request<{ inputId: string; input: Payload }[]>(t, seq, { type: 'take-inputs', seq }),
+    record: <C extends CallRecord>(call: C) => request<CallReplies[C['kind']]>(t, call.seq, { type: 'record', call }),
     pendingInputCount: () => pendingInputs,
     now: () => Date.now(),
     sleep,
@@ -262,9 +259,7 @@ async function warmUp(): Promise<void> {
           const back = loop.push(encodeWorkerMessage(m));
           if (back.length !== 1) return reject(new Error('warm-up: bad loopback frame'));
           const reply = (e: EngineMessage) => setImmediate(() => onData(Buffer.from(encodeEngineMessage(e))));
-          if (m.type === 'step-record') reply({ type: 'record-ack', seq: m.record.seq });
-          else if (m.type === 'checkpoint') reply({ type: 'record-ack', seq: m.seq });
-          else if (m.type === 'take-inputs') reply({ type: 'take-inputs-reply', seq: m.seq, inputs: [] });
+          if (m.type === 'record') reply(m.call.kind === 'take-inputs' ? { type: 'ack', seq: m.call.seq, reply: { kind: 'take-inputs', value: [] } } : { type: 'ack', seq: m.call.seq });
           else if (m.type === 'terminal') {
             if (m.outcome.kind === 'failed') reject(failureToError(m.outcome.failure));
             else resolve();

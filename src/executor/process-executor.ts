@@ -8,10 +8,11 @@ import { existsSync, realpathSync } from 'node:fs';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { FencedError, PayloadTooLargeError, TurnlogError, invalidArgument } from '../errors.js';
-import type { FailureInfo, Payload, WorkflowKind } from '../history/events.js';
+import type { FailureInfo, WorkflowKind } from '../history/events.js';
 import { errorToFailure } from '../history/failure.js';
 import type { Logger } from '../logger.js';
 import type { AttemptOutcome, CancelKind, TurnHost, TurnSpec } from '../attempt/host.js';
+import { CALLS, type CallRecord, type CallReply } from '../attempt/calls.js';
 import type { Workflow } from '../workflow/define-workflow.js';
 import { workflowMap } from '../workflow/workflow-source.js';
 import type { AttemptHandle, Executor, Reservation } from './executor.js';
@@ -417,12 +418,8 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
       case 'heartbeat':
         this.#lastHeartbeat = performance.now();
         return;
-      case 'step-record':
-        return this.#record(m.record.seq, () => this.#host.recordStep(m.record), 'record-ack');
-      case 'checkpoint':
-        return this.#record(m.seq, () => this.#host.recordCheckpoint(m.seq, m.data), 'record-ack');
-      case 'take-inputs':
-        return this.#record(m.seq, () => this.#host.takeInputs(m.seq), 'take-inputs-reply');
+      case 'record':
+        return this.#record(m.call);
       case 'terminal': {
         const o = m.outcome;
         if (o.kind === 'suspended' && this.#spec.kind !== 'multi-turn') {
@@ -475,33 +472,31 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
 
   // --- internals -----------------------------------------------------------------------------
 
-  #record(seq: number, write: () => Promise<unknown>, reply: 'record-ack' | 'take-inputs-reply'): void {
+  #record(call: CallRecord): void {
+    const seq = call.seq;
     if (this.#inFlight !== undefined) return this.#protocolViolation(`record ${seq} sent while record ${this.#inFlight} awaits its acknowledgement`);
     if (seq <= this.#spec.calls.length || this.#recorded.has(seq)) return this.#protocolViolation(`record seq ${seq} was already recorded`);
     this.#inFlight = seq;
     this.#recorded.add(seq);
     const w = this.#worker!;
-    const run = this.#fenced !== undefined ? Promise.reject(new FencedError(this.#spec.taskId, this.#spec.turn, this.#spec.attempt, this.#fenced)) : write();
+    const run = this.#fenced !== undefined ? Promise.reject(new FencedError(this.#spec.taskId, this.#spec.turn, this.#spec.attempt, this.#fenced)) : this.#host.record(call);
     // The ack goes out only after the append resolved: the step is durable before the handler continues (invariant 4).
     run.then(
       (value) => {
         this.#inFlight = undefined;
         if (this.#done) return;
         this.#syncPending();
-        if (reply === 'take-inputs-reply') {
-          const frame = encodeEngineMessage({ type: 'take-inputs-reply', seq, inputs: value as { inputId: string; input: Payload }[] });
-          if (frame.length <= MAX_FRAME_BYTES) return w.sendFrame(frame);
-          this.#pool.discard(w); // it waits for a reply it will never get
-          return this.#tooLargeForWorker(frame.length, 'The inputs taken by ctx.takeInputs()');
-        }
-        w.send({ type: 'record-ack', seq });
+        const reply = CALLS[call.kind].reply;
+        if (!reply) return w.send({ type: 'ack', seq });
+        const frame = encodeEngineMessage({ type: 'ack', seq, reply: { kind: call.kind, value } as CallReply });
+        if (frame.length <= MAX_FRAME_BYTES) return w.sendFrame(frame);
+        this.#pool.discard(w); // it waits for a reply it will never get
+        return this.#tooLargeForWorker(frame.length, reply.what);
       },
       (err) => {
         this.#inFlight = undefined;
         if (this.#done) return;
-        const error = errorToFailure(err);
-        if (reply === 'take-inputs-reply') w.send({ type: 'take-inputs-reply', seq, inputs: [], error });
-        else w.send({ type: 'record-ack', seq, error });
+        w.send({ type: 'ack', seq, error: errorToFailure(err) });
       },
     );
   }

@@ -9,13 +9,14 @@
  */
 import { TurnlogError } from '../errors.js';
 import type { EntryMode, FailureInfo, Payload, RetryPolicy, WorkflowKind } from '../history/events.js';
-import type { QueuedInput, RecordedCall } from '../history/state.js';
-import type { AttemptOutcome, CancelKind, StepRecord, TurnSpec } from '../attempt/host.js';
+import type { RecordedCall } from '../history/state.js';
+import type { AttemptOutcome, CancelKind, TurnSpec } from '../attempt/host.js';
+import { CALLS, RECORDED_BY_TAG, RECORD_BY_TAG, REPLY_BY_TAG, readTaken, writeTaken, type CallRecord, type CallReply, type MemberCodec } from '../attempt/calls.js';
 import * as pb from '../internal/wire/fields.js';
 import { EMPTY_BYTES as EMPTY, LEN, Reader, Writer, readFailure, readPayload, writeFailure, writePayload } from '../internal/wire/wire.js';
 
 /** Bumped for any change a peer of the other version would misread. */
-export const PROTOCOL_VERSION = 1;
+export const PROTOCOL_VERSION = 2;
 /** Frames above this size are refused (the worker is killed). */
 export const MAX_FRAME_BYTES = 64 * 1024 * 1024;
 /** The child's file descriptor for the protocol pipe (0–2 stay stdin/stdout/stderr). */
@@ -41,8 +42,8 @@ export class WorkerProtocolError extends TurnlogError {
 export type EngineMessage =
   | { type: 'run'; spec: TurnSpec; pendingInputs: number }
   | { type: 'cancel'; kind: CancelKind; reason: string }
-  | { type: 'record-ack'; seq: number; error?: FailureInfo }
-  | { type: 'take-inputs-reply'; seq: number; inputs: { inputId: string; input: Payload }[]; error?: FailureInfo }
+  /** The answer to a worker's record with this seq: durable (with its reply, for kinds that have one) or refused. */
+  | { type: 'ack'; seq: number; error?: FailureInfo; reply?: CallReply }
   | { type: 'pending-inputs'; count: number }
   | { type: 'shutdown' };
 
@@ -51,9 +52,8 @@ export type TerminalOutcome = Exclude<AttemptOutcome, { kind: 'crashed' } | { ki
 
 export type WorkerMessage =
   | { type: 'ready'; protocolVersion: number; pid: number; workflows: string[]; error?: FailureInfo }
-  | { type: 'step-record'; record: StepRecord }
-  | { type: 'checkpoint'; seq: number; data: Payload }
-  | { type: 'take-inputs'; seq: number }
+  /** A call the handler records (attempt/calls.ts); the worker waits for its ack. */
+  | { type: 'record'; call: CallRecord }
   | { type: 'heartbeat' }
   | { type: 'terminal'; outcome: TerminalOutcome };
 
@@ -64,50 +64,10 @@ const CANCEL_KINDS: readonly (CancelKind | undefined)[] = pb.WORKER_CANCEL_KINDS
 const EF = pb.EngineFrame;
 const RUN = pb.EngineFrame_Run;
 const CALL = pb.EngineFrame_Call;
-const STEP_CALL = pb.EngineFrame_StepCall;
-const TAKEN = pb.EngineFrame_TakenInput;
+const ACK = pb.EngineFrame_Ack;
+const REC = pb.WorkerFrame_Record;
 const WF = pb.WorkerFrame;
 const RETRY = pb.RetryPolicy;
-
-// ---------------------------------------------------------------------------------------------
-// Shared messages: the taken input
-
-function writeTaken(w: Writer, tag: number, q: { inputId: string; input: Payload; steering?: boolean; eventId?: number; time?: number }): void {
-  w.uint32(tag);
-  const at = w.fork();
-  w.stringField(TAKEN.inputId, q.inputId);
-  writePayload(w, TAKEN.input, q.input);
-  w.boolField(TAKEN.steering, q.steering);
-  w.uint32Field(TAKEN.eventId, q.eventId);
-  w.doubleField(TAKEN.timeMs, q.time);
-  w.ldelim(at);
-}
-
-function readTaken(r: Reader): QueuedInput {
-  const q: QueuedInput = { inputId: '', input: { metadata: {}, data: EMPTY }, steering: false, eventId: 0, time: 0 };
-  while (r.more()) {
-    const t = r.uint32();
-    switch (t) {
-      case TAKEN.inputId:
-        q.inputId = r.string();
-        continue;
-      case TAKEN.input:
-        q.input = r.nested(readPayload);
-        continue;
-      case TAKEN.steering:
-        q.steering = r.bool();
-        continue;
-      case TAKEN.eventId:
-        q.eventId = r.uint32();
-        continue;
-      case TAKEN.timeMs:
-        q.time = r.double();
-        continue;
-    }
-    r.skip(t & 7);
-  }
-  return q;
-}
 
 // ---------------------------------------------------------------------------------------------
 // Engine → worker
@@ -129,19 +89,12 @@ export function encodeEngineMessage(m: EngineMessage): Uint8Array {
       w.stringField(pb.EngineFrame_Cancel.reason, m.reason);
       w.ldelim(at);
       break;
-    case 'record-ack':
-      w.uint32(EF.recordAck);
+    case 'ack':
+      w.uint32(EF.ack);
       at = w.fork();
-      w.uint32Field(pb.EngineFrame_RecordAck.seq, m.seq);
-      if (m.error) writeFailure(w, pb.EngineFrame_RecordAck.error, m.error);
-      w.ldelim(at);
-      break;
-    case 'take-inputs-reply':
-      w.uint32(EF.takeInputsReply);
-      at = w.fork();
-      w.uint32Field(pb.EngineFrame_TakeInputsReply.seq, m.seq);
-      for (const q of m.inputs) writeTaken(w, pb.EngineFrame_TakeInputsReply.inputs, { inputId: q.inputId, input: q.input });
-      if (m.error) writeFailure(w, pb.EngineFrame_TakeInputsReply.error, m.error);
+      w.uint32Field(ACK.seq, m.seq);
+      if (m.error) writeFailure(w, ACK.error, m.error);
+      if (m.reply) writeMember(w, CALLS[m.reply.kind].reply as MemberCodec<unknown>, m.reply.value);
       w.ldelim(at);
       break;
     case 'pending-inputs':
@@ -187,33 +140,19 @@ export function decodeEngineMessage(bytes: Uint8Array): EngineMessage {
           m = { type: 'cancel', kind: k, reason };
           continue;
         }
-        case EF.recordAck: {
-          const ack: EngineMessage = { type: 'record-ack', seq: 0 };
+        case EF.ack: {
+          const ack: Extract<EngineMessage, { type: 'ack' }> = { type: 'ack', seq: 0 };
           r.nested((r) => {
             while (r.more()) {
               const u = r.uint32();
-              if (u === pb.EngineFrame_RecordAck.seq) ack.seq = r.uint32();
-              else if (u === pb.EngineFrame_RecordAck.error) ack.error = r.nested(readFailure);
+              const row = REPLY_BY_TAG.get(u);
+              if (u === ACK.seq) ack.seq = r.uint32();
+              else if (u === ACK.error) ack.error = r.nested(readFailure);
+              else if (row) ack.reply = { kind: row.kind, value: r.nested((r) => (row.reply as MemberCodec<unknown>).read(r, undefined, protocolError)) } as CallReply;
               else r.skip(u & 7);
             }
           });
           m = ack;
-          continue;
-        }
-        case EF.takeInputsReply: {
-          const reply: EngineMessage = { type: 'take-inputs-reply', seq: 0, inputs: [] };
-          r.nested((r) => {
-            while (r.more()) {
-              const u = r.uint32();
-              if (u === pb.EngineFrame_TakeInputsReply.seq) reply.seq = r.uint32();
-              else if (u === pb.EngineFrame_TakeInputsReply.inputs) {
-                const q = r.nested(readTaken);
-                reply.inputs.push({ inputId: q.inputId, input: q.input });
-              } else if (u === pb.EngineFrame_TakeInputsReply.error) reply.error = r.nested(readFailure);
-              else r.skip(u & 7);
-            }
-          });
-          m = reply;
           continue;
         }
         case EF.pendingInputs: {
@@ -280,36 +219,24 @@ function writeRun(w: Writer, s: TurnSpec, pendingInputs: number): void {
   w.uint32Field(RUN.pendingInputs, pendingInputs);
 }
 
+/** One member of a oneof: its tag, then its message. */
+function writeMember<T>(w: Writer, codec: MemberCodec<T, never>, v: T): void {
+  w.uint32(codec.tag);
+  const at = w.fork();
+  codec.write(w, v);
+  w.ldelim(at);
+}
+
+function protocolError(detail: string): never {
+  throw new WorkerProtocolError(detail);
+}
+
 function writeCall(w: Writer, tag: number, c: RecordedCall): void {
   w.uint32(tag);
   const at = w.fork();
   w.uint32Field(CALL.seq, c.seq);
   w.uint32Field(CALL.eventId, c.eventId);
-  let inner: number;
-  switch (c.kind) {
-    case 'step':
-      w.uint32(CALL.step);
-      inner = w.fork();
-      w.stringField(STEP_CALL.name, c.name);
-      w.uint32Field(STEP_CALL.attempt, c.attempt);
-      if (c.result) writePayload(w, STEP_CALL.result, c.result);
-      if (c.failure) writeFailure(w, STEP_CALL.failure, c.failure);
-      w.doubleField(STEP_CALL.durationMs, c.durationMs);
-      w.ldelim(inner);
-      break;
-    case 'checkpoint':
-      w.uint32(CALL.checkpoint);
-      inner = w.fork();
-      writePayload(w, pb.EngineFrame_CheckpointCall.data, c.data);
-      w.ldelim(inner);
-      break;
-    case 'take-inputs':
-      w.uint32(CALL.takeInputs);
-      inner = w.fork();
-      w.stringsField(pb.EngineFrame_TakeInputsCall.inputIds, c.inputIds);
-      w.ldelim(inner);
-      break;
-  }
+  writeMember(w, CALLS[c.kind].recorded as MemberCodec<RecordedCall, never>, c);
   w.ldelim(at);
 }
 
@@ -428,64 +355,19 @@ function readRun(r: Reader, setPending: (n: number) => void): TurnSpec {
 }
 
 function readCall(r: Reader): RecordedCall {
-  let seq = 0;
-  let eventId = 0;
+  const at = { seq: 0, eventId: 0 };
   let call: RecordedCall | undefined;
   while (r.more()) {
     const t = r.uint32();
-    switch (t) {
-      case CALL.seq:
-        seq = r.uint32();
-        continue;
-      case CALL.eventId:
-        eventId = r.uint32();
-        continue;
-      case CALL.step: {
-        const c: Extract<RecordedCall, { kind: 'step' }> = { kind: 'step', seq: 0, eventId: 0, name: '', attempt: 0, durationMs: 0 };
-        r.nested((r) => {
-          while (r.more()) {
-            const u = r.uint32();
-            if (u === STEP_CALL.name) c.name = r.string();
-            else if (u === STEP_CALL.attempt) c.attempt = r.uint32();
-            else if (u === STEP_CALL.result) c.result = r.nested(readPayload);
-            else if (u === STEP_CALL.failure) c.failure = r.nested(readFailure);
-            else if (u === STEP_CALL.durationMs) c.durationMs = r.double();
-            else r.skip(u & 7);
-          }
-        });
-        call = c;
-        continue;
-      }
-      case CALL.checkpoint: {
-        let data: Payload = { metadata: {}, data: EMPTY };
-        r.nested((r) => {
-          while (r.more()) {
-            const u = r.uint32();
-            if (u === pb.EngineFrame_CheckpointCall.data) data = r.nested(readPayload);
-            else r.skip(u & 7);
-          }
-        });
-        call = { kind: 'checkpoint', seq: 0, eventId: 0, data };
-        continue;
-      }
-      case CALL.takeInputs: {
-        const inputIds: string[] = [];
-        r.nested((r) => {
-          while (r.more()) {
-            const u = r.uint32();
-            if (u === pb.EngineFrame_TakeInputsCall.inputIds) inputIds.push(r.string());
-            else r.skip(u & 7);
-          }
-        });
-        call = { kind: 'take-inputs', seq: 0, eventId: 0, inputIds };
-        continue;
-      }
-    }
-    r.skip(t & 7);
+    const row = RECORDED_BY_TAG.get(t);
+    if (t === CALL.seq) at.seq = r.uint32();
+    else if (t === CALL.eventId) at.eventId = r.uint32();
+    else if (row) call = r.nested((r) => row.recorded.read(r, at, protocolError));
+    else r.skip(t & 7);
   }
-  if (!call) throw new WorkerProtocolError(`recorded call ${seq} has no kind`);
-  call.seq = seq;
-  call.eventId = eventId;
+  if (!call) throw new WorkerProtocolError(`recorded call ${at.seq} has no kind`);
+  call.seq = at.seq;
+  call.eventId = at.eventId;
   return call;
 }
 
@@ -507,30 +389,11 @@ export function encodeWorkerMessage(m: WorkerMessage): Uint8Array {
       w.ldelim(at);
       break;
     }
-    case 'step-record': {
-      const F = pb.WorkerFrame_StepRecord;
-      const r = m.record;
-      w.uint32(WF.stepRecord);
+    case 'record':
+      w.uint32(WF.record);
       at = w.fork();
-      w.uint32Field(F.seq, r.seq);
-      w.stringField(F.name, r.name);
-      if (r.result) writePayload(w, F.result, r.result);
-      if (r.failure) writeFailure(w, F.failure, r.failure);
-      w.doubleField(F.durationMs, r.durationMs);
-      w.ldelim(at);
-      break;
-    }
-    case 'checkpoint':
-      w.uint32(WF.checkpoint);
-      at = w.fork();
-      w.uint32Field(pb.WorkerFrame_Checkpoint.seq, m.seq);
-      writePayload(w, pb.WorkerFrame_Checkpoint.data, m.data);
-      w.ldelim(at);
-      break;
-    case 'take-inputs':
-      w.uint32(WF.takeInputs);
-      at = w.fork();
-      w.uint32Field(pb.WorkerFrame_TakeInputs.seq, m.seq);
+      w.uint32Field(REC.seq, m.call.seq);
+      writeMember(w, CALLS[m.call.kind].record as MemberCodec<CallRecord, never>, m.call);
       w.ldelim(at);
       break;
     case 'heartbeat':
@@ -585,9 +448,11 @@ function writeTerminal(w: Writer, o: TerminalOutcome): void {
   }
 }
 
-type Kind = 'payload' | 'failure' | 'string' | 'strings' | 'uint32' | 'double';
+type Kind = 'payload' | 'failure' | 'string' | 'strings' | 'uint32' | 'double' | 'member';
+/** Under this key: the tag of the last `member` field read (a oneof's member; its bytes under its tag). */
+const MEMBER = -1;
 /** A message's fields by tag: payloads, failures, strings and numbers (the worker frames' bodies are flat). */
-type Fields = Map<number, Payload | FailureInfo | string | string[] | number>;
+type Fields = Map<number, Payload | FailureInfo | string | string[] | number | Uint8Array>;
 
 /**
  * Reads one flat message of a worker frame. `kinds` gives each known tag its type; a field of
@@ -608,23 +473,23 @@ function readFlat(r: Reader, kinds: Readonly<Record<number, Kind>>): Fields {
       else f.set(t, [s]);
     } else if (kind === 'uint32') f.set(t, r.uint32());
     else if (kind === 'double') f.set(t, r.double());
-    else r.skip(t & 7);
+    else if (kind === 'member') {
+      f.set(t, r.bytes());
+      f.set(MEMBER, t);
+    } else r.skip(t & 7);
   }
   return f;
 }
 
 const READY = pb.WorkerFrame_Ready;
-const STEP_RECORD = pb.WorkerFrame_StepRecord;
-const CHECKPOINT = pb.WorkerFrame_Checkpoint;
 const RESULT = pb.WorkerFrame_Result;
 const SUSPEND = pb.WorkerFrame_Suspend;
 const REASON = pb.WorkerFrame_Cancelled; // ExitForRecovery and Cancelled: { reason = 1 }
 /** WorkerFrame.body tag → its message's field kinds by tag. */
 const WORKER_BODIES: Readonly<Record<number, Readonly<Record<number, Kind>>>> = {
   [WF.ready]: { [READY.protocolVersion]: 'uint32', [READY.pid]: 'uint32', [READY.workflows]: 'strings', [READY.error]: 'failure' },
-  [WF.stepRecord]: { [STEP_RECORD.seq]: 'uint32', [STEP_RECORD.name]: 'string', [STEP_RECORD.result]: 'payload', [STEP_RECORD.failure]: 'failure', [STEP_RECORD.durationMs]: 'double' },
-  [WF.checkpoint]: { [CHECKPOINT.seq]: 'uint32', [CHECKPOINT.data]: 'payload' },
-  [WF.takeInputs]: { [pb.WorkerFrame_TakeInputs.seq]: 'uint32' },
+  // Record is not flat (its call is a oneof): its seq here, its call read by the kind's row.
+  [WF.record]: Object.fromEntries([[REC.seq, 'uint32'], ...[...RECORD_BY_TAG.keys()].map((tag) => [tag, 'member'])]) as Record<number, Kind>,
   [WF.heartbeat]: {},
   [WF.result]: { [RESULT.output]: 'payload', [RESULT.state]: 'payload' },
   [WF.suspend]: { [SUSPEND.reason]: 'string', [SUSPEND.output]: 'payload', [SUSPEND.state]: 'payload' },
@@ -668,34 +533,20 @@ export function decodeWorkerMessage(bytes: Uint8Array): WorkerMessage {
   const payload = (n: number): Payload | undefined => f.get(n) as Payload | undefined;
   const failure = (n: number): FailureInfo | undefined => f.get(n) as FailureInfo | undefined;
   switch (body) {
+    case WF.record: {
+      const seq = num(REC.seq);
+      const tag = f.get(MEMBER) as number | undefined;
+      const row = tag === undefined ? undefined : RECORD_BY_TAG.get(tag);
+      if (!row) throw new WorkerProtocolError(`record ${seq} carries no call`);
+      positiveSeq(seq, row.record.noun);
+      return { type: 'record', call: readMember(f.get(tag!) as Uint8Array, (r) => row.record.read(r, seq, protocolError)) };
+    }
     case WF.ready: {
       const m: WorkerMessage = { type: 'ready', protocolVersion: num(READY.protocolVersion), pid: num(READY.pid), workflows: (f.get(READY.workflows) as string[] | undefined) ?? [] };
       const error = failure(READY.error);
       if (error) m.error = error;
       return m;
     }
-    case WF.stepRecord: {
-      const seq = positiveSeq(num(STEP_RECORD.seq), 'step record');
-      const name = str(STEP_RECORD.name);
-      const result = payload(STEP_RECORD.result);
-      const fail = failure(STEP_RECORD.failure);
-      if (!name) throw new WorkerProtocolError(`step record ${seq} has no name`);
-      if (!result === !fail) throw new WorkerProtocolError(`step record ${seq} ("${name}") must carry exactly one of result and failure`);
-      const d = num(STEP_RECORD.durationMs);
-      if (!Number.isFinite(d) || d < 0) throw new WorkerProtocolError(`step record ${seq} has duration ${d}`);
-      const record: StepRecord = { seq, name, durationMs: d };
-      if (result) record.result = result;
-      else record.failure = fail!;
-      return { type: 'step-record', record };
-    }
-    case WF.checkpoint: {
-      const seq = positiveSeq(num(CHECKPOINT.seq), 'checkpoint');
-      const data = payload(CHECKPOINT.data);
-      if (!data) throw new WorkerProtocolError(`checkpoint ${seq} has no data`);
-      return { type: 'checkpoint', seq, data };
-    }
-    case WF.takeInputs:
-      return { type: 'take-inputs', seq: positiveSeq(num(pb.WorkerFrame_TakeInputs.seq), 'take-inputs') };
     case WF.heartbeat:
       return { type: 'heartbeat' };
     case WF.result: {
@@ -725,6 +576,16 @@ export function decodeWorkerMessage(bytes: Uint8Array): WorkerMessage {
       return { type: 'terminal', outcome: { kind: 'cancelled', reason: str(REASON.reason) } };
     default:
       return { type: 'terminal', outcome: { kind: 'timed-out' } };
+  }
+}
+
+/** A member's message read from its bytes; malformed bytes are a protocol violation. */
+function readMember<T>(bytes: Uint8Array, read: (r: Reader) => T): T {
+  try {
+    return read(new Reader(bytes));
+  } catch (err) {
+    if (err instanceof WorkerProtocolError) throw err;
+    throw new WorkerProtocolError(`undecodable record of ${bytes.length} bytes (${(err as Error).message})`);
   }
 }
 
@@ -847,16 +708,16 @@ export function warmUpCodecs(): void {
   const engine: EngineMessage[] = [
     { type: 'run', spec, pendingInputs: 0 },
     { type: 'cancel', kind: 'timeout', reason: 'r' },
-    { type: 'record-ack', seq: 1, error: failure },
-    { type: 'take-inputs-reply', seq: 1, inputs: [{ inputId: 'i', input: payload }], error: failure },
+    { type: 'ack', seq: 1, error: failure },
+    { type: 'ack', seq: 1, reply: { kind: 'take-inputs', value: [{ inputId: 'i', input: payload }] } },
     { type: 'pending-inputs', count: 1 },
     { type: 'shutdown' },
   ];
   const worker: WorkerMessage[] = [
     { type: 'ready', protocolVersion: PROTOCOL_VERSION, pid: 1, workflows: ['w'], error: failure },
-    { type: 'step-record', record: { seq: 1, name: 's', result: payload, durationMs: 1 } },
-    { type: 'checkpoint', seq: 1, data: payload },
-    { type: 'take-inputs', seq: 1 },
+    { type: 'record', call: { kind: 'step', seq: 1, name: 's', result: payload, durationMs: 1 } },
+    { type: 'record', call: { kind: 'checkpoint', seq: 1, data: payload } },
+    { type: 'record', call: { kind: 'take-inputs', seq: 1 } },
     { type: 'heartbeat' },
     { type: 'terminal', outcome: { kind: 'completed', output: payload, state: payload } },
     { type: 'terminal', outcome: { kind: 'suspended', reason: 'r', output: payload, state: payload } },

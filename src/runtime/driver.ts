@@ -13,6 +13,7 @@ import { decide } from '../replay/index.js';
 import type { Decision } from '../replay/decision.js';
 import type { Executor, Reservation } from '../executor/executor.js';
 import type { AttemptOutcome, TurnHost, TurnSpec } from '../attempt/host.js';
+import { callSpec, type CallRecord, type CallReplies, type RecordEnv, type Recording } from '../attempt/calls.js';
 import { turnSpecFor } from '../attempt/turn-spec.js';
 import { sleep } from './clock.js';
 import { isStale, logFailure, type Appender } from './appender.js';
@@ -193,36 +194,22 @@ export class Driver {
     };
     const at = `Task ${t.id}, turn ${active.turn}`;
     return {
-      recordStep: (rec) =>
+      record: <C extends CallRecord>(call: C) =>
         this.#cache.withLock(t, async (t) => {
           check();
-          const draft: Draft = { type: 'StepCompleted', turn: active.turn, attempt: active.attempt, seq: rec.seq, name: rec.name, durationMs: rec.durationMs };
-          // An oversized result is recorded as the step's failure instead (same seq, no gap), and thrown.
-          const tooLarge = rec.failure ? undefined : oversized(this.#rt.limits, 'stepResult', rec.result, `${at}, step "${rec.name}" result`);
-          if (rec.failure) draft.failure = rec.failure;
-          else if (tooLarge) draft.failure = errorToFailure(tooLarge);
-          else draft.result = rec.result ?? this.#rt.converter.toPayload(undefined);
-          await record(t, () => [{ ...draft }]);
-          if (tooLarge) throw tooLarge;
-        }),
-      recordCheckpoint: (seq, data) =>
-        this.#cache.withLock(t, async (t) => {
-          check();
-          // Nothing can stand at this seq instead, so the whole turn fails (#finishAttempt).
-          const tooLarge = oversized(this.#rt.limits, 'checkpoint', data, `${at}, checkpoint`);
-          if (tooLarge) throw (active.refused = tooLarge);
-          await record(t, () => [{ type: 'Checkpointed', turn: active.turn, seq, data }]);
-        }),
-      takeInputs: (seq) =>
-        this.#cache.withLock(t, async (t) => {
-          check();
-          let queue = t.state!.queue;
-          await record(t, () => {
-            queue = t.state!.queue; // after a re-read, the queue as the other writer left it
-            return [{ type: 'InputsTaken', turn: active.turn, seq, inputIds: queue.map((q) => q.inputId) }];
-          });
-          const dec = this.#rt.codec?.decode;
-          return queue.map((q) => ({ inputId: q.inputId, input: dec ? dec(q.input) : q.input }));
+          const env: RecordEnv = {
+            turn: active.turn,
+            attempt: active.attempt,
+            at,
+            oversized: (field, p, subject) => oversized(this.#rt.limits, field, p, subject),
+            queue: () => t.state!.queue,
+            decode: this.#rt.codec?.decode ?? ((p) => p),
+            empty: () => this.#rt.converter.toPayload(undefined),
+          };
+          const rec = callSpec(call.kind).append(call as never, env) as Recording<CallReplies[C['kind']]>;
+          if (rec.refused) throw (active.refused = rec.refused);
+          await record(t, rec.events);
+          return rec.reply();
         }),
       pendingInputCount: () => t.state?.queue.length ?? 0,
       now: () => this.#rt.clock.now(),

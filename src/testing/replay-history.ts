@@ -18,7 +18,7 @@ import type { OpenTurn, RecordedCall, TaskState } from '../history/state.js';
 import { fold } from '../replay/fold.js';
 import { TurnContextImpl, runHandler } from '../attempt/context.js';
 import type { AttemptOutcome, CancelKind, TurnHost, TurnSpec } from '../attempt/host.js';
-import type { StepOptions } from '../workflow/context.js';
+import { describeCall, replayMismatch, type CallIntent } from '../attempt/calls.js';
 import type { Workflow } from '../workflow/define-workflow.js';
 import { turnSpecFor } from '../attempt/turn-spec.js';
 import { replayInWorker } from './replay-isolate.js';
@@ -438,6 +438,8 @@ interface Stop {
   actual: string;
   /** The recorded call at that position, if any. */
   recorded: RecordedCall | undefined;
+  /** The call differs from the recorded one (the shared replay check's error). */
+  diverged: NonDeterminismError | undefined;
 }
 
 async function replayTurn(t: TurnInput): Promise<TurnReplayResult> {
@@ -475,7 +477,7 @@ async function replayTurn(t: TurnInput): Promise<TurnReplayResult> {
   const stop = ctx.stop;
   const endOfTurn = `the end of the turn (${terminal?.type ?? 'history ends'}) after ${ot.calls.length} call${ot.calls.length === 1 ? '' : 's'}`;
   if (stop) {
-    if (stop.recorded) throw new NonDeterminismError(s.taskId, ot.turn, stop.recorded.eventId, `${describeCall(stop.recorded)} at position ${stop.seq}`, stop.actual);
+    if (stop.diverged) throw stop.diverged;
     if (t.cutOff) return { ...base, status: 'cut-off', outcome: undefined };
     throw new NonDeterminismError(s.taskId, ot.turn, eventId, endOfTurn, stop.actual);
   }
@@ -533,9 +535,7 @@ function replayHost(now: number, pendingInputCount: () => number): TurnHost {
     throw new TurnlogError('TURNLOG_NON_DETERMINISM', 'replay host: a call past the recorded ones reached the host (bug in turnlog/testing).');
   };
   return {
-    recordStep: async () => never(),
-    recordCheckpoint: async () => never(),
-    takeInputs: async () => never(),
+    record: async () => never(),
     pendingInputCount,
     now: () => now,
     sleep: async () => {},
@@ -599,25 +599,14 @@ class ReplayContext<I, S> extends TurnContextImpl<I, S> {
     return true;
   }
 
-  override step<T>(name: string, fn: (signal: AbortSignal) => Promise<T> | T, options?: StepOptions): Promise<T> {
-    return this.#check(`step "${name}"`, (c) => c.kind === 'step' && c.name === name) ?? super.step(name, fn, options);
-  }
-  override async checkpoint(data: unknown): Promise<void> {
-    // A value the live run refused took no position among the calls: refuse it before the check.
-    this.checkpointPayload(data);
-    return this.#check('checkpoint', (c) => c.kind === 'checkpoint') ?? super.checkpoint(data);
-  }
-  override takeInputs<T = I>(options?: { wait?: boolean }): Promise<T[]> {
-    return this.#check('takeInputs()', (c) => c.kind === 'take-inputs') ?? super.takeInputs<T>(options);
-  }
-
-  /** Undefined when the call matches the record (the caller delegates), else a rejection. */
-  #check(actual: string, matches: (c: RecordedCall) => boolean): Promise<never> | undefined {
+  /** Checks each call against the record before it runs (the context's one replay check). */
+  protected override intercept(call: CallIntent): Promise<never> | undefined {
     if (this.#stop) return this.#reject();
     const seq = this.#made + 1;
     const recorded = this.#calls[seq - 1];
-    if (!recorded || !matches(recorded)) {
-      this.#stop = { seq, actual, recorded };
+    const diverged = recorded && replayMismatch(this.taskId, this.turn, seq, recorded, call);
+    if (!recorded || diverged) {
+      this.#stop = { seq, actual: describeCall(call), recorded, diverged };
       this.#resolveStopped();
       return this.#reject();
     }
@@ -638,16 +627,9 @@ class ReplayContext<I, S> extends TurnContextImpl<I, S> {
 
   #reject(): Promise<never> {
     const stop = this.#stop!;
-    const err = stop.recorded
-      ? new NonDeterminismError(this.taskId, this.turn, stop.recorded.eventId, `${describeCall(stop.recorded)} at position ${stop.seq}`, stop.actual)
-      : new FencedError(this.taskId, this.turn, this.attempt, 'replay reached the end of the recorded calls');
+    const err = stop.diverged ?? new FencedError(this.taskId, this.turn, this.attempt, 'replay reached the end of the recorded calls');
     return Promise.reject(err);
   }
-}
-
-/** @internal */
-export function describeCall(c: RecordedCall): string {
-  return c.kind === 'step' ? `step "${c.name}"` : c.kind === 'checkpoint' ? 'checkpoint' : 'takeInputs()';
 }
 
 function decode(p: Payload | undefined, converter: PayloadConverter): unknown {

@@ -20,7 +20,8 @@ import {
 } from '../../src/executor/protocol.js';
 import type { FailureInfo, Payload, RetryPolicy } from '../../src/history/events.js';
 import type { QueuedInput, RecordedCall } from '../../src/history/state.js';
-import type { StepRecord, TurnSpec } from '../../src/attempt/host.js';
+import type { TurnSpec } from '../../src/attempt/host.js';
+import type { CallRecords } from '../../src/attempt/calls.js';
 import {
   reflectedDecodeEngineMessage,
   reflectedDecodeWorkerMessage,
@@ -93,8 +94,15 @@ const spec: fc.Arbitrary<TurnSpec> = rec<TurnSpec>(
 const engineMessage: fc.Arbitrary<EngineMessage> = fc.oneof(
   fc.record({ type: fc.constant('run' as const), spec, pendingInputs: u32 }),
   fc.record({ type: fc.constant('cancel' as const), kind: fc.constantFrom('timeout' as const, 'cancel' as const, 'shutdown' as const), reason: str }),
-  rec<Extract<EngineMessage, { type: 'record-ack' }>>({ type: fc.constant('record-ack' as const), seq: u32, error: failure }, ['error']),
-  rec<Extract<EngineMessage, { type: 'take-inputs-reply' }>>({ type: fc.constant('take-inputs-reply' as const), seq: u32, inputs: fc.array(fc.record({ inputId: str, input: payload }), { maxLength: 3 }), error: failure }, ['error']),
+  rec<Extract<EngineMessage, { type: 'ack' }>>(
+    {
+      type: fc.constant('ack' as const),
+      seq: u32,
+      error: failure,
+      reply: fc.record({ kind: fc.constant('take-inputs' as const), value: fc.array(fc.record({ inputId: str, input: payload }), { maxLength: 3 }) }),
+    },
+    ['error', 'reply'],
+  ),
   fc.record({ type: fc.constant('pending-inputs' as const), count: u32 }),
   fc.constant({ type: 'shutdown' as const }),
 );
@@ -109,12 +117,12 @@ const outcome: fc.Arbitrary<TerminalOutcome> = fc.oneof(
 );
 // Invalid ones included (seq 0, no name, both or neither of result and failure, negative or
 // NaN durations): both codecs must refuse them with the same message.
-const stepRecord: fc.Arbitrary<StepRecord> = rec<StepRecord>({ seq: u32, name: str, result: payload, failure, durationMs: dbl }, ['result', 'failure']);
+const stepRecord: fc.Arbitrary<CallRecords['step']> = rec<CallRecords['step']>({ kind: fc.constant('step' as const), seq: u32, name: str, result: payload, failure, durationMs: dbl }, ['result', 'failure']);
 const workerMessage: fc.Arbitrary<WorkerMessage> = fc.oneof(
   rec<Extract<WorkerMessage, { type: 'ready' }>>({ type: fc.constant('ready' as const), protocolVersion: u32, pid: u32, workflows: fc.array(str, { maxLength: 4 }), error: failure }, ['error']),
-  fc.record({ type: fc.constant('step-record' as const), record: stepRecord }),
-  fc.record({ type: fc.constant('checkpoint' as const), seq: u32, data: payload }),
-  fc.record({ type: fc.constant('take-inputs' as const), seq: u32 }),
+  fc.record({ type: fc.constant('record' as const), call: stepRecord }),
+  fc.record({ type: fc.constant('record' as const), call: fc.record({ kind: fc.constant('checkpoint' as const), seq: u32, data: payload }) }),
+  fc.record({ type: fc.constant('record' as const), call: fc.record({ kind: fc.constant('take-inputs' as const), seq: u32 }) }),
   fc.constant({ type: 'heartbeat' as const }),
   fc.record({ type: fc.constant('terminal' as const), outcome }),
 );
@@ -194,16 +202,16 @@ describe('hand-written worker protocol codec = protobufjs reflection', () => {
     const engine: EngineMessage[] = [
       { type: 'run', spec: s, pendingInputs: 3 },
       { type: 'cancel', kind: 'shutdown', reason: 'r' },
-      { type: 'record-ack', seq: 1, error: f },
-      { type: 'take-inputs-reply', seq: 2, inputs: [{ inputId: 'a', input: p }], error: f },
+      { type: 'ack', seq: 1, error: f },
+      { type: 'ack', seq: 2, reply: { kind: 'take-inputs', value: [{ inputId: 'a', input: p }] }, error: f },
       { type: 'pending-inputs', count: 7 },
       { type: 'shutdown' },
     ];
     const worker: WorkerMessage[] = [
       { type: 'ready', protocolVersion: 1, pid: 99, workflows: ['a', 'b'], error: f },
-      { type: 'step-record', record: { seq: 1, name: 's', failure: f, durationMs: 0.5 } },
-      { type: 'checkpoint', seq: 2, data: p },
-      { type: 'take-inputs', seq: 3 },
+      { type: 'record', call: { kind: 'step', seq: 1, name: 's', failure: f, durationMs: 0.5 } },
+      { type: 'record', call: { kind: 'checkpoint', seq: 2, data: p } },
+      { type: 'record', call: { kind: 'take-inputs', seq: 3 } },
       { type: 'heartbeat' },
       { type: 'terminal', outcome: { kind: 'completed', output: p, state: p } },
       { type: 'terminal', outcome: { kind: 'suspended', reason: 'r', output: p, state: p } },

@@ -58,9 +58,9 @@ describe('worker protocol', () => {
     const msgs: EngineMessage[] = [
       { type: 'run', spec, pendingInputs: 2 },
       { type: 'cancel', kind: 'timeout', reason: 'deadline' },
-      { type: 'record-ack', seq: 5 },
-      { type: 'record-ack', seq: 6, error: { message: 'fenced', type: 'FencedError', code: 'TURNLOG_FENCED' } },
-      { type: 'take-inputs-reply', seq: 7, inputs: [{ inputId: 'x', input: p(1) }] },
+      { type: 'ack', seq: 5 },
+      { type: 'ack', seq: 6, error: { message: 'fenced', type: 'FencedError', code: 'TURNLOG_FENCED' } },
+      { type: 'ack', seq: 7, reply: { kind: 'take-inputs', value: [{ inputId: 'x', input: p(1) }] } },
       { type: 'pending-inputs', count: 4 },
       { type: 'shutdown' },
     ];
@@ -70,10 +70,10 @@ describe('worker protocol', () => {
   it('round-trips every worker message', () => {
     const msgs: WorkerMessage[] = [
       { type: 'ready', protocolVersion: 1, pid: 123, workflows: ['a', 'b'] },
-      { type: 'step-record', record: { seq: 1, name: 's', result: p({ ok: true }), durationMs: 2.5 } },
-      { type: 'step-record', record: { seq: 2, name: 's', failure: { message: 'no', type: 'TypeError', stack: 'at x' }, durationMs: 0 } },
-      { type: 'checkpoint', seq: 3, data: p([1, 2]) },
-      { type: 'take-inputs', seq: 4 },
+      { type: 'record', call: { kind: 'step', seq: 1, name: 's', result: p({ ok: true }), durationMs: 2.5 } },
+      { type: 'record', call: { kind: 'step', seq: 2, name: 's', failure: { message: 'no', type: 'TypeError', stack: 'at x' }, durationMs: 0 } },
+      { type: 'record', call: { kind: 'checkpoint', seq: 3, data: p([1, 2]) } },
+      { type: 'record', call: { kind: 'take-inputs', seq: 4 } },
       { type: 'heartbeat' },
       { type: 'terminal', outcome: { kind: 'completed', output: p('done'), state: p({ n: 2 }) } },
       { type: 'terminal', outcome: { kind: 'suspended', reason: 'waiting', output: p('q?') } },
@@ -86,13 +86,13 @@ describe('worker protocol', () => {
   });
 
   it('reassembles frames split at every byte and several frames in one chunk', () => {
-    const a = encodeWorkerMessage({ type: 'checkpoint', seq: 1, data: p('x'.repeat(300)) });
+    const a = encodeWorkerMessage({ type: 'record', call: { kind: 'checkpoint', seq: 1, data: p('x'.repeat(300)) } });
     const b = encodeWorkerMessage({ type: 'heartbeat' });
     const all = new Uint8Array([...a, ...b, ...a]);
     const reader = new FrameReader();
     const got: Uint8Array[] = [];
     for (const byte of all) got.push(...reader.push(Uint8Array.of(byte)));
-    expect(got.map((f) => decodeWorkerMessage(f).type)).toEqual(['checkpoint', 'heartbeat', 'checkpoint']);
+    expect(got.map((f) => decodeWorkerMessage(f).type)).toEqual(['record', 'heartbeat', 'record']);
     expect(new FrameReader().push(all)).toHaveLength(3);
     expect(reader.buffered).toBe(0);
   });
@@ -108,10 +108,10 @@ describe('worker protocol', () => {
     const bad: [Uint8Array, RegExp][] = [
       [Uint8Array.of(0xff, 0xff, 0xff), /undecodable frame/],
       [new Uint8Array(0), /empty or unknown frame/],
-      [one(encodeWorkerMessage({ type: 'step-record', record: { seq: 0, name: 's', result: p(1), durationMs: 0 } })), /seq 0/],
-      [one(encodeWorkerMessage({ type: 'step-record', record: { seq: 1, name: '', result: p(1), durationMs: 0 } })), /no name/],
-      [one(encodeWorkerMessage({ type: 'step-record', record: { seq: 1, name: 's', durationMs: 0 } })), /exactly one of result and failure/],
-      [one(encodeWorkerMessage({ type: 'step-record', record: { seq: 1, name: 's', result: p(1), durationMs: -1 } })), /duration -1/],
+      [one(encodeWorkerMessage({ type: 'record', call: { kind: 'step', seq: 0, name: 's', result: p(1), durationMs: 0 } })), /seq 0/],
+      [one(encodeWorkerMessage({ type: 'record', call: { kind: 'step', seq: 1, name: '', result: p(1), durationMs: 0 } })), /no name/],
+      [one(encodeWorkerMessage({ type: 'record', call: { kind: 'step', seq: 1, name: 's', durationMs: 0 } })), /exactly one of result and failure/],
+      [one(encodeWorkerMessage({ type: 'record', call: { kind: 'step', seq: 1, name: 's', result: p(1), durationMs: -1 } })), /duration -1/],
     ];
     for (const [bytes, msg] of bad) {
       let err: unknown;
@@ -131,7 +131,7 @@ describe('telling frames from text early (issue 10.9)', () => {
     const all: WorkerMessage[] = [
       { type: 'ready', protocolVersion: 1, pid: 1, workflows: [] },
       { type: 'heartbeat' },
-      { type: 'take-inputs', seq: 1 },
+      { type: 'record', call: { kind: 'take-inputs', seq: 1 } },
       { type: 'terminal', outcome: { kind: 'timed-out' } },
       { type: 'terminal', outcome: { kind: 'cancelled', reason: 'r' } },
     ];
@@ -141,7 +141,7 @@ describe('telling frames from text early (issue 10.9)', () => {
     }
     // 'hello\n': 'h' is the length, 'e' (field 12, wire type 5) cannot open a body.
     expect(isWorkerFrameStart('e'.charCodeAt(0))).toBe(false);
-    expect(isWorkerFrameStart(0x5a + 8)).toBe(false); // field 12 with the right wire type: no such member
+    expect(isWorkerFrameStart(0x1a)).toBe(false); // field 3 with the right wire type: retired in protocol 2, no such member
   });
 
   it('shows the frame being read: its length and its first body bytes', () => {

@@ -5,7 +5,8 @@ import type { EntryMode, FailureInfo, Payload, RetryPolicy, WorkflowKind } from 
 import type { QueuedInput, RecordedCall } from '../../src/history/state.js';
 import { failureFromProto, failureToProto } from '../../src/history/codec.js';
 import { lookupType } from '../../src/internal/proto/root.js';
-import type { CancelKind, StepRecord, TurnSpec } from '../../src/attempt/host.js';
+import type { CancelKind, TurnSpec } from '../../src/attempt/host.js';
+import type { CallRecord } from '../../src/attempt/calls.js';
 import { WorkerProtocolError, type EngineMessage, type TerminalOutcome, type WorkerMessage } from '../../src/executor/protocol.js';
 
 const EngineFrameType = lookupType('turnlog.v1.EngineFrame');
@@ -42,18 +43,12 @@ export function reflectedEncodeEngineMessage(m: EngineMessage): Uint8Array {
     case 'cancel':
       body = { cancel: { kind: CANCEL_KINDS.indexOf(m.kind), reason: m.reason } };
       break;
-    case 'record-ack':
-      body = { recordAck: { seq: m.seq, error: m.error ? failureToProto(m.error) : null } };
+    case 'ack': {
+      const ack: Msg = { seq: m.seq, error: m.error ? failureToProto(m.error) : null };
+      if (m.reply?.kind === 'take-inputs') ack.takeInputs = { inputs: m.reply.value.map((q) => ({ inputId: q.inputId, input: payloadOut(q.input) })) };
+      body = { ack };
       break;
-    case 'take-inputs-reply':
-      body = {
-        takeInputsReply: {
-          seq: m.seq,
-          inputs: m.inputs.map((q) => ({ inputId: q.inputId, input: payloadOut(q.input) })),
-          error: m.error ? failureToProto(m.error) : null,
-        },
-      };
-      break;
+    }
     case 'pending-inputs':
       body = { pendingInputs: { count: m.count } };
       break;
@@ -78,21 +73,13 @@ export function reflectedDecodeEngineMessage(bytes: Uint8Array): EngineMessage {
     if (!kind) throw new WorkerProtocolError(`unknown cancel kind ${f.cancel.kind}`);
     return { type: 'cancel', kind, reason: f.cancel.reason ?? '' };
   }
-  if (f.recordAck) {
-    const m: EngineMessage = { type: 'record-ack', seq: f.recordAck.seq ?? 0 };
-    const error = failureIn(f.recordAck.error);
+  if (f.ack) {
+    const m: Extract<EngineMessage, { type: 'ack' }> = { type: 'ack', seq: f.ack.seq ?? 0 };
+    const error = failureIn(f.ack.error);
     if (error) m.error = error;
-    return m;
-  }
-  if (f.takeInputsReply) {
-    const r = f.takeInputsReply;
-    const m: EngineMessage = {
-      type: 'take-inputs-reply',
-      seq: r.seq ?? 0,
-      inputs: (r.inputs ?? []).map((q: Msg) => ({ inputId: q.inputId ?? '', input: payloadIn(q.input)! })),
-    };
-    const error = failureIn(r.error);
-    if (error) m.error = error;
+    if (f.ack.takeInputs) {
+      m.reply = { kind: 'take-inputs', value: (f.ack.takeInputs.inputs ?? []).map((q: Msg) => ({ inputId: q.inputId ?? '', input: payloadIn(q.input)! })) };
+    }
     return m;
   }
   if (f.pendingInputs) return { type: 'pending-inputs', count: f.pendingInputs.count ?? 0 };
@@ -211,24 +198,8 @@ export function reflectedEncodeWorkerMessage(m: WorkerMessage): Uint8Array {
     case 'ready':
       body = { ready: { protocolVersion: m.protocolVersion, pid: m.pid, workflows: m.workflows, error: m.error ? failureToProto(m.error) : null } };
       break;
-    case 'step-record': {
-      const r = m.record;
-      body = {
-        stepRecord: {
-          seq: r.seq,
-          name: r.name,
-          result: r.result ? payloadOut(r.result) : null,
-          failure: r.failure ? failureToProto(r.failure) : null,
-          durationMs: r.durationMs,
-        },
-      };
-      break;
-    }
-    case 'checkpoint':
-      body = { checkpoint: { seq: m.seq, data: payloadOut(m.data) } };
-      break;
-    case 'take-inputs':
-      body = { takeInputs: { seq: m.seq } };
+    case 'record':
+      body = { record: recordOut(m.call) };
       break;
     case 'heartbeat':
       body = { heartbeat: {} };
@@ -238,6 +209,20 @@ export function reflectedEncodeWorkerMessage(m: WorkerMessage): Uint8Array {
       break;
   }
   return WorkerFrameType.encodeDelimited(body as never).finish();
+}
+
+function recordOut(c: CallRecord): Msg {
+  switch (c.kind) {
+    case 'step':
+      return {
+        seq: c.seq,
+        step: { name: c.name, result: c.result ? payloadOut(c.result) : null, failure: c.failure ? failureToProto(c.failure) : null, durationMs: c.durationMs },
+      };
+    case 'checkpoint':
+      return { seq: c.seq, checkpoint: { data: payloadOut(c.data) } };
+    case 'take-inputs':
+      return { seq: c.seq, takeInputs: {} };
+  }
 }
 
 function terminalOut(o: TerminalOutcome): Msg {
@@ -271,24 +256,29 @@ export function reflectedDecodeWorkerMessage(bytes: Uint8Array): WorkerMessage {
     if (error) m.error = error;
     return m;
   }
-  if (f.stepRecord) {
-    const r = f.stepRecord;
-    const seq = positiveSeq(r.seq, 'step record');
-    if (!r.name) throw new WorkerProtocolError(`step record ${seq} has no name`);
-    if (!r.result === !r.failure) throw new WorkerProtocolError(`step record ${seq} ("${r.name}") must carry exactly one of result and failure`);
-    const d = r.durationMs ?? 0;
-    if (!Number.isFinite(d) || d < 0) throw new WorkerProtocolError(`step record ${seq} has duration ${d}`);
-    const record: StepRecord = { seq, name: r.name, durationMs: d };
-    if (r.result) record.result = payloadIn(r.result)!;
-    else record.failure = failureIn(r.failure)!;
-    return { type: 'step-record', record };
+  if (f.record) {
+    const rec = f.record;
+    const seq0 = rec.seq ?? 0;
+    if (rec.step) {
+      const r = rec.step;
+      const seq = positiveSeq(seq0, 'step record');
+      if (!r.name) throw new WorkerProtocolError(`step record ${seq} has no name`);
+      if (!r.result === !r.failure) throw new WorkerProtocolError(`step record ${seq} ("${r.name}") must carry exactly one of result and failure`);
+      const d = r.durationMs ?? 0;
+      if (!Number.isFinite(d) || d < 0) throw new WorkerProtocolError(`step record ${seq} has duration ${d}`);
+      const call: Extract<CallRecord, { kind: 'step' }> = { kind: 'step', seq, name: r.name, durationMs: d };
+      if (r.result) call.result = payloadIn(r.result)!;
+      else call.failure = failureIn(r.failure)!;
+      return { type: 'record', call };
+    }
+    if (rec.checkpoint) {
+      const seq = positiveSeq(seq0, 'checkpoint');
+      if (!rec.checkpoint.data) throw new WorkerProtocolError(`checkpoint ${seq} has no data`);
+      return { type: 'record', call: { kind: 'checkpoint', seq, data: payloadIn(rec.checkpoint.data)! } };
+    }
+    if (rec.takeInputs) return { type: 'record', call: { kind: 'take-inputs', seq: positiveSeq(seq0, 'take-inputs') } };
+    throw new WorkerProtocolError(`record ${seq0} carries no call`);
   }
-  if (f.checkpoint) {
-    const seq = positiveSeq(f.checkpoint.seq, 'checkpoint');
-    if (!f.checkpoint.data) throw new WorkerProtocolError(`checkpoint ${seq} has no data`);
-    return { type: 'checkpoint', seq, data: payloadIn(f.checkpoint.data)! };
-  }
-  if (f.takeInputs) return { type: 'take-inputs', seq: positiveSeq(f.takeInputs.seq, 'take-inputs') };
   if (f.heartbeat) return { type: 'heartbeat' };
   if (f.result) {
     if (!f.result.output) throw new WorkerProtocolError('result without output');

@@ -41,11 +41,11 @@ const hex = (b: Uint8Array) => Buffer.from(b.buffer, b.byteOffset, b.byteLength)
 
 const messages: WorkerMessage[] = [
   { type: 'ready', protocolVersion: 1, pid: 42, workflows: ['a', 'b'] },
-  { type: 'step-record', record: { seq: 1, name: 'llm', result: json({ x: 'y'.repeat(300) }), durationMs: 3.5 } },
+  { type: 'record', call: { kind: 'step', seq: 1, name: 'llm', result: json({ x: 'y'.repeat(300) }), durationMs: 3.5 } },
   { type: 'heartbeat' },
-  { type: 'checkpoint', seq: 2, data: { metadata: {}, data: new Uint8Array(0) } },
-  { type: 'take-inputs', seq: 3 },
-  { type: 'step-record', record: { seq: 4, name: 'big', result: { metadata: {}, data: new Uint8Array(20_000).fill(9) }, durationMs: 0 } },
+  { type: 'record', call: { kind: 'checkpoint', seq: 2, data: { metadata: {}, data: new Uint8Array(0) } } },
+  { type: 'record', call: { kind: 'take-inputs', seq: 3 } },
+  { type: 'record', call: { kind: 'step', seq: 4, name: 'big', result: { metadata: {}, data: new Uint8Array(20_000).fill(9) }, durationMs: 0 } },
   { type: 'terminal', outcome: { kind: 'completed', output: json('done') } },
 ];
 
@@ -73,9 +73,12 @@ describe('worker protocol framing (FrameReader)', () => {
 
   it('random chunkings of random frame sequences decode to the original messages', () => {
     const msg = fc.oneof(
-      fc.record({ type: fc.constant('take-inputs' as const), seq: fc.integer({ min: 1, max: 2 ** 31 }) }),
+      fc.record({ type: fc.constant('record' as const), call: fc.record({ kind: fc.constant('take-inputs' as const), seq: fc.integer({ min: 1, max: 2 ** 31 }) }) }),
       fc.constant({ type: 'heartbeat' as const }),
-      fc.record({ type: fc.constant('checkpoint' as const), seq: fc.integer({ min: 1, max: 1000 }), data: fc.record({ metadata: fc.constant({}), data: fc.uint8Array({ maxLength: 300 }) }) }),
+      fc.record({
+        type: fc.constant('record' as const),
+        call: fc.record({ kind: fc.constant('checkpoint' as const), seq: fc.integer({ min: 1, max: 1000 }), data: fc.record({ metadata: fc.constant({}), data: fc.uint8Array({ maxLength: 300 }) }) }),
+      }),
     );
     fc.assert(
       fc.property(fc.array(msg, { minLength: 1, maxLength: 8 }), fc.array(fc.nat({ max: 200 }), { maxLength: 10 }), (ms, cuts) => {
@@ -133,11 +136,11 @@ describe('worker protocol messages', () => {
       const b = new Uint8Array(body(encodeWorkerMessage(m))); // a plain Uint8Array like concat's (bytes fields are views)
       expect(decodeWorkerMessage(concat([unknown, b]))).toEqual(decodeWorkerMessage(b));
     }
-    // Inside the take-inputs body: field 9 varint before seq.
-    const inner = Uint8Array.of(0x22, 0x04, 0x48, 0x7f, 0x08, 0x05);
-    expect(decodeWorkerMessage(inner)).toEqual({ type: 'take-inputs', seq: 5 });
+    // Inside a take-inputs record: field 9 varint before seq, then the (empty) take_inputs member.
+    const inner = Uint8Array.of(0x62, 0x06, 0x48, 0x7f, 0x08, 0x05, 0x22, 0x00);
+    expect(decodeWorkerMessage(inner)).toEqual({ type: 'record', call: { kind: 'take-inputs', seq: 5 } });
     // A truncated varint inside a body is a protocol error.
-    expect(() => decodeWorkerMessage(Uint8Array.of(0x22, 0x02, 0x08, 0x80))).toThrow(WorkerProtocolError);
+    expect(() => decodeWorkerMessage(Uint8Array.of(0x62, 0x02, 0x08, 0x80))).toThrow(WorkerProtocolError);
     const run: EngineMessage = { type: 'pending-inputs', count: 3 };
     const eb = body(encodeEngineMessage(run));
     expect(decodeEngineMessage(concat([unknown, eb]))).toEqual(run);
@@ -146,9 +149,9 @@ describe('worker protocol messages', () => {
   it('a lone surrogate is sent as U+FFFD in short and long strings; other strings round-trip exactly', () => {
     const names = ['\ud800', 'a\udc00', 'x'.repeat(41) + '\ud800', 'y'.repeat(200) + '\udfff' + 'z', '\ud83d\ude00', 'ü'.repeat(43)];
     for (const name of names) {
-      const m: WorkerMessage = { type: 'step-record', record: { seq: 1, name, result: json(name), durationMs: 1 } };
+      const m: WorkerMessage = { type: 'record', call: { kind: 'step', seq: 1, name, result: json(name), durationMs: 1 } };
       const back = decodeWorkerMessage(body(encodeWorkerMessage(m)));
-      expect(back.type === 'step-record' && back.record.name).toBe(wellFormed(name));
+      expect(back.type === 'record' && back.call.kind === 'step' && back.call.name).toBe(wellFormed(name));
     }
   });
 
@@ -169,7 +172,7 @@ describe('worker protocol messages', () => {
     const first = encodeWorkerMessage(messages[1]!);
     const copy = hex(first);
     for (const m of messages) encodeWorkerMessage(m);
-    for (let i = 0; i < 20; i++) encodeEngineMessage({ type: 'record-ack', seq: i });
+    for (let i = 0; i < 20; i++) encodeEngineMessage({ type: 'ack', seq: i });
     expect(hex(first)).toBe(copy);
   });
 });

@@ -90,7 +90,7 @@ export const SnapshotTurnRecord = { turn: 8, terminal: 16, eventId: 24, attempts
 /** turnlog.v1.TaskStateSnapshot */
 export const TaskStateSnapshot = { snapshotVersion: 8, taskId: 18, workflow: 26, kind: 32, policy: 42, formatVersion: 48, createdAtMs: 57, updatedAtMs: 65, lastEventId: 72, highestGeneration: 80, status: 88, outcome: 96, turn: 104, openTurn: 114, queue: 122, lastOutput: 130, state: 138, lastFailure: 146, lastTurn: 154, recoveryCount: 160, workerCrashCount: 168, cancelRequested: 178, lastInputId: 186 } as const;
 /** turnlog.v1.EngineFrame */
-export const EngineFrame = { run: 10, cancel: 18, recordAck: 26, takeInputsReply: 34, pendingInputs: 42, shutdown: 50 } as const;
+export const EngineFrame = { run: 10, cancel: 18, pendingInputs: 42, shutdown: 50, ack: 58 } as const;
 /** turnlog.v1.EngineFrame.Run */
 export const EngineFrame_Run = { taskId: 10, workflow: 18, kind: 24, turn: 32, attempt: 40, entryMode: 48, steered: 56, inputId: 66, input: 74, state: 82, calls: 90, taken: 98, checkpoint: 106, turnStartedAtMs: 113, deadlineMs: 121, recoveryCount: 128, stepRetry: 138, timeoutExceeded: 144, cancelRequested: 152, pendingInputs: 160 } as const;
 /** turnlog.v1.EngineFrame.Call */
@@ -105,24 +105,26 @@ export const EngineFrame_TakeInputsCall = { inputIds: 10 } as const;
 export const EngineFrame_TakenInput = { inputId: 10, input: 18, steering: 24, eventId: 32, timeMs: 41 } as const;
 /** turnlog.v1.EngineFrame.Cancel */
 export const EngineFrame_Cancel = { kind: 8, reason: 18 } as const;
-/** turnlog.v1.EngineFrame.RecordAck */
-export const EngineFrame_RecordAck = { seq: 8, error: 18 } as const;
-/** turnlog.v1.EngineFrame.TakeInputsReply */
-export const EngineFrame_TakeInputsReply = { seq: 8, inputs: 18, error: 26 } as const;
+/** turnlog.v1.EngineFrame.Ack */
+export const EngineFrame_Ack = { seq: 8, error: 18, takeInputs: 26 } as const;
+/** turnlog.v1.EngineFrame.TakenInputs */
+export const EngineFrame_TakenInputs = { inputs: 10 } as const;
 /** turnlog.v1.EngineFrame.PendingInputs */
 export const EngineFrame_PendingInputs = { count: 8 } as const;
 /** turnlog.v1.EngineFrame.Shutdown */
 export const EngineFrame_Shutdown = {} as const;
 /** turnlog.v1.WorkerFrame */
-export const WorkerFrame = { ready: 10, stepRecord: 18, checkpoint: 26, takeInputs: 34, heartbeat: 42, result: 50, suspend: 58, exitForRecovery: 66, error: 74, cancelled: 82, timedOut: 90 } as const;
+export const WorkerFrame = { ready: 10, heartbeat: 42, result: 50, suspend: 58, exitForRecovery: 66, error: 74, cancelled: 82, timedOut: 90, record: 98 } as const;
 /** turnlog.v1.WorkerFrame.Ready */
 export const WorkerFrame_Ready = { protocolVersion: 8, pid: 16, workflows: 26, error: 34 } as const;
-/** turnlog.v1.WorkerFrame.StepRecord */
-export const WorkerFrame_StepRecord = { seq: 8, name: 18, result: 26, failure: 34, durationMs: 41 } as const;
-/** turnlog.v1.WorkerFrame.Checkpoint */
-export const WorkerFrame_Checkpoint = { seq: 8, data: 18 } as const;
-/** turnlog.v1.WorkerFrame.TakeInputs */
-export const WorkerFrame_TakeInputs = { seq: 8 } as const;
+/** turnlog.v1.WorkerFrame.Record */
+export const WorkerFrame_Record = { seq: 8, step: 18, checkpoint: 26, takeInputs: 34 } as const;
+/** turnlog.v1.WorkerFrame.Record.Step */
+export const WorkerFrame_Record_Step = { name: 10, result: 18, failure: 26, durationMs: 33 } as const;
+/** turnlog.v1.WorkerFrame.Record.Checkpoint */
+export const WorkerFrame_Record_Checkpoint = { data: 10 } as const;
+/** turnlog.v1.WorkerFrame.Record.TakeInputs */
+export const WorkerFrame_Record_TakeInputs = {} as const;
 /** turnlog.v1.WorkerFrame.Heartbeat */
 export const WorkerFrame_Heartbeat = {} as const;
 /** turnlog.v1.WorkerFrame.Result */

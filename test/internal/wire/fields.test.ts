@@ -53,7 +53,7 @@ describe('generated fields.ts', () => {
     let checked = 0;
     for (const [name, tags] of Object.entries(fields)) {
       if (Array.isArray(tags) || name === 'MapEntry') continue;
-      const full = name.startsWith('Payload') || name === 'Payloads' ? `temporal.api.common.v1.${name}` : name === 'Failure' || name === 'ApplicationFailureInfo' ? `temporal.api.failure.v1.${name}` : `turnlog.v1.${name.replace('_', '.')}`;
+      const full = name.startsWith('Payload') || name === 'Payloads' ? `temporal.api.common.v1.${name}` : name === 'Failure' || name === 'ApplicationFailureInfo' ? `temporal.api.failure.v1.${name}` : `turnlog.v1.${name.replaceAll('_', '.')}`;
       const type = root.lookupType(full);
       const expected: Record<string, number> = {};
       for (const f of type.fieldsArray) expected[f.name] = (f.id << 3) | wireTypeOf(f);

@@ -1,0 +1,357 @@
+/**
+ * Every kind of call a handler records (step, checkpoint, takeInputs), as data: one row per kind
+ * in {@link CALLS}. The context matches calls against the record with it (the one replay check,
+ * shared with replay testing), the worker protocol encodes records, acks and recorded calls with
+ * it, and the engine's host turns a record into the events it appends. A new kind is one row here
+ * (the mapped type refuses a table that misses one), one proto message, and its event in history/.
+ */
+import { NonDeterminismError, type PayloadField, type PayloadTooLargeError } from '../errors.js';
+import type { FailureInfo, HistoryEvent, Payload } from '../history/events.js';
+import { errorToFailure, failureToError } from '../history/failure.js';
+import type { QueuedInput, RecordedCall } from '../history/state.js';
+import * as pb from '../internal/wire/fields.js';
+import { EMPTY_BYTES as EMPTY, Reader, Writer, readFailure, readPayload, writeFailure, writePayload } from '../internal/wire/wire.js';
+import type { SpecDecoder } from './turn-spec.js';
+
+export type CallKind = RecordedCall['kind'];
+export type Recorded<K extends CallKind> = Extract<RecordedCall, { kind: K }>;
+
+/** A call the handler makes, as matched against the record before anything runs. */
+export interface CallIntents {
+  step: { kind: 'step'; name: string };
+  checkpoint: { kind: 'checkpoint' };
+  'take-inputs': { kind: 'take-inputs' };
+}
+/** A new call as the host records it (the body of a worker's Record frame). */
+export interface CallRecords {
+  step: { kind: 'step'; seq: number; name: string; result?: Payload; failure?: FailureInfo; durationMs: number };
+  checkpoint: { kind: 'checkpoint'; seq: number; data: Payload };
+  'take-inputs': { kind: 'take-inputs'; seq: number };
+}
+/** An input handed to the handler by takeInputs(). */
+export interface TakenInput {
+  inputId: string;
+  input: Payload;
+}
+/** What recording returns once durable (an Ack's reply); `undefined` for kinds that return nothing. */
+export interface CallReplies {
+  step: undefined;
+  checkpoint: undefined;
+  'take-inputs': TakenInput[];
+}
+/** What a recorded call gives back to a later attempt. */
+export interface CallResults {
+  step: Payload;
+  checkpoint: Payload;
+  'take-inputs': Payload[];
+}
+
+export type CallIntent = CallIntents[CallKind];
+export type CallRecord = CallRecords[CallKind];
+/** An Ack's reply, for the kinds that have one. */
+export type CallReply = { [K in CallKind]: CallReplies[K] extends undefined ? never : { kind: K; value: CallReplies[K] } }[CallKind];
+
+/** A history event as the host drafts it (the appender numbers and stamps it). */
+export type EventDraft = HistoryEvent extends infer E ? (E extends HistoryEvent ? Omit<E, 'eventId' | 'generation' | 'time'> : never) : never;
+
+/** What the engine's host needs to turn a record into events. */
+export interface RecordEnv {
+  turn: number;
+  attempt: number;
+  /** `Task …, turn …` for messages. */
+  at: string;
+  /** The engine's configured limit for `field`, or undefined when `p` is within it. */
+  oversized(field: PayloadField & ('stepResult' | 'checkpoint'), p: Payload | undefined, subject: string): PayloadTooLargeError | undefined;
+  /** The task's queue as of now (read again after a re-read). */
+  queue(): readonly QueuedInput[];
+  /** Undoes payload codecs on what goes back to the handler. */
+  decode(p: Payload): Payload;
+  /** The payload of `undefined`. */
+  empty(): Payload;
+}
+
+/** How the engine records one call: refused outright, or events to append then a reply. */
+export interface Recording<R> {
+  /** Refused before anything is written; nothing can stand at its seq, so the turn fails with it. */
+  refused?: PayloadTooLargeError | undefined;
+  /** The events; called again when a same-generation writer appended first (after the re-read). */
+  events(): EventDraft[];
+  /** What the call returns once the events are durable; throws for a refusal recorded in their place. */
+  reply(): R;
+}
+
+/** One protobuf message member: its tag, writer and reader (`bad` throws the protocol error). */
+export interface MemberCodec<T, Ctx = void> {
+  tag: number;
+  write(w: Writer, v: T): void;
+  read(r: Reader, ctx: Ctx, bad: (detail: string) => never): T;
+}
+
+/** One call kind. */
+export interface CallSpec<K extends CallKind> {
+  kind: K;
+  /** How messages name the call: `step "fetch"`. */
+  describe(c: CallIntents[K] | Recorded<K>): string;
+  /** Whether the record at the call's position is this call. */
+  matches(r: Recorded<K>, i: CallIntents[K]): boolean;
+  /** What the recorded call gives a later attempt (throws a recorded failure). */
+  result(r: Recorded<K>, taken: readonly QueuedInput[]): CallResults[K];
+  /** Payload codecs undone (engine side, before the call reaches a handler). */
+  decoded(c: Recorded<K>, codec: SpecDecoder): Recorded<K>;
+  /** Worker → engine: the member of WorkerFrame.Record (seq is the envelope's); `noun` names it in errors. */
+  record: MemberCodec<CallRecords[K], number> & { noun: string };
+  /** Engine → worker: the member of EngineFrame.Ack's reply; null for kinds that return nothing. */
+  reply: CallReplies[K] extends undefined ? null : MemberCodec<CallReplies[K]> & { what: string };
+  /** Engine → worker: the member of EngineFrame.Call (a call recorded by an earlier attempt). */
+  recorded: MemberCodec<Recorded<K>, { seq: number; eventId: number }>;
+  /** Engine side: the events a record appends and what it returns. */
+  append(rec: CallRecords[K], env: RecordEnv): Recording<CallReplies[K]>;
+}
+
+const REC = pb.WorkerFrame_Record;
+const CALL = pb.EngineFrame_Call;
+const TAKEN = pb.EngineFrame_TakenInput;
+
+/** Reads a message's fields; `on` returns false for a tag it does not know (skipped). */
+function fields(r: Reader, on: (tag: number) => boolean): void {
+  while (r.more()) {
+    const t = r.uint32();
+    if (!on(t)) r.skip(t & 7);
+  }
+}
+
+export const CALLS: { readonly [K in CallKind]: CallSpec<K> } = {
+  step: {
+    kind: 'step',
+    describe: (c) => `step "${c.name}"`,
+    matches: (r, i) => r.name === i.name,
+    result: (r) => {
+      if (r.failure) throw failureToError(r.failure);
+      return r.result!;
+    },
+    decoded: (c, codec) => {
+      if (c.result) return { ...c, result: codec.decode(c.result) };
+      return c.failure ? { ...c, failure: codec.decodeFailure(c.failure) } : c;
+    },
+    record: {
+      tag: REC.step,
+      noun: 'step record',
+      write: (w, s) => {
+        const F = pb.WorkerFrame_Record_Step;
+        w.stringField(F.name, s.name);
+        if (s.result) writePayload(w, F.result, s.result);
+        if (s.failure) writeFailure(w, F.failure, s.failure);
+        w.doubleField(F.durationMs, s.durationMs);
+      },
+      read: (r, seq, bad) => {
+        const F = pb.WorkerFrame_Record_Step;
+        const s: CallRecords['step'] = { kind: 'step', seq, name: '', durationMs: 0 };
+        fields(r, (t) => {
+          if (t === F.name) s.name = r.string();
+          else if (t === F.result) s.result = r.nested(readPayload);
+          else if (t === F.failure) s.failure = r.nested(readFailure);
+          else if (t === F.durationMs) s.durationMs = r.double();
+          else return false;
+          return true;
+        });
+        if (!s.name) bad(`step record ${seq} has no name`);
+        if (!s.result === !s.failure) bad(`step record ${seq} ("${s.name}") must carry exactly one of result and failure`);
+        if (!Number.isFinite(s.durationMs) || s.durationMs < 0) bad(`step record ${seq} has duration ${s.durationMs}`);
+        return s;
+      },
+    },
+    reply: null,
+    recorded: {
+      tag: CALL.step,
+      write: (w, c) => {
+        const F = pb.EngineFrame_StepCall;
+        w.stringField(F.name, c.name);
+        w.uint32Field(F.attempt, c.attempt);
+        if (c.result) writePayload(w, F.result, c.result);
+        if (c.failure) writeFailure(w, F.failure, c.failure);
+        w.doubleField(F.durationMs, c.durationMs);
+      },
+      read: (r, { seq, eventId }) => {
+        const F = pb.EngineFrame_StepCall;
+        const c: Recorded<'step'> = { kind: 'step', seq, eventId, name: '', attempt: 0, durationMs: 0 };
+        fields(r, (t) => {
+          if (t === F.name) c.name = r.string();
+          else if (t === F.attempt) c.attempt = r.uint32();
+          else if (t === F.result) c.result = r.nested(readPayload);
+          else if (t === F.failure) c.failure = r.nested(readFailure);
+          else if (t === F.durationMs) c.durationMs = r.double();
+          else return false;
+          return true;
+        });
+        return c;
+      },
+    },
+    append: (rec, env) => {
+      const draft: Omit<Extract<HistoryEvent, { type: 'StepCompleted' }>, 'eventId' | 'generation' | 'time'> = {
+        type: 'StepCompleted',
+        turn: env.turn,
+        attempt: env.attempt,
+        seq: rec.seq,
+        name: rec.name,
+        durationMs: rec.durationMs,
+      };
+      // An oversized result is recorded as the step's failure instead (same seq, no gap), and thrown.
+      const tooLarge = rec.failure ? undefined : env.oversized('stepResult', rec.result, `${env.at}, step "${rec.name}" result`);
+      if (rec.failure) draft.failure = rec.failure;
+      else if (tooLarge) draft.failure = errorToFailure(tooLarge);
+      else draft.result = rec.result ?? env.empty();
+      return {
+        events: () => [{ ...draft }],
+        reply: () => {
+          if (tooLarge) throw tooLarge;
+          return undefined;
+        },
+      };
+    },
+  },
+
+  checkpoint: {
+    kind: 'checkpoint',
+    describe: () => 'checkpoint',
+    matches: () => true,
+    result: (r) => r.data,
+    decoded: (c, codec) => ({ ...c, data: codec.decode(c.data) }),
+    record: {
+      tag: REC.checkpoint,
+      noun: 'checkpoint',
+      write: (w, c) => writePayload(w, pb.WorkerFrame_Record_Checkpoint.data, c.data),
+      read: (r, seq, bad) => {
+        let data: Payload | undefined;
+        fields(r, (t) => t === pb.WorkerFrame_Record_Checkpoint.data && (data = r.nested(readPayload)) !== undefined);
+        if (!data) bad(`checkpoint ${seq} has no data`);
+        return { kind: 'checkpoint', seq, data: data! };
+      },
+    },
+    reply: null,
+    recorded: {
+      tag: CALL.checkpoint,
+      write: (w, c) => writePayload(w, pb.EngineFrame_CheckpointCall.data, c.data),
+      read: (r, { seq, eventId }) => {
+        let data: Payload = { metadata: {}, data: EMPTY };
+        fields(r, (t) => t === pb.EngineFrame_CheckpointCall.data && (data = r.nested(readPayload)) !== undefined);
+        return { kind: 'checkpoint', seq, eventId, data };
+      },
+    },
+    append: (rec, env) => ({
+      // Nothing can stand at this seq instead, so the whole turn fails (the driver's finish).
+      refused: env.oversized('checkpoint', rec.data, `${env.at}, checkpoint`),
+      events: () => [{ type: 'Checkpointed', turn: env.turn, seq: rec.seq, data: rec.data }],
+      reply: () => undefined,
+    }),
+  },
+
+  'take-inputs': {
+    kind: 'take-inputs',
+    describe: () => 'takeInputs()',
+    matches: () => true,
+    result: (r, taken) => {
+      const byId = new Map(taken.map((q) => [q.inputId, q]));
+      return r.inputIds.map((id) => byId.get(id)!.input);
+    },
+    decoded: (c) => c,
+    record: {
+      tag: REC.takeInputs,
+      noun: 'take-inputs',
+      write: () => {},
+      read: (r, seq) => {
+        fields(r, () => false);
+        return { kind: 'take-inputs', seq };
+      },
+    },
+    reply: {
+      tag: pb.EngineFrame_Ack.takeInputs,
+      what: 'The inputs taken by ctx.takeInputs()',
+      write: (w, inputs) => {
+        for (const q of inputs) writeTaken(w, pb.EngineFrame_TakenInputs.inputs, q);
+      },
+      read: (r) => {
+        const inputs: TakenInput[] = [];
+        fields(r, (t) => {
+          if (t !== pb.EngineFrame_TakenInputs.inputs) return false;
+          const q = r.nested(readTaken);
+          inputs.push({ inputId: q.inputId, input: q.input });
+          return true;
+        });
+        return inputs;
+      },
+    },
+    recorded: {
+      tag: CALL.takeInputs,
+      write: (w, c) => w.stringsField(pb.EngineFrame_TakeInputsCall.inputIds, c.inputIds),
+      read: (r, { seq, eventId }) => {
+        const inputIds: string[] = [];
+        fields(r, (t) => t === pb.EngineFrame_TakeInputsCall.inputIds && inputIds.push(r.string()) > 0);
+        return { kind: 'take-inputs', seq, eventId, inputIds };
+      },
+    },
+    append: (rec, env) => {
+      let queue = env.queue();
+      return {
+        events: () => {
+          queue = env.queue(); // after a re-read, the queue as the other writer left it
+          return [{ type: 'InputsTaken', turn: env.turn, seq: rec.seq, inputIds: queue.map((q) => q.inputId) }];
+        },
+        reply: () => queue.map((q) => ({ inputId: q.inputId, input: env.decode(q.input) })),
+      };
+    },
+  },
+};
+
+/** The row of a call, typed by its kind (TypeScript cannot narrow a table lookup by itself). */
+export function callSpec<K extends CallKind>(kind: K): CallSpec<K> {
+  return CALLS[kind] as unknown as CallSpec<K>;
+}
+
+/** How messages name a call or a record. */
+export function describeCall(c: CallIntent | RecordedCall): string {
+  return callSpec(c.kind).describe(c as never);
+}
+
+/**
+ * The one replay check (live context and replay tester): undefined when `recorded` is the call
+ * the handler makes at position `seq`, else the NonDeterminismError naming both.
+ */
+export function replayMismatch(taskId: string, turn: number, seq: number, recorded: RecordedCall, call: CallIntent): NonDeterminismError | undefined {
+  if (recorded.kind === call.kind && callSpec(call.kind).matches(recorded as never, call as never)) return undefined;
+  return new NonDeterminismError(taskId, turn, recorded.eventId, `${describeCall(recorded)} at position ${seq}`, describeCall(call));
+}
+
+/** A kind's row by its WorkerFrame.Record member tag. */
+export const RECORD_BY_TAG: ReadonlyMap<number, CallSpec<CallKind>> = new Map(Object.values(CALLS).map((s) => [s.record.tag, s as CallSpec<CallKind>]));
+/** A kind's row by its EngineFrame.Call member tag. */
+export const RECORDED_BY_TAG: ReadonlyMap<number, CallSpec<CallKind>> = new Map(Object.values(CALLS).map((s) => [s.recorded.tag, s as CallSpec<CallKind>]));
+/** A kind's row by its EngineFrame.Ack reply member tag. */
+export const REPLY_BY_TAG: ReadonlyMap<number, CallSpec<CallKind>> = new Map(
+  Object.values(CALLS).flatMap((s) => (s.reply ? [[s.reply.tag, s as CallSpec<CallKind>] as const] : [])),
+);
+
+// A taken input: in an Ack's reply, and among a Run's taken inputs (with its queue fields).
+export function writeTaken(w: Writer, tag: number, q: { inputId: string; input: Payload; steering?: boolean; eventId?: number; time?: number }): void {
+  w.uint32(tag);
+  const at = w.fork();
+  w.stringField(TAKEN.inputId, q.inputId);
+  writePayload(w, TAKEN.input, q.input);
+  w.boolField(TAKEN.steering, q.steering);
+  w.uint32Field(TAKEN.eventId, q.eventId);
+  w.doubleField(TAKEN.timeMs, q.time);
+  w.ldelim(at);
+}
+
+export function readTaken(r: Reader): QueuedInput {
+  const q: QueuedInput = { inputId: '', input: { metadata: {}, data: EMPTY }, steering: false, eventId: 0, time: 0 };
+  fields(r, (t) => {
+    if (t === TAKEN.inputId) q.inputId = r.string();
+    else if (t === TAKEN.input) q.input = r.nested(readPayload);
+    else if (t === TAKEN.steering) q.steering = r.bool();
+    else if (t === TAKEN.eventId) q.eventId = r.uint32();
+    else if (t === TAKEN.timeMs) q.time = r.double();
+    else return false;
+    return true;
+  });
+  return q;
+}
