@@ -10,12 +10,12 @@
 import { TurnlogError } from '../errors.js';
 import type { EntryMode, FailureInfo, Payload, RetryPolicy, WorkflowKind } from '../history/events.js';
 import type { QueuedInput, RecordedCall } from '../history/state.js';
-import type { AttemptOutcome, CancelKind, StepRecord, TurnSpec } from '../attempt/host.js';
+import type { AttemptOutcome, CancelKind, EmitItem, StepRecord, TurnSpec } from '../attempt/host.js';
 import * as pb from '../internal/wire/fields.js';
 import { EMPTY_BYTES as EMPTY, LEN, Reader, Writer, readFailure, readPayload, writeFailure, writePayload } from '../internal/wire/wire.js';
 
 /** Bumped for any change a peer of the other version would misread. */
-export const PROTOCOL_VERSION = 1;
+export const PROTOCOL_VERSION = 2;
 /** Frames above this size are refused (the worker is killed). */
 export const MAX_FRAME_BYTES = 64 * 1024 * 1024;
 /** The child's file descriptor for the protocol pipe (0–2 stay stdin/stdout/stderr). */
@@ -55,7 +55,8 @@ export type WorkerMessage =
   | { type: 'checkpoint'; seq: number; data: Payload }
   | { type: 'take-inputs'; seq: number }
   | { type: 'heartbeat' }
-  | { type: 'terminal'; outcome: TerminalOutcome };
+  | { type: 'terminal'; outcome: TerminalOutcome }
+  | { type: 'emit'; item: EmitItem; dropped: number };
 
 // Enum tables and tags are generated from worker.proto and history.proto (fields.ts).
 const KINDS: readonly (WorkflowKind | undefined)[] = pb.WORKFLOW_KINDS;
@@ -539,6 +540,19 @@ export function encodeWorkerMessage(m: WorkerMessage): Uint8Array {
     case 'terminal':
       writeTerminal(w, m.outcome);
       break;
+    case 'emit': {
+      const F = pb.WorkerFrame_Emit;
+      w.uint32(WF.emit);
+      at = w.fork();
+      if (m.item.kind === 'chunk') writePayload(w, F.chunk, m.item.data);
+      else {
+        w.uint32Field(F.stepSeq, m.item.seq);
+        w.stringField(F.stepName, m.item.name);
+      }
+      if (m.dropped) w.uint32Field(F.dropped, m.dropped);
+      w.ldelim(at);
+      break;
+    }
   }
   return w.finishDelimited();
 }
@@ -618,6 +632,7 @@ const STEP_RECORD = pb.WorkerFrame_StepRecord;
 const CHECKPOINT = pb.WorkerFrame_Checkpoint;
 const RESULT = pb.WorkerFrame_Result;
 const SUSPEND = pb.WorkerFrame_Suspend;
+const EMIT = pb.WorkerFrame_Emit;
 const REASON = pb.WorkerFrame_Cancelled; // ExitForRecovery and Cancelled: { reason = 1 }
 /** WorkerFrame.body tag → its message's field kinds by tag. */
 const WORKER_BODIES: Readonly<Record<number, Readonly<Record<number, Kind>>>> = {
@@ -632,6 +647,7 @@ const WORKER_BODIES: Readonly<Record<number, Readonly<Record<number, Kind>>>> = 
   [WF.error]: { [pb.WorkerFrame_Error.failure]: 'failure' },
   [WF.cancelled]: { [REASON.reason]: 'string' },
   [WF.timedOut]: {},
+  [WF.emit]: { [EMIT.chunk]: 'payload', [EMIT.stepSeq]: 'uint32', [EMIT.stepName]: 'string', [EMIT.dropped]: 'uint32' },
 };
 
 /**
@@ -723,6 +739,13 @@ export function decodeWorkerMessage(bytes: Uint8Array): WorkerMessage {
     }
     case WF.cancelled:
       return { type: 'terminal', outcome: { kind: 'cancelled', reason: str(REASON.reason) } };
+    case WF.emit: {
+      const chunk = payload(EMIT.chunk);
+      const seq = num(EMIT.stepSeq);
+      if (!chunk === !seq) throw new WorkerProtocolError('emit must carry exactly one of chunk and step_seq');
+      const item: EmitItem = chunk ? { kind: 'chunk', data: chunk } : { kind: 'step-started', seq: positiveSeq(seq, 'step started'), name: str(EMIT.stepName) };
+      return { type: 'emit', item, dropped: num(EMIT.dropped) };
+    }
     default:
       return { type: 'terminal', outcome: { kind: 'timed-out' } };
   }

@@ -17,7 +17,7 @@ import { turnSpecFor } from '../attempt/turn-spec.js';
 import { sleep } from './clock.js';
 import { isStale, logFailure, type Appender } from './appender.js';
 import { finalizeDrafts, outcomeDrafts, oversized, turnStartDrafts, withinLimits, type Draft } from './drafts.js';
-import { noteAttemptEnded } from './observe.js';
+import { emitOutput, noteAttemptEnded } from './observe.js';
 import type { Runtime } from './runtime.js';
 import type { Supervisor } from './supervisor.js';
 import type { ActiveAttempt, LockedTask, TaskCache, TaskEntry } from './task-cache.js';
@@ -205,6 +205,7 @@ export class Driver {
       pendingInputCount: () => t.state?.queue.length ?? 0,
       now: () => this.#rt.clock.now(),
       sleep: (ms, signal) => sleep(this.#rt.clock, ms, signal),
+      emit: (item, dropped) => emitOutput(this.#rt, t, active, item, dropped),
     };
   }
 

@@ -36,6 +36,8 @@ import { FaultInjector } from './fault.js';
 import { checkId, isCaptureMode, resolveOptions, type ActivateOptions, type EngineOptions, type EngineSettings } from './options.js';
 import { TurnResults } from './results.js';
 import { Observers, type EngineObserver } from './observe.js';
+import { StreamHub, type StreamSource } from '../stream/hub.js';
+import type { StreamItem, StreamOptions } from '../stream/items.js';
 import type { Runtime } from './runtime.js';
 import { Scanner } from './scanner.js';
 import { Supervisor } from './supervisor.js';
@@ -66,6 +68,9 @@ export class Engine implements TaskClient {
   readonly #supervisor: Supervisor;
   readonly #driver: Driver;
   readonly #scanner: Scanner;
+  readonly #streamSource: StreamSource;
+  /** Live stream items and readers (docs/streaming.md); a new one per activation. */
+  #hub: StreamHub;
   #state: 'inactive' | 'activating' | 'open' | 'quiescing' | 'closed' = 'inactive';
 
   private constructor(options: EngineOptions) {
@@ -91,6 +96,17 @@ export class Engine implements TaskClient {
     this.#results = new TurnResults(this.#rt);
     // Turn-result waiters listen on the seam like any observer (they also need the cached entry).
     this.#rt.observers.onAppend((t, before, events) => this.#results.afterAppend(t, before, events));
+    this.#streamSource = {
+      readEvents: (taskId, from) => this.store.readEvents(taskId, { fromEventId: from }),
+      // An exclusive store or a turn this engine runs: every event passes here, no need to poll.
+      writesHere: (taskId) => this.store.exclusive || this.#cache.get(taskId)?.active !== undefined,
+      // Chunks never pass the codecs (they are not stored): only the converter.
+      decoder: { value: (p) => this.#results.value(p), failure: (f) => (o.codec ? o.codec.decodeFailure(f) : f), chunk: (p) => o.converter.fromPayload(p) },
+      setTimer: (fn, ms) => o.clock.setTimer(fn, ms, { background: true }),
+    };
+    this.#hub = new StreamHub(this.#streamSource, { bufferItems: o.streamBufferItems });
+    this.#rt.observers.onAppend((t, _before, events) => this.#hub.appended(t.id, events));
+    this.#rt.observers.onOutput((e) => this.#hub.output(e.taskId, e.afterEventId, e.turn, e.attempt, e.item, e.time, e.dropped));
     this.#appender = new Appender(
       this.#rt,
       this.#cache,
@@ -480,6 +496,27 @@ export class Engine implements TaskClient {
   }
 
 
+  /**
+   * The task's stream: its turn lifecycle from the history and the output of its running
+   * attempts, in order, each with an offset; `from` carries on after an offset. It ends when the
+   * task completes, the signal aborts or the engine shuts down. See docs/streaming.md.
+   * @example for await (const item of engine.stream('chat-42', { from: lastOffset })) show(item);
+   */
+  stream(taskId: string, options: StreamOptions = {}): AsyncGenerator<StreamItem, void, undefined> {
+    this.#assertOpen('stream');
+    if (typeof options !== 'object' || options === null) throw invalidArgument('stream() options must be an object: { from?, signal?, pollMs? }.');
+    if (options.pollMs !== undefined && !(Number.isFinite(options.pollMs) && options.pollMs > 0)) {
+      throw invalidArgument(`stream() pollMs must be a positive number of milliseconds, got ${String(options.pollMs)}.`);
+    }
+    return this.#stream(taskId, options);
+  }
+
+  async *#stream(taskId: string, options: StreamOptions): AsyncGenerator<StreamItem, void, undefined> {
+    const t = await this.#cache.load(taskId);
+    if (!t.state) throw notFound(taskId);
+    yield* this.#hub.read(taskId, options);
+  }
+
   /** Runs one recovery pass now (it also runs at open and every `scanIntervalMs`). */
   async recover(): Promise<void> {
     return this.#scanner.recover();
@@ -499,6 +536,8 @@ export class Engine implements TaskClient {
   /** Stops everything this activation started; leaves history and leases for recovery. */
   async #quiesce(graceMs: number): Promise<void> {
     this.#state = 'quiescing';
+    this.#hub.close();
+    this.#hub = new StreamHub(this.#streamSource, { bufferItems: this.#o.streamBufferItems });
     await this.#scanner.stop();
     await this.#supervisor.stopAll(graceMs);
     await Promise.all([...this.#cache.entries()].map((t) => t.chain.catch(() => undefined)));

@@ -3,8 +3,8 @@
  * non-durable output). Streaming, tracing, the CLI's live mode and the turn-result waiters all
  * listen here. A throwing listener is logged and never breaks the engine (invariant 10).
  */
-import type { AttemptOutcome } from '../attempt/host.js';
-import type { EntryMode, ExecutorKind, HistoryEvent } from '../history/events.js';
+import type { AttemptOutcome, EmitItem } from '../attempt/host.js';
+import type { EntryMode, ExecutorKind, HistoryEvent, Payload } from '../history/events.js';
 import type { TaskState } from '../history/state.js';
 import type { Logger } from '../logger.js';
 import type { Runtime } from './runtime.js';
@@ -44,13 +44,19 @@ export interface AttemptEndedEvent {
   time: number;
 }
 
-/** Non-durable output of a running attempt (`ctx.emit`): never recorded, lost on a crash. */
+/**
+ * Non-durable output of a running attempt: a `ctx.emit` chunk, or a step starting (never a replayed
+ * one). Not recorded, lost on a crash (invariant 10). docs/streaming.md.
+ */
 export interface OutputEvent {
   taskId: string;
   turn: number;
   attempt: number;
-  /** The chunk as emitted (a JSON value). */
-  chunk: unknown;
+  output: { kind: 'chunk'; data: unknown } | { kind: 'step-started'; seq: number; name: string };
+  /** The task's last event id when it was produced: stream offsets sort it after that event. */
+  afterEventId: number;
+  /** Output a process worker dropped just before this one (its pipe to the engine was full). */
+  dropped: number;
   time: number;
 }
 
@@ -67,6 +73,11 @@ export interface EngineObserver {
   output?(e: OutputEvent): void;
 }
 
+/** Output as the host got it (a chunk still a payload), for the engine's own listener. */
+export interface RawOutput extends Omit<OutputEvent, 'output'> {
+  item: EmitItem;
+}
+
 /** The engine's own listener on appends: it also sees the cached entry and the state before. */
 export type AppendListener = (t: TaskEntry, before: TaskState | undefined, events: readonly HistoryEvent[]) => void;
 
@@ -74,6 +85,7 @@ export type AppendListener = (t: TaskEntry, before: TaskState | undefined, event
 export class Observers {
   readonly #log: Logger;
   readonly #internal: AppendListener[] = [];
+  readonly #internalOutput: ((e: RawOutput) => void)[] = [];
   #list: EngineObserver[] = [];
 
   constructor(log: Logger, initial: readonly EngineObserver[] = []) {
@@ -95,9 +107,9 @@ export class Observers {
     this.#internal.push(l);
   }
 
-  /** True when some public listener wants output (the emit path skips work otherwise). */
-  get wantsOutput(): boolean {
-    return this.#list.some((o) => o.output);
+  /** The engine's own output listener (the stream hub), called before the public ones. */
+  onOutput(l: (e: RawOutput) => void): void {
+    this.#internalOutput.push(l);
   }
 
   appended(t: TaskEntry, before: TaskState | undefined, events: readonly HistoryEvent[], origin: EventsAppendedEvent['origin']): void {
@@ -115,16 +127,39 @@ export class Observers {
     for (const o of this.#list) if (o.attemptEnded) this.#guard('attemptEnded', e.taskId, () => o.attemptEnded!(e));
   }
 
-  output(e: OutputEvent): void {
-    for (const o of this.#list) if (o.output) this.#guard('output', e.taskId, () => o.output!(e));
+  /** `decode` runs only when a public listener wants the output (the hub decodes when read). */
+  output(raw: RawOutput, decode: (p: Payload) => unknown): void {
+    // No closure per call here: this runs for every token.
+    for (const l of this.#internalOutput) {
+      try {
+        l(raw);
+      } catch (err) {
+        this.#failed('output', raw.taskId, err);
+      }
+    }
+    let e: OutputEvent | undefined;
+    for (const o of this.#list) {
+      if (!o.output) continue;
+      if (!e) {
+        const { item, ...rest } = raw;
+        const output: OutputEvent['output'] = item.kind === 'chunk' ? { kind: 'chunk', data: decode(item.data) } : { kind: 'step-started', seq: item.seq, name: item.name };
+        e = { ...rest, output };
+      }
+      const ev = e;
+      this.#guard('output', raw.taskId, () => o.output!(ev));
+    }
   }
 
   #guard(hook: string, taskId: string, fn: () => void): void {
     try {
       fn();
     } catch (err) {
-      this.#log.warn('observer failed; the engine carries on', { taskId, hook, error: err });
+      this.#failed(hook, taskId, err);
     }
+  }
+
+  #failed(hook: string, taskId: string, err: unknown): void {
+    this.#log.warn('observer failed; the engine carries on', { taskId, hook, error: err });
   }
 }
 
@@ -133,4 +168,11 @@ export function noteAttemptEnded(rt: Runtime, taskId: string, active: ActiveAtte
   if (active.endNoted) return;
   active.endNoted = true;
   rt.observers.attemptEnded({ taskId, turn: active.turn, attempt: active.attempt, outcome, time: rt.clock.now() });
+}
+
+/** A running attempt's output (its host's `emit`), told to the observers; a zombie's is dropped. */
+export function emitOutput(rt: Runtime, t: TaskEntry, active: ActiveAttempt, item: EmitItem, dropped = 0): void {
+  if (t.active !== active || active.finalized) return;
+  const raw: RawOutput = { taskId: t.id, turn: active.turn, attempt: active.attempt, item, afterEventId: t.state?.lastEventId ?? 0, dropped, time: rt.clock.now() };
+  rt.observers.output(raw, (p) => rt.converter.fromPayload(p));
 }

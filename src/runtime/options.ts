@@ -85,6 +85,11 @@ export interface EngineOptions {
    * with `engine.observe()`. A throwing listener is logged and ignored (docs/architecture.md).
    */
   observers?: readonly EngineObserver[];
+  /**
+   * Live stream items (chunks, steps starting) kept per task for readers that fall behind or
+   * reconnect; older ones are dropped and such a reader gets a `gap` item. Default 1000.
+   */
+  streamBufferItems?: number;
 }
 
 export interface ActivateOptions {
@@ -150,6 +155,7 @@ export interface EngineSettings {
   readonly defaultExecutor: ExecutorKind;
   readonly limits: Readonly<PayloadLimits>;
   readonly observerOption: readonly EngineObserver[];
+  readonly streamBufferItems: number;
 }
 
 /**
@@ -202,6 +208,7 @@ export function resolveOptions(options: EngineOptions): EngineSettings {
     defaultExecutor: options.defaultExecutor ?? 'inline',
     limits: resolveLimits(options.limits),
     observerOption: resolveObservers(options.observers),
+    streamBufferItems: positiveInteger('streamBufferItems', options.streamBufferItems ?? 1000),
   };
 }
 
@@ -212,4 +219,9 @@ function resolveObservers(given: readonly EngineObserver[] | undefined): readonl
     throw invalidArgument('observers must be a list of objects with optional eventsAppended, attemptStarted, attemptEnded and output methods.');
   }
   return given;
+}
+
+function positiveInteger(name: string, v: number): number {
+  if (!Number.isInteger(v) || v < 1) throw invalidArgument(`${name} must be a positive integer, got ${String(v)}.`);
+  return v;
 }
