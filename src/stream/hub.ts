@@ -166,7 +166,10 @@ export class StreamHub {
         }
         first = false;
         const batch: Entry[] = [];
+        let ended = false;
         for (const e of events) {
+          // Also the event at the offset: a reader from the task's last item ends at once.
+          if (e.type === 'TaskCompleted') ended = true;
           if (e.eventId <= known) continue;
           known = e.eventId;
           const item = mapper.map(e);
@@ -191,6 +194,7 @@ export class StreamHub {
           if (item.kind === 'task-completed') return;
           if (this.#closed || signal?.aborted) return;
         }
+        if (ended) return;
         if (log.version === seen) await this.#wait(log, this.#src.writesHere(taskId) ? undefined : pollMs, signal);
       }
     } finally {

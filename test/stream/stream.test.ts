@@ -140,6 +140,8 @@ describe('task.stream() on an inline turn', () => {
     const engine = await open({ workflows: [talk] });
     const h = await engine.start(talk, ['a', 'b', 'c', 'd'], { taskId: 's3' });
     const all = await readUntil(h.stream(), () => false);
+    // From the last item (task-completed): nothing more, and the iterator ends.
+    expect(await readUntil(h.stream({ from: all.at(-1)!.offset }), () => false)).toEqual([]);
     for (let k = 0; k < all.length - 1; k++) {
       const rest = await readUntil(h.stream({ from: all[k]!.offset }), () => false);
       expect(rest).toEqual(all.slice(k + 1));
