@@ -5,6 +5,7 @@
  */
 import { appendFileSync, existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { setTimeout as delay } from 'node:timers/promises';
 import { defineWorkflow } from '../../src/workflow/index.js';
 
 /** Where the refund "payment API" writes (one JSON line per refund); set by the server. */
@@ -36,22 +37,9 @@ function tokens(text: string): string[] {
   return text.split(/(?<= )/);
 }
 
-const pause = (ms: number, signal: AbortSignal) =>
-  new Promise<void>((resolve, reject) => {
-    const onAbort = () => {
-      clearTimeout(t);
-      reject(signal.reason);
-    };
-    const t = setTimeout(() => {
-      signal.removeEventListener('abort', onAbort);
-      resolve();
-    }, ms);
-    signal.addEventListener('abort', onAbort, { once: true });
-  });
-
 async function say(ctx: { emit(chunk: string): void; signal: AbortSignal }, text: string): Promise<void> {
   for (const token of tokens(text)) {
-    await pause(TOKEN_MS, ctx.signal);
+    await delay(TOKEN_MS, undefined, { signal: ctx.signal });
     ctx.emit(token);
   }
 }

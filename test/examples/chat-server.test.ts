@@ -69,13 +69,13 @@ describeBrowser('examples/chat-server (headless Chromium)', () => {
     await page.click('#send');
 
     // Tokens arrive while the turn runs: the assistant bubble grows, no turn has ended.
-    await page.waitForFunction(() => (document.querySelector('.assistant.streaming')?.textContent ?? '').length > 10, undefined, WAIT);
+    await page.waitForFunction("(document.querySelector('.assistant.streaming')?.textContent ?? '').length > 10", undefined, WAIT);
     expect(await page.locator('.note.ended').count()).toBe(0);
 
     // Reload mid-answer: the transcript comes back and the answer carries on from the offset.
     const before = (await page.locator('.assistant').first().textContent()) ?? '';
     await page.reload();
-    await page.waitForFunction((n) => (document.querySelector('.assistant')?.textContent ?? '').length > n + 5, before.length, WAIT);
+    await page.waitForFunction(`(document.querySelector('.assistant')?.textContent ?? '').length > ${before.length + 5}`, undefined, WAIT);
     expect(((await page.locator('.assistant').first().textContent()) ?? '').startsWith(before)).toBe(true);
 
     // A steering message while the turn runs.
@@ -103,5 +103,5 @@ describeBrowser('examples/chat-server (headless Chromium)', () => {
     expect(ledger).toHaveLength(1);
     if (SHOTS) await page.screenshot({ path: join(DOCS, 'chat-server.png'), fullPage: true });
     await data.remove();
-  });
+  }, 240_000); // a limit, not an expectation: two server starts and a browser on a loaded machine
 });

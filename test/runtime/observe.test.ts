@@ -1,23 +1,14 @@
-import { afterEach, describe, expect, it } from 'vitest';
-import { Engine, type EngineOptions } from '../../src/runtime/engine.js';
+import { describe, expect, it } from 'vitest';
+import { Engine } from '../../src/runtime/engine.js';
+import { engineOpener } from '../helpers/engines.js';
 import type { AttemptEndedEvent, AttemptStartedEvent, EngineObserver, EventsAppendedEvent } from '../../src/runtime/observe.js';
 import { ManualClock } from '../../src/runtime/clock.js';
 import type { Logger } from '../../src/logger.js';
 import { silentLogger } from '../../src/logger.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
-import { MemoryHistoryStore } from '../../src/store/memory-store.js';
 import { isTurnlogError } from '../../src/errors.js';
 
-const engines: Engine[] = [];
-afterEach(async () => {
-  for (const e of engines.splice(0)) await e.shutdown({ graceMs: 0 });
-});
-
-async function open(options: Partial<EngineOptions> & Pick<EngineOptions, 'workflows'>): Promise<Engine> {
-  const engine = await Engine.open({ store: new MemoryHistoryStore(), logger: silentLogger, scanIntervalMs: 0, ...options });
-  engines.push(engine);
-  return engine;
-}
+const open = engineOpener();
 
 function recorder() {
   const log: string[] = [];
