@@ -191,12 +191,12 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
   }
 
   emit(chunk: unknown): void {
-    if (!this.#host.emit || this.#fenced !== undefined) return;
+    // Checked even where nothing is streamed (replay testing), so a bad chunk throws everywhere alike.
     const subject = `Task ${this.taskId}, turn ${this.turn}, ctx.emit() chunk`;
     const data = encodeFor(this.#converter, chunk, 'chunk', subject);
     const size = payloadSize(data);
     if (size > MAX_CHUNK_BYTES) throw new PayloadTooLargeError('chunk', size, MAX_CHUNK_BYTES, subject, 'Emit smaller chunks; keep large data in a step result or outside the task.');
-    this.#host.emit({ kind: 'chunk', data });
+    if (this.#fenced === undefined) this.#host.emit?.({ kind: 'chunk', data });
   }
 
   idempotencyKey(name = ''): string {

@@ -177,7 +177,8 @@ export class StreamHub {
         }
         // Live items dropped from the ring after the cursor: one gap item where they were.
         if (compareOffsets(log.evictedTo, cursor) > 0 && log.evictedTo.n > 0 && log.evictedTo.e <= known) {
-          batch.push({ at: log.evictedTo, item: { kind: 'gap', reason: 'this reader fell behind the stream buffer', offset: '', taskId, time: 0 } });
+          const time = log.live.size ? log.live.at(0).item.time : 0; // when the oldest kept item came
+          batch.push({ at: log.evictedTo, item: { kind: 'gap', reason: 'this reader fell behind the stream buffer', offset: '', taskId, time } });
         }
         log.live.after(cursor, known, batch);
         batch.sort((a, b) => compareOffsets(a.at, b.at));

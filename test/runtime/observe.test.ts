@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest';
 import { Engine } from '../../src/runtime/engine.js';
 import { engineOpener } from '../helpers/engines.js';
-import type { AttemptEndedEvent, AttemptStartedEvent, EngineObserver, EventsAppendedEvent } from '../../src/runtime/observe.js';
+import type { AttemptEndedEvent, AttemptStartedEvent, EngineObserver, EventsAppendedEvent, OutputEvent } from '../../src/runtime/observe.js';
 import { ManualClock } from '../../src/runtime/clock.js';
 import type { Logger } from '../../src/logger.js';
 import { silentLogger } from '../../src/logger.js';
@@ -116,6 +116,34 @@ describe('engine observers', () => {
     release();
     await new Promise((res) => setTimeout(res, 20));
     expect(r.ended.map((e) => e.outcome.kind)).toEqual(['timed-out']);
+  });
+
+  it('output: every chunk (decoded) and step start of a running attempt, after the event it follows; a throwing output hook breaks nothing', async () => {
+    const outputs: OutputEvent[] = [];
+    const talk = defineWorkflow({
+      name: 'talk',
+      turn: async (ctx) => {
+        ctx.emit({ token: 'hi' });
+        await ctx.step('lookup', () => 1);
+        ctx.emit('bye');
+        return 'ok';
+      },
+    });
+    const boom: EngineObserver = {
+      output: () => {
+        throw new Error('boom');
+      },
+    };
+    const engine = await open({ workflows: [talk], observers: [boom, { output: (e) => outputs.push(e) }] });
+    const h = await engine.start(talk, null, { taskId: 'o6' });
+    expect(await h.result()).toBe('ok');
+    const started = (await h.history()).find((e) => e.type === 'TurnStarted')!;
+    const step = (await h.history()).find((e) => e.type === 'StepCompleted')!;
+    expect(outputs.map((e) => [e.output, e.afterEventId, e.turn, e.attempt, e.dropped])).toEqual([
+      [{ kind: 'chunk', data: { token: 'hi' } }, started.eventId, 1, 1, 0],
+      [{ kind: 'step-started', seq: 1, name: 'lookup' }, started.eventId, 1, 1, 0],
+      [{ kind: 'chunk', data: 'bye' }, step.eventId, 1, 1, 0],
+    ]);
   });
 
   it('refuses an observer that is not an object', async () => {

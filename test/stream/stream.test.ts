@@ -168,6 +168,39 @@ describe('task.stream() on an inline turn', () => {
     expect(offsetsIncrease(items)).toBe(true);
   });
 
+  it('a steering input sent mid-turn shows as input-queued (steering) then inputs-taken, in the order it happened', async () => {
+    const hold = gate();
+    const steer = defineWorkflow({
+      name: 'steer',
+      kind: 'multi-turn',
+      turn: async (ctx, first: string) => {
+        ctx.emit(`answering ${first}`);
+        await hold.promise;
+        const more = await ctx.takeInputs<string>();
+        ctx.emit(`also ${more.join(',')}`);
+        return ctx.suspend('next', more);
+      },
+    });
+    const engine = await open({ workflows: [steer] });
+    const h = await engine.start(steer, 'a', { taskId: 's8' });
+    const ac = new AbortController();
+    const items: StreamItem[] = [];
+    const reading = (async () => {
+      for await (const item of h.stream({ signal: ac.signal })) {
+        items.push(item);
+        if (item.kind === 'chunk' && item.data === 'answering a') {
+          await h.send('b');
+          hold.open();
+        }
+        if (item.kind === 'turn-ended') ac.abort();
+      }
+    })();
+    await reading;
+    expect(summary(items)).toEqual(['input-queued', 'turn-started', 'chunk "answering a"', 'input-queued', 'inputs-taken', 'chunk "also b"', 'turn-ended suspended']);
+    expect(items[3]).toMatchObject({ kind: 'input-queued', input: 'b', steering: true });
+    expect(offsetsIncrease(items)).toBe(true);
+  });
+
   it('ends when the signal aborts', async () => {
     const multi = defineWorkflow({ name: 'multi', kind: 'multi-turn', turn: async (ctx, x: string) => ctx.suspend('waiting', x) });
     const engine = await open({ workflows: [multi] });
