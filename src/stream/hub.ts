@@ -160,7 +160,13 @@ export class StreamHub {
       for (;;) {
         if (this.#closed || signal?.aborted) return;
         const seen = log.version;
-        const events = await this.#eventsFrom(log, taskId, known, first);
+        let events: readonly HistoryEvent[];
+        try {
+          events = await this.#eventsFrom(log, taskId, known, first);
+        } catch (err) {
+          if (this.#closed) return; // the engine shut down (and closed its store) during the read
+          throw err;
+        }
         if (first && cursor.e > 0 && (events.length === 0 || events[0]!.eventId !== cursor.e)) {
           throw offsetAhead(taskId, cursor, events.length ? events[events.length - 1]!.eventId : 0);
         }

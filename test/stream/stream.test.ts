@@ -215,6 +215,21 @@ describe('task.stream() on an inline turn', () => {
     expect(summary(items)).toEqual(['input-queued', 'turn-started', 'turn-ended suspended']);
   });
 
+  it('ends (without throwing) when the engine shuts down', async () => {
+    const multi = defineWorkflow({ name: 'multi2', kind: 'multi-turn', turn: async (ctx, x: string) => ctx.suspend('waiting', x) });
+    const engine = await open({ workflows: [multi] });
+    const h = await engine.start(multi, 'hi', { taskId: 's9' });
+    await h.nextTurn();
+    const items: StreamItem[] = [];
+    const reading = (async () => {
+      for await (const item of h.stream()) items.push(item);
+    })();
+    while (!items.some((i) => i.kind === 'turn-ended')) await new Promise((r) => setTimeout(r, 5));
+    await engine.shutdown();
+    await reading;
+    expect(summary(items)).toEqual(['input-queued', 'turn-started', 'turn-ended suspended']);
+  });
+
   it('refuses an offset that is not one, or one past the history, with TURNLOG_STREAM_OFFSET', async () => {
     const engine = await open({ workflows: [talk] });
     const h = await engine.start(talk, ['a'], { taskId: 's6' });
