@@ -51,7 +51,9 @@ export type ErrorCode =
   | 'TURNLOG_SESSION_MISMATCH'
   | 'TURNLOG_ACTIVATION_FAILED'
   // cli and files
-  | 'TURNLOG_HISTORY_FILE';
+  | 'TURNLOG_HISTORY_FILE'
+  // streaming
+  | 'TURNLOG_STREAM_OFFSET';
 
 export interface TurnlogErrorOptions {
   cause?: unknown;
@@ -361,7 +363,7 @@ export class PayloadEncodingError extends TurnlogError {
 }
 
 /** Which payload a size limit applies to (`EngineOptions.limits`). */
-export type PayloadField = 'input' | 'stepResult' | 'checkpoint' | 'state' | 'output' | 'workerRun';
+export type PayloadField = 'input' | 'stepResult' | 'checkpoint' | 'state' | 'output' | 'workerRun' | 'chunk';
 
 /**
  * A payload over its size limit. Thrown to the caller for an input (nothing is written);

@@ -13,12 +13,14 @@ export { Engine, isCaptureMode } from './runtime/engine.js';
 export type { EngineOptions, StartOptions, SendOptions, ActivateOptions, TaskDescription } from './runtime/engine.js';
 export { TaskHandle } from './client/task-handle.js';
 export type { TurnResult, TaskClient } from './client/task-client.js';
+export type { StreamItem, DurableStreamItem, LiveStreamItem, StreamOptions } from './stream/items.js';
 export { systemClock, ManualClock } from './runtime/clock.js';
 export type { Clock, Timer, TimerOptions } from './runtime/clock.js';
 export { consoleLogger, silentLogger } from './logger.js';
 export { SnapshotLifecycle, SESSION_ENV } from './runtime/lifecycle.js';
 export type { SnapshotLifecycleOptions, AfterRestoreRequest, AfterRestoreResult, ActivationPhase } from './runtime/lifecycle.js';
 export type { Logger } from './logger.js';
+export type { EngineObserver, EventsAppendedEvent, AttemptStartedEvent, AttemptEndedEvent, OutputEvent, AttemptOutcome } from './runtime/observe.js';
 
 // executors
 export type { Executor, AttemptHandle } from './executor/executor.js';

@@ -14,7 +14,7 @@ const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const src = join(root, 'src');
 
 /** A room: a folder of src/, or a root module (`errors`, `logger`, `index`). */
-type Room = 'attempt' | 'cli' | 'client' | 'executor' | 'history' | 'internal' | 'replay' | 'runtime' | 'store' | 'testing' | 'timeline' | 'ui' | 'workflow' | 'errors' | 'logger' | 'index';
+type Room = 'attempt' | 'cli' | 'client' | 'stream' | 'executor' | 'history' | 'internal' | 'replay' | 'runtime' | 'store' | 'testing' | 'timeline' | 'ui' | 'workflow' | 'errors' | 'logger' | 'index';
 
 /** Which rooms each room may import (besides itself). */
 const ROOMS: Record<Room, readonly Room[]> = {
@@ -30,11 +30,13 @@ const ROOMS: Record<Room, readonly Room[]> = {
   // layer its call table (attempt/calls.ts) encodes worker records, acks and recorded calls with.
   attempt: ['errors', 'history', 'internal', 'workflow'],
   // Types only: the client API a remote client can implement too (no runtime, no cycle).
-  client: ['errors', 'history', 'replay'],
+  client: ['errors', 'history', 'replay', 'stream'],
+  // Streaming (docs/streaming.md): stream items and offsets (pure), the hub of live items and readers.
+  stream: ['errors', 'history'],
   // internal/: the shared wire layer (internal/wire/) of the worker protocol (main's one wire layer
   // for history fast paths and worker frames; it loads no protobufjs, test/executor/worker-modules).
   executor: ['errors', 'history', 'internal', 'attempt', 'workflow', 'logger'],
-  runtime: ['errors', 'history', 'replay', 'store', 'attempt', 'workflow', 'executor', 'client', 'logger'],
+  runtime: ['errors', 'history', 'replay', 'store', 'attempt', 'workflow', 'executor', 'client', 'stream', 'logger'],
   testing: ['errors', 'history', 'replay', 'store', 'attempt', 'workflow', 'runtime', 'logger'],
   // The timeline a history renders to (turns, attempts, steps, recovery rules): pure, shared by
   // `turnlog show` and the timeline page.
@@ -44,7 +46,7 @@ const ROOMS: Record<Room, readonly Room[]> = {
   // Exception: the CLI's `replay` command runs replay testing (testing/), and `show`/`why`
   // describe tasks through the engine's read side (runtime/); store/ for everything else.
   cli: ['errors', 'history', 'replay', 'store', 'workflow', 'runtime', 'testing', 'timeline', 'ui'],
-  index: ['errors', 'history', 'replay', 'store', 'workflow', 'client', 'executor', 'runtime', 'logger'],
+  index: ['errors', 'history', 'replay', 'store', 'workflow', 'client', 'executor', 'runtime', 'stream', 'logger'],
 };
 
 /** Packages (not node: builtins) each room may import; every other room imports none. */
@@ -57,7 +59,7 @@ const PACKAGES: Partial<Record<Room, RegExp>> = {
 };
 
 /** Rooms that must not touch node: builtins at all (pure or loaded everywhere). */
-const NO_BUILTINS: readonly Room[] = ['errors', 'replay', 'client', 'workflow', 'internal', 'timeline'];
+const NO_BUILTINS: readonly Room[] = ['errors', 'replay', 'client', 'workflow', 'internal', 'timeline', 'stream'];
 
 /** The executor's child side runs inside workers: it may reach only these (plus executor/ protocol). */
 const CHILD_SIDE = ['src/executor/child-main.ts', 'src/executor/protocol.ts'];

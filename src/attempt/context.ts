@@ -29,6 +29,8 @@ async function stepScope(): Promise<StepScope> {
   return (runningStep ??= new hooks.AsyncLocalStorage());
 }
 const INPUT_POLL_MS = 5;
+/** The largest `ctx.emit` chunk: output for a screen, not a transport for data. */
+export const MAX_CHUNK_BYTES = 1024 * 1024;
 
 function abortReason(kind: CancelKind, spec: TurnSpec, reason: string): TurnlogError {
   const at = `Task ${spec.taskId}, turn ${spec.turn}`;
@@ -155,6 +157,8 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     if (recorded) return this.#converter.fromPayload<T>(CALLS.step.result(recorded, this.#spec.taken));
     this.#checkFenced();
     const slot = this.#reserve();
+    // Streamed as new work only here, after the replay branch: a replayed step never starts again.
+    this.#host.emit?.({ kind: 'step-started', seq, name });
     const policy = { ...this.#spec.stepRetry, ...options.retry };
     const started = this.#host.now();
     const fail = async (err: unknown): Promise<never> => {
@@ -190,6 +194,15 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     await slot.record(() => this.#host.record({ kind: 'step', seq, name, result, durationMs: this.#host.now() - started }));
     // Return what a replay would return, so the first run and later attempts see the same value.
     return this.#converter.fromPayload<T>(result);
+  }
+
+  emit(chunk: unknown): void {
+    // Checked even where nothing is streamed (replay testing), so a bad chunk throws everywhere alike.
+    const subject = `Task ${this.taskId}, turn ${this.turn}, ctx.emit() chunk`;
+    const data = encodeFor(this.#converter, chunk, 'chunk', subject);
+    const size = payloadSize(data);
+    if (size > MAX_CHUNK_BYTES) throw new PayloadTooLargeError('chunk', size, MAX_CHUNK_BYTES, subject, 'Emit smaller chunks; keep large data in a step result or outside the task.');
+    if (this.#fenced === undefined) this.#host.emit?.({ kind: 'chunk', data });
   }
 
   idempotencyKey(name = ''): string {

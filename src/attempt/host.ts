@@ -46,6 +46,9 @@ export type AttemptOutcome =
   | { kind: 'crashed'; pid: number; exitCode: number | null; signal: string | null; message: string; stderrTail?: string }
   | { kind: 'killed'; pid: number; signal: string };
 
+/** Non-durable output of a running attempt: a `ctx.emit` chunk, or a step starting (not replayed). */
+export type EmitItem = { kind: 'chunk'; data: Payload } | { kind: 'step-started'; seq: number; name: string };
+
 /** The environment of a running attempt. Each record resolves once durable (invariant 4). */
 export interface TurnHost {
   /** Records one call (a row of attempt/calls.ts); resolves with its reply once durable. */
@@ -54,4 +57,9 @@ export interface TurnHost {
   now(): number;
   /** Retry backoff; rejects when `signal` aborts. */
   sleep(ms: number, signal: AbortSignal): Promise<void>;
+  /**
+   * Non-durable output (docs/streaming.md): never awaited, never blocks the turn; a host may drop
+   * it (`dropped` counts emits it dropped before this one). Absent under replay testing.
+   */
+  emit?(item: EmitItem, dropped?: number): void;
 }

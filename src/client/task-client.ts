@@ -6,6 +6,7 @@
 import type { FailureInfo, HistoryEvent, TaskOutcome } from '../history/events.js';
 import type { TaskState } from '../history/state.js';
 import type { Decision } from '../replay/decision.js';
+import type { StreamItem, StreamOptions } from '../stream/items.js';
 
 export interface StartOptions {
   /** Caller-chosen task id; default a random one. Starting an existing task sends it the input. */
@@ -79,4 +80,6 @@ export interface TaskClient {
   withdraw(taskId: string, inputId: string, reason?: string): Promise<void>;
   describe(taskId: string): Promise<TaskDescription>;
   history(taskId: string): Promise<HistoryEvent[]>;
+  /** The task's stream: lifecycle items and live output, in offset order (docs/streaming.md). */
+  stream(taskId: string, options?: StreamOptions): AsyncIterable<StreamItem>;
 }

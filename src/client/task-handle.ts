@@ -7,6 +7,7 @@ import { TurnOutcomeError } from '../errors.js';
 import type { HistoryEvent } from '../history/events.js';
 import { failureToError } from '../history/failure.js';
 import type { SendOptions, TaskClient, TaskDescription, TurnResult } from './task-client.js';
+import type { StreamItem, StreamOptions } from '../stream/items.js';
 
 export type { TurnResult } from './task-client.js';
 
@@ -95,5 +96,14 @@ export class TaskHandle<I = unknown, O = unknown> {
 
   history(): Promise<HistoryEvent[]> {
     return this.#engine.history(this.taskId);
+  }
+
+  /**
+   * The task's turns as they happen: lifecycle items from the history and what running attempts
+   * emit, in order, each with an `offset`; pass the last one as `from` to carry on after it.
+   * @example for await (const item of task.stream()) if (item.kind === 'chunk') process.stdout.write(String(item.data));
+   */
+  stream(options: StreamOptions = {}): AsyncIterable<StreamItem> {
+    return this.#engine.stream(this.taskId, options);
   }
 }

@@ -192,6 +192,10 @@ function sleep(ms: number, signal: AbortSignal): Promise<void> {
   });
 }
 
+/** Bytes queued on the pipe above which emits are dropped (and counted): a turn never waits for a reader. */
+const EMIT_QUEUE_BYTES = 1024 * 1024;
+let droppedEmits = 0;
+
 /** The host of one turn: its records go out only while that turn is the worker's current one. */
 function hostFor(t: Turn): TurnHost {
   return {
@@ -199,6 +203,15 @@ function hostFor(t: Turn): TurnHost {
     pendingInputCount: () => pendingInputs,
     now: () => Date.now(),
     sleep,
+    emit: (item) => {
+      if (turn !== t) return;
+      if (pipe.writableLength > EMIT_QUEUE_BYTES) {
+        droppedEmits++;
+        return;
+      }
+      send({ type: 'emit', item, dropped: droppedEmits });
+      droppedEmits = 0;
+    },
   };
 }
 

@@ -432,6 +432,8 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
       }
       case 'ready':
         return this.#protocolViolation('unexpected ready frame');
+      case 'emit':
+        return this.#host.emit?.(m.item, m.dropped);
     }
   }
 

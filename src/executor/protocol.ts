@@ -10,7 +10,7 @@
 import { TurnlogError } from '../errors.js';
 import type { EntryMode, FailureInfo, Payload, RetryPolicy, WorkflowKind } from '../history/events.js';
 import type { RecordedCall } from '../history/state.js';
-import type { AttemptOutcome, CancelKind, TurnSpec } from '../attempt/host.js';
+import type { AttemptOutcome, CancelKind, EmitItem, TurnSpec } from '../attempt/host.js';
 import { CALLS, RECORDED_BY_TAG, RECORD_BY_TAG, REPLY_BY_TAG, readTaken, writeTaken, type CallRecord, type CallReply, type MemberCodec } from '../attempt/calls.js';
 import * as pb from '../internal/wire/fields.js';
 import { EMPTY_BYTES as EMPTY, LEN, Reader, Writer, readFailure, readPayload, writeFailure, writePayload } from '../internal/wire/wire.js';
@@ -55,7 +55,8 @@ export type WorkerMessage =
   /** A call the handler records (attempt/calls.ts); the worker waits for its ack. */
   | { type: 'record'; call: CallRecord }
   | { type: 'heartbeat' }
-  | { type: 'terminal'; outcome: TerminalOutcome };
+  | { type: 'terminal'; outcome: TerminalOutcome }
+  | { type: 'emit'; item: EmitItem; dropped: number };
 
 // Enum tables and tags are generated from worker.proto and history.proto (fields.ts).
 const KINDS: readonly (WorkflowKind | undefined)[] = pb.WORKFLOW_KINDS;
@@ -402,6 +403,19 @@ export function encodeWorkerMessage(m: WorkerMessage): Uint8Array {
     case 'terminal':
       writeTerminal(w, m.outcome);
       break;
+    case 'emit': {
+      const F = pb.WorkerFrame_Emit;
+      w.uint32(WF.emit);
+      at = w.fork();
+      if (m.item.kind === 'chunk') writePayload(w, F.chunk, m.item.data);
+      else {
+        w.uint32Field(F.stepSeq, m.item.seq);
+        w.stringField(F.stepName, m.item.name);
+      }
+      if (m.dropped) w.uint32Field(F.dropped, m.dropped);
+      w.ldelim(at);
+      break;
+    }
   }
   return w.finishDelimited();
 }
@@ -484,6 +498,7 @@ function readFlat(r: Reader, kinds: Readonly<Record<number, Kind>>): Fields {
 const READY = pb.WorkerFrame_Ready;
 const RESULT = pb.WorkerFrame_Result;
 const SUSPEND = pb.WorkerFrame_Suspend;
+const EMIT = pb.WorkerFrame_Emit;
 const REASON = pb.WorkerFrame_Cancelled; // ExitForRecovery and Cancelled: { reason = 1 }
 /** WorkerFrame.body tag → its message's field kinds by tag. */
 const WORKER_BODIES: Readonly<Record<number, Readonly<Record<number, Kind>>>> = {
@@ -497,6 +512,7 @@ const WORKER_BODIES: Readonly<Record<number, Readonly<Record<number, Kind>>>> = 
   [WF.error]: { [pb.WorkerFrame_Error.failure]: 'failure' },
   [WF.cancelled]: { [REASON.reason]: 'string' },
   [WF.timedOut]: {},
+  [WF.emit]: { [EMIT.chunk]: 'payload', [EMIT.stepSeq]: 'uint32', [EMIT.stepName]: 'string', [EMIT.dropped]: 'uint32' },
 };
 
 /**
@@ -574,6 +590,13 @@ export function decodeWorkerMessage(bytes: Uint8Array): WorkerMessage {
     }
     case WF.cancelled:
       return { type: 'terminal', outcome: { kind: 'cancelled', reason: str(REASON.reason) } };
+    case WF.emit: {
+      const chunk = payload(EMIT.chunk);
+      const seq = num(EMIT.stepSeq);
+      if (!chunk === !seq) throw new WorkerProtocolError('emit must carry exactly one of chunk and step_seq');
+      const item: EmitItem = chunk ? { kind: 'chunk', data: chunk } : { kind: 'step-started', seq: positiveSeq(seq, 'step started'), name: str(EMIT.stepName) };
+      return { type: 'emit', item, dropped: num(EMIT.dropped) };
+    }
     default:
       return { type: 'terminal', outcome: { kind: 'timed-out' } };
   }

@@ -35,6 +35,9 @@ import { Driver } from './driver.js';
 import { FaultInjector } from './fault.js';
 import { checkId, isCaptureMode, resolveOptions, type ActivateOptions, type EngineOptions, type EngineSettings } from './options.js';
 import { TurnResults } from './results.js';
+import { Observers, type EngineObserver } from './observe.js';
+import { StreamHub, type StreamSource } from '../stream/hub.js';
+import type { StreamItem, StreamOptions } from '../stream/items.js';
 import type { Runtime } from './runtime.js';
 import { Scanner } from './scanner.js';
 import { Supervisor } from './supervisor.js';
@@ -65,6 +68,9 @@ export class Engine implements TaskClient {
   readonly #supervisor: Supervisor;
   readonly #driver: Driver;
   readonly #scanner: Scanner;
+  readonly #streamSource: StreamSource;
+  /** Live stream items and readers (docs/streaming.md); a new one per activation. */
+  #hub: StreamHub;
   #state: 'inactive' | 'activating' | 'open' | 'quiescing' | 'closed' = 'inactive';
   /** The recovery pass this activation started at open. */
   #recovery: Promise<void> = Promise.resolve();
@@ -74,6 +80,7 @@ export class Engine implements TaskClient {
     const engine = this;
     this.#rt = {
       ...o,
+      observers: new Observers(o.log, o.observerOption),
       get store() {
         return engine.store;
       },
@@ -89,15 +96,28 @@ export class Engine implements TaskClient {
     };
     this.#cache = new TaskCache(this.#rt);
     this.#results = new TurnResults(this.#rt);
+    // Turn-result waiters listen on the seam like any observer (they also need the cached entry).
+    this.#rt.observers.onAppend((t, before, events) => this.#results.afterAppend(t, before, events));
+    this.#streamSource = {
+      readEvents: (taskId, from) => this.store.readEvents(taskId, { fromEventId: from }),
+      // An exclusive store or a turn this engine runs: every event passes here, no need to poll.
+      writesHere: (taskId) => this.store.exclusive || this.#cache.get(taskId)?.active !== undefined,
+      // Chunks never pass the codecs (they are not stored): only the converter.
+      decoder: { value: (p) => this.#results.value(p), failure: (f) => (o.codec ? o.codec.decodeFailure(f) : f), chunk: (p) => o.converter.fromPayload(p) },
+      setTimer: (fn, ms) => o.clock.setTimer(fn, ms, { background: true }),
+    };
+    this.#hub = new StreamHub(this.#streamSource, { bufferItems: o.streamBufferItems });
+    this.#rt.observers.onAppend((t, _before, events) => this.#hub.appended(t.id, events));
+    this.#rt.observers.onOutput((e) => this.#hub.output(e.taskId, e.afterEventId, e.turn, e.attempt, e.item, e.time, e.dropped));
     this.#appender = new Appender(
       this.#rt,
       this.#cache,
       FaultInjector.fromEnv(),
       (t, err) => this.#supervisor.fence(t, err),
-      (t, before, events) => this.#supervisor.afterRefresh(t, before, events),
+      (t) => this.#supervisor.afterRefresh(t),
     );
     this.#supervisor = new Supervisor(this.#rt, this.#cache, this.#results, this.#appender, (t) => this.#driver.drive(t));
-    this.#driver = new Driver(this.#rt, this.#executors, this.#cache, this.#appender, this.#results, this.#supervisor);
+    this.#driver = new Driver(this.#rt, this.#executors, this.#cache, this.#appender, this.#supervisor);
     this.#scanner = new Scanner(this.#rt, this.#cache, this.#driver);
     this.#executors.set('inline', new InlineExecutor(o.workflows, o.converter));
     for (const [kind, ex] of Object.entries(options.executors ?? {})) if (ex) this.#executors.set(kind as ExecutorKind, ex);
@@ -210,6 +230,16 @@ export class Engine implements TaskClient {
     // Loaded on first activation, never at import: native modules cannot be in a startup snapshot.
     const { LevelHistoryStore } = await import('../store/level-store.js');
     return new LevelHistoryStore(this.#o.storeSpec);
+  }
+
+  /**
+   * Adds a listener on this engine (appends, attempt starts and ends, non-durable output);
+   * returns its unsubscribe. See {@link EngineObserver} and docs/architecture.md "A new observer".
+   * @example const stop = engine.observe({ eventsAppended: (e) => metrics.count(e.events.length) });
+   */
+  observe(observer: EngineObserver): () => void {
+    if (typeof observer !== 'object' || observer === null) throw invalidArgument('engine.observe() takes an object with optional eventsAppended, attemptStarted, attemptEnded and output methods.');
+    return this.#rt.observers.add(observer);
   }
 
   /** The workflows this engine runs, by name. */
@@ -338,7 +368,6 @@ export class Engine implements TaskClient {
       } else {
         await this.#driver.drive(t, [draft]);
       }
-      if (scope === 'task') this.#results.settleQueued(t, 'cancelled', 'the task was cancelled before this input ran');
     });
   }
 
@@ -352,9 +381,8 @@ export class Engine implements TaskClient {
       if (!q) {
         throw new TurnlogError('TURNLOG_INPUT_NOT_FOUND', `Task ${taskId} has no queued input ${inputId} (it may have been taken by a turn already).`);
       }
+      // Its waiters are told by the seam (results.ts afterAppend), with the reason as stored.
       await this.#appender.append(t, [{ type: 'InputWithdrawn', inputId, reason }]);
-      // The reason as stored (well-formed), so a waiter reads what a reload reads.
-      this.#results.resolveWaiters(t, [inputId], { taskId, turn: 0, inputIds: [inputId], status: 'withdrawn', reason: reason.toWellFormed() });
     });
   }
 
@@ -485,6 +513,27 @@ export class Engine implements TaskClient {
     return this.#recovery;
   }
 
+  /**
+   * The task's stream: its turn lifecycle from the history and the output of its running
+   * attempts, in order, each with an offset; `from` carries on after an offset. It ends when the
+   * task completes, the signal aborts or the engine shuts down. See docs/streaming.md.
+   * @example for await (const item of engine.stream('chat-42', { from: lastOffset })) show(item);
+   */
+  stream(taskId: string, options: StreamOptions = {}): AsyncGenerator<StreamItem, void, undefined> {
+    this.#assertOpen('stream');
+    if (typeof options !== 'object' || options === null) throw invalidArgument('stream() options must be an object: { from?, signal?, pollMs? }.');
+    if (options.pollMs !== undefined && !(Number.isFinite(options.pollMs) && options.pollMs > 0)) {
+      throw invalidArgument(`stream() pollMs must be a positive number of milliseconds, got ${String(options.pollMs)}.`);
+    }
+    return this.#stream(taskId, options);
+  }
+
+  async *#stream(taskId: string, options: StreamOptions): AsyncGenerator<StreamItem, void, undefined> {
+    const t = await this.#cache.load(taskId);
+    if (!t.state) throw notFound(taskId);
+    yield* this.#hub.read(taskId, options);
+  }
+
   /** Runs one recovery pass now (it also runs at open and every `scanIntervalMs`). */
   async recover(): Promise<void> {
     return this.#scanner.recover();
@@ -504,6 +553,8 @@ export class Engine implements TaskClient {
   /** Stops everything this activation started; leaves history and leases for recovery. */
   async #quiesce(graceMs: number): Promise<void> {
     this.#state = 'quiescing';
+    this.#hub.close();
+    this.#hub = new StreamHub(this.#streamSource, { bufferItems: this.#o.streamBufferItems });
     await this.#scanner.stop();
     await this.#supervisor.stopAll(graceMs);
     await Promise.all([...this.#cache.entries()].map((t) => t.chain.catch(() => undefined)));

@@ -13,6 +13,7 @@ import type { Workflow } from '../workflow/define-workflow.js';
 import { isWorkflow, workflowList, type WorkflowSource } from '../workflow/workflow-source.js';
 import { consoleLogger, type Logger } from '../logger.js';
 import { systemClock, type Clock } from './clock.js';
+import type { EngineObserver } from './observe.js';
 
 export interface EngineOptions {
   /**
@@ -84,6 +85,16 @@ export interface EngineOptions {
    * `TURNLOG_SNAPSHOT_CAPTURE=true` in the environment. See docs/snapshots.md.
    */
   capture?: boolean;
+  /**
+   * Listeners on appends, attempt starts and ends, and non-durable output; more can be added
+   * with `engine.observe()`. A throwing listener is logged and ignored (docs/architecture.md).
+   */
+  observers?: readonly EngineObserver[];
+  /**
+   * Live stream items (chunks, steps starting) kept per task for readers that fall behind or
+   * reconnect; older ones are dropped and such a reader gets a `gap` item. Default 1000.
+   */
+  streamBufferItems?: number;
 }
 
 export interface ActivateOptions {
@@ -154,6 +165,8 @@ export interface EngineSettings {
   readonly log: Logger;
   readonly defaultExecutor: ExecutorKind;
   readonly limits: Readonly<PayloadLimits>;
+  readonly observerOption: readonly EngineObserver[];
+  readonly streamBufferItems: number;
 }
 
 /**
@@ -206,6 +219,17 @@ export function resolveOptions(options: EngineOptions): EngineSettings {
     log: options.logger ?? consoleLogger,
     defaultExecutor: options.defaultExecutor ?? 'inline',
     limits: resolveLimits(options.limits),
+    observerOption: resolveObservers(options.observers),
+    streamBufferItems: positiveInteger('streamBufferItems', options.streamBufferItems ?? 1000),
   };
+}
+
+
+function resolveObservers(given: readonly EngineObserver[] | undefined): readonly EngineObserver[] {
+  if (given === undefined) return [];
+  if (!Array.isArray(given) || given.some((o) => typeof o !== 'object' || o === null)) {
+    throw invalidArgument('observers must be a list of objects with optional eventsAppended, attemptStarted, attemptEnded and output methods.');
+  }
+  return given;
 }
 

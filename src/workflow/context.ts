@@ -70,6 +70,14 @@ export interface TurnContext<I = unknown, S = unknown, P extends PayloadMode = '
    * gets the recorded inputs back without waiting, so the pattern is replay-safe.
    */
   takeInputs<T = I>(options?: { wait?: boolean }): Promise<T[]>;
+  /**
+   * Streams `chunk` (model tokens, progress) to the task's readers (`task.stream()`), now. Not
+   * recorded: never blocks the turn, lost on a crash, not replayed (docs/streaming.md). A JSON
+   * value of at most 1 MiB; throws TURNLOG_PAYLOAD_ENCODING or TURNLOG_PAYLOAD_TOO_LARGE otherwise.
+   * @example for await (const token of model.stream(prompt)) ctx.emit({ token });
+   */
+  emit<T>(chunk: T & Payloadable<NoInfer<T>, P>): void;
+  emit(chunk: JsonValue): void;
   /** `return ctx.suspend(reason, output)` ends a multi-turn turn as suspended (waiting for input). */
   suspend<O>(reason: string, output?: O): Suspension<O>;
   /** `return ctx.exitForRecovery()` while shutting down: the next engine re-runs this turn. */

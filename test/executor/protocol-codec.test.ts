@@ -125,6 +125,11 @@ const workerMessage: fc.Arbitrary<WorkerMessage> = fc.oneof(
   fc.record({ type: fc.constant('record' as const), call: fc.record({ kind: fc.constant('take-inputs' as const), seq: u32 }) }),
   fc.constant({ type: 'heartbeat' as const }),
   fc.record({ type: fc.constant('terminal' as const), outcome }),
+  fc.record({
+    type: fc.constant('emit' as const),
+    item: fc.oneof(fc.record({ kind: fc.constant('chunk' as const), data: payload }), fc.record({ kind: fc.constant('step-started' as const), seq: u32, name: str })),
+    dropped: u32,
+  }),
 );
 
 /** Buffer vs Uint8Array, -0 vs 0 and NaN compared by value. */
@@ -219,6 +224,8 @@ describe('hand-written worker protocol codec = protobufjs reflection', () => {
       { type: 'terminal', outcome: { kind: 'failed', failure: f } },
       { type: 'terminal', outcome: { kind: 'cancelled', reason: 'r' } },
       { type: 'terminal', outcome: { kind: 'timed-out' } },
+      { type: 'emit', item: { kind: 'chunk', data: p }, dropped: 0 },
+      { type: 'emit', item: { kind: 'step-started', seq: 4, name: 'refund' }, dropped: 3 },
     ];
     for (const m of engine) {
       expect(hex(encodeEngineMessage(m))).toBe(hex(reflectedEncodeEngineMessage(m)));

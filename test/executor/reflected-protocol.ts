@@ -5,7 +5,7 @@ import type { EntryMode, FailureInfo, Payload, RetryPolicy, WorkflowKind } from 
 import type { QueuedInput, RecordedCall } from '../../src/history/state.js';
 import { failureFromProto, failureToProto } from '../../src/history/codec.js';
 import { lookupType } from '../../src/internal/proto/root.js';
-import type { CancelKind, TurnSpec } from '../../src/attempt/host.js';
+import type { CancelKind, EmitItem, TurnSpec } from '../../src/attempt/host.js';
 import type { CallRecord } from '../../src/attempt/calls.js';
 import { WorkerProtocolError, type EngineMessage, type TerminalOutcome, type WorkerMessage } from '../../src/executor/protocol.js';
 
@@ -207,6 +207,14 @@ export function reflectedEncodeWorkerMessage(m: WorkerMessage): Uint8Array {
     case 'terminal':
       body = terminalOut(m.outcome);
       break;
+    case 'emit':
+      body = {
+        emit:
+          m.item.kind === 'chunk'
+            ? { chunk: payloadOut(m.item.data), dropped: m.dropped }
+            : { stepSeq: m.item.seq, stepName: m.item.name, dropped: m.dropped },
+      };
+      break;
   }
   return WorkerFrameType.encodeDelimited(body as never).finish();
 }
@@ -302,6 +310,13 @@ export function reflectedDecodeWorkerMessage(bytes: Uint8Array): WorkerMessage {
   if (f.cancelled) return { type: 'terminal', outcome: { kind: 'cancelled', reason: f.cancelled.reason ?? '' } };
   if (f.timedOut) return { type: 'terminal', outcome: { kind: 'timed-out' } };
   if (f.exitForRecovery) return { type: 'terminal', outcome: { kind: 'exit-for-recovery', reason: f.exitForRecovery.reason ?? '' } };
+  if (f.emit) {
+    const chunk = payloadIn(f.emit.chunk);
+    const seq = f.emit.stepSeq ?? 0;
+    if (!chunk === !seq) throw new WorkerProtocolError('emit must carry exactly one of chunk and step_seq');
+    const item: EmitItem = chunk ? { kind: 'chunk', data: chunk } : { kind: 'step-started', seq: positiveSeq(seq, 'step started'), name: f.emit.stepName ?? '' };
+    return { type: 'emit', item, dropped: f.emit.dropped ?? 0 };
+  }
   throw new WorkerProtocolError(`empty or unknown frame of ${bytes.length} bytes`);
 }
 

@@ -114,7 +114,9 @@ export const EngineFrame_PendingInputs = { count: 8 } as const;
 /** turnlog.v1.EngineFrame.Shutdown */
 export const EngineFrame_Shutdown = {} as const;
 /** turnlog.v1.WorkerFrame */
-export const WorkerFrame = { ready: 10, heartbeat: 42, result: 50, suspend: 58, exitForRecovery: 66, error: 74, cancelled: 82, timedOut: 90, record: 98 } as const;
+export const WorkerFrame = { ready: 10, heartbeat: 42, result: 50, suspend: 58, exitForRecovery: 66, error: 74, cancelled: 82, timedOut: 90, record: 98, emit: 114 } as const;
+/** turnlog.v1.WorkerFrame.Emit */
+export const WorkerFrame_Emit = { chunk: 10, stepSeq: 16, stepName: 26, dropped: 32 } as const;
 /** turnlog.v1.WorkerFrame.Ready */
 export const WorkerFrame_Ready = { protocolVersion: 8, pid: 16, workflows: 26, error: 34 } as const;
 /** turnlog.v1.WorkerFrame.Record */

@@ -1,0 +1,178 @@
+/**
+ * The observation seam: typed engine listeners (events appended, attempt started and ended,
+ * non-durable output). Streaming, tracing, the CLI's live mode and the turn-result waiters all
+ * listen here. A throwing listener is logged and never breaks the engine (invariant 10).
+ */
+import type { AttemptOutcome, EmitItem } from '../attempt/host.js';
+import type { EntryMode, ExecutorKind, HistoryEvent, Payload } from '../history/events.js';
+import type { TaskState } from '../history/state.js';
+import type { Logger } from '../logger.js';
+import type { Runtime } from './runtime.js';
+import type { ActiveAttempt, TaskEntry } from './task-cache.js';
+
+export type { AttemptOutcome } from '../attempt/host.js';
+
+/** Events just written to a task's history (stamped, after payload codecs), in order. */
+export interface EventsAppendedEvent {
+  taskId: string;
+  events: readonly HistoryEvent[];
+  /** The generation they were written under. */
+  generation: number;
+  /** `engine`: this engine appended them; `other-writer`: read back after a ConcurrencyError. */
+  origin: 'engine' | 'other-writer';
+}
+
+/** This engine started an attempt of a turn (its TurnStarted is durable). */
+export interface AttemptStartedEvent {
+  taskId: string;
+  workflow: string;
+  turn: number;
+  attempt: number;
+  entryMode: EntryMode;
+  executor: ExecutorKind;
+  /** Recorded calls a recovered attempt replays instead of running again. */
+  replayedCalls: number;
+  time: number;
+}
+
+/** An attempt this engine started has ended, with its outcome as the executor reported it. */
+export interface AttemptEndedEvent {
+  taskId: string;
+  turn: number;
+  attempt: number;
+  outcome: AttemptOutcome;
+  time: number;
+}
+
+/**
+ * Non-durable output of a running attempt: a `ctx.emit` chunk, or a step starting (never a replayed
+ * one). Not recorded, lost on a crash (invariant 10). docs/streaming.md.
+ */
+export interface OutputEvent {
+  taskId: string;
+  turn: number;
+  attempt: number;
+  output: { kind: 'chunk'; data: unknown } | { kind: 'step-started'; seq: number; name: string };
+  /** The task's last event id when it was produced: stream offsets sort it after that event. */
+  afterEventId: number;
+  /** Output a process worker dropped just before this one (its pipe to the engine was full). */
+  dropped: number;
+  time: number;
+}
+
+/**
+ * A listener on an engine. Every method is optional and called synchronously on the engine's
+ * path: keep it cheap and hand slow work off. A throw is logged (`observer failed`) and ignored.
+ * @example
+ * const stop = engine.observe({ attemptEnded: (e) => console.log(e.taskId, e.outcome.kind) });
+ */
+export interface EngineObserver {
+  eventsAppended?(e: EventsAppendedEvent): void;
+  attemptStarted?(e: AttemptStartedEvent): void;
+  attemptEnded?(e: AttemptEndedEvent): void;
+  output?(e: OutputEvent): void;
+}
+
+/** Output as the host got it (a chunk still a payload), for the engine's own listener. */
+export interface RawOutput extends Omit<OutputEvent, 'output'> {
+  item: EmitItem;
+}
+
+/** The engine's own listener on appends: it also sees the cached entry and the state before. */
+export type AppendListener = (t: TaskEntry, before: TaskState | undefined, events: readonly HistoryEvent[]) => void;
+
+/** The registry the engine's parts call. One per engine. */
+export class Observers {
+  readonly #log: Logger;
+  readonly #internal: AppendListener[] = [];
+  readonly #internalOutput: ((e: RawOutput) => void)[] = [];
+  #list: EngineObserver[] = [];
+
+  constructor(log: Logger, initial: readonly EngineObserver[] = []) {
+    this.#log = log;
+    for (const o of initial) this.add(o);
+  }
+
+  /** Adds a listener; returns its unsubscribe (idempotent). */
+  add(o: EngineObserver): () => void {
+    // A new array per change: a listener that unsubscribes during a call does not skip another.
+    this.#list = [...this.#list, o];
+    return () => {
+      this.#list = this.#list.filter((x) => x !== o);
+    };
+  }
+
+  /** The engine's own append listener (turn-result waiters), called before the public ones. */
+  onAppend(l: AppendListener): void {
+    this.#internal.push(l);
+  }
+
+  /** The engine's own output listener (the stream hub), called before the public ones. */
+  onOutput(l: (e: RawOutput) => void): void {
+    this.#internalOutput.push(l);
+  }
+
+  appended(t: TaskEntry, before: TaskState | undefined, events: readonly HistoryEvent[], origin: EventsAppendedEvent['origin']): void {
+    for (const l of this.#internal) this.#guard('eventsAppended', t.id, () => l(t, before, events));
+    if (this.#list.length === 0 || events.length === 0) return;
+    const e: EventsAppendedEvent = { taskId: t.id, events, generation: events[events.length - 1]!.generation, origin };
+    for (const o of this.#list) if (o.eventsAppended) this.#guard('eventsAppended', t.id, () => o.eventsAppended!(e));
+  }
+
+  attemptStarted(e: AttemptStartedEvent): void {
+    for (const o of this.#list) if (o.attemptStarted) this.#guard('attemptStarted', e.taskId, () => o.attemptStarted!(e));
+  }
+
+  attemptEnded(e: AttemptEndedEvent): void {
+    for (const o of this.#list) if (o.attemptEnded) this.#guard('attemptEnded', e.taskId, () => o.attemptEnded!(e));
+  }
+
+  /** `decode` runs only when a public listener wants the output (the hub decodes when read). */
+  output(raw: RawOutput, decode: (p: Payload) => unknown): void {
+    // No closure per call here: this runs for every token.
+    for (const l of this.#internalOutput) {
+      try {
+        l(raw);
+      } catch (err) {
+        this.#failed('output', raw.taskId, err);
+      }
+    }
+    let e: OutputEvent | undefined;
+    for (const o of this.#list) {
+      if (!o.output) continue;
+      if (!e) {
+        const { item, ...rest } = raw;
+        const output: OutputEvent['output'] = item.kind === 'chunk' ? { kind: 'chunk', data: decode(item.data) } : { kind: 'step-started', seq: item.seq, name: item.name };
+        e = { ...rest, output };
+      }
+      const ev = e;
+      this.#guard('output', raw.taskId, () => o.output!(ev));
+    }
+  }
+
+  #guard(hook: string, taskId: string, fn: () => void): void {
+    try {
+      fn();
+    } catch (err) {
+      this.#failed(hook, taskId, err);
+    }
+  }
+
+  #failed(hook: string, taskId: string, err: unknown): void {
+    this.#log.warn('observer failed; the engine carries on', { taskId, hook, error: err });
+  }
+}
+
+/** Tells the observers an attempt ended, once (a hard cap may have told them first). */
+export function noteAttemptEnded(rt: Runtime, taskId: string, active: ActiveAttempt, outcome: AttemptOutcome): void {
+  if (active.endNoted) return;
+  active.endNoted = true;
+  rt.observers.attemptEnded({ taskId, turn: active.turn, attempt: active.attempt, outcome, time: rt.clock.now() });
+}
+
+/** A running attempt's output (its host's `emit`), told to the observers; a zombie's is dropped. */
+export function emitOutput(rt: Runtime, t: TaskEntry, active: ActiveAttempt, item: EmitItem, dropped = 0): void {
+  if (t.active !== active || active.finalized) return;
+  const raw: RawOutput = { taskId: t.id, turn: active.turn, attempt: active.attempt, item, afterEventId: t.state?.lastEventId ?? 0, dropped, time: rt.clock.now() };
+  rt.observers.output(raw, (p) => rt.converter.fromPayload(p));
+}

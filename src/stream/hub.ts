@@ -1,0 +1,265 @@
+/**
+ * The stream hub: per task, a bounded ring of live items (chunks, steps starting, gaps) and the
+ * recent events this engine appended; readers merge them with the history, in offset order.
+ * Writers never wait: a full ring drops its oldest live item and a reader behind it gets a gap.
+ * I/O only through its {@link StreamSource} (the engine's store and clock). docs/streaming.md.
+ */
+import type { HistoryEvent, Payload } from '../history/events.js';
+import { HistoryItems, type StreamDecoder } from './history-items.js';
+import { START, compareOffsets, formatOffset, offsetAhead, parseOffset, type Offset, type StreamItem, type StreamOptions } from './items.js';
+
+/** What the hub reads through: the engine implements it. */
+export interface StreamSource {
+  /** The task's events from `fromEventId` on (inclusive), from the store. */
+  readEvents(taskId: string, fromEventId: number): Promise<HistoryEvent[]>;
+  /**
+   * True when every event of the task passes through this engine (an exclusive store, or this
+   * engine runs its turn): readers are woken by appends and never poll the store.
+   */
+  writesHere(taskId: string): boolean;
+  readonly decoder: StreamDecoder;
+  setTimer(fn: () => void, ms: number): { cancel(): void };
+}
+
+/** Live output as the engine's host got it (the attempt contract's EmitItem): a chunk is decoded when read. */
+export type LiveOutput = { kind: 'chunk'; data: Payload } | { kind: 'step-started'; seq: number; name: string };
+
+export interface StreamHubOptions {
+  /** Live items kept per task for readers that fall behind or reconnect. Default 1000. */
+  bufferItems?: number;
+  /** Tasks whose live items are kept (least recently active dropped first). Default 1000. */
+  maxTasks?: number;
+}
+
+interface Entry {
+  at: Offset;
+  item: StreamItem;
+  /** A chunk's payload until first read (decoded once, for every reader). */
+  raw?: Payload;
+}
+
+/** A fixed-size ring of live entries in offset order: a push on a full ring drops the oldest. */
+class Ring {
+  readonly #buf: (Entry | undefined)[];
+  #head = 0;
+  size = 0;
+  constructor(cap: number) {
+    this.#buf = new Array<Entry | undefined>(cap);
+  }
+  at(i: number): Entry {
+    return this.#buf[(this.#head + i) % this.#buf.length]!;
+  }
+  /** Returns the entry dropped to make room, if any. */
+  push(e: Entry): Entry | undefined {
+    const cap = this.#buf.length;
+    if (this.size < cap) {
+      this.#buf[(this.#head + this.size++) % cap] = e;
+      return undefined;
+    }
+    const dropped = this.#buf[this.#head];
+    this.#buf[this.#head] = e;
+    this.#head = (this.#head + 1) % cap;
+    return dropped;
+  }
+  /** Entries after `cursor` up to event `known`, oldest first (scans back from the newest). */
+  after(cursor: Offset, known: number, out: Entry[]): void {
+    let i = this.size;
+    while (i > 0 && compareOffsets(this.at(i - 1).at, cursor) > 0) i--;
+    for (; i < this.size; i++) {
+      const e = this.at(i);
+      if (e.at.e > known) break;
+      out.push(e);
+    }
+  }
+}
+
+class TaskLog {
+  /** Live items in offset order; at most the hub's `bufferItems`. */
+  live: Ring;
+  /** The largest offset dropped from `live` (START: none). */
+  evictedTo: Offset = START;
+  /** The event the next live item follows, and how many live items followed it so far. */
+  lastEvent = 0;
+  n = 0;
+  /** Events this engine appended, contiguous, newest last (at most `cap`). */
+  events: HistoryEvent[] = [];
+  /** Bumped by every append and output: a reader that saw the same version has nothing new. */
+  version = 0;
+  wake = new Set<() => void>();
+  readers = 0;
+  /** The hub's output count when this log was last used (least recently used logs go first). */
+  used = 0;
+  constructor(cap: number) {
+    this.live = new Ring(cap);
+  }
+}
+
+export const DEFAULT_POLL_MS = 250;
+
+export class StreamHub {
+  readonly #src: StreamSource;
+  readonly #cap: number;
+  readonly #maxTasks: number;
+  readonly #logs = new Map<string, TaskLog>();
+  #closed = false;
+  #uses = 0;
+
+  constructor(src: StreamSource, options: StreamHubOptions = {}) {
+    this.#src = src;
+    this.#cap = options.bufferItems ?? 1000;
+    this.#maxTasks = options.maxTasks ?? 1000;
+  }
+
+  /** After an append (this engine's, or another writer's read back): wake the task's readers. */
+  appended(taskId: string, events: readonly HistoryEvent[]): void {
+    const log = this.#logs.get(taskId);
+    if (!log || events.length === 0) return; // nobody streams this task: nothing to keep
+    const last = log.events[log.events.length - 1];
+    if (last && last.eventId + 1 !== events[0]!.eventId) log.events = []; // a hole: the store has it
+    log.events.push(...events);
+    if (log.events.length > this.#cap) log.events.splice(0, log.events.length - this.#cap);
+    this.#bump(log);
+  }
+
+  /** Live output of a running attempt, after event `afterEventId`; `dropped` items were lost before it. */
+  output(taskId: string, afterEventId: number, turn: number, attempt: number, out: LiveOutput, time: number, dropped = 0): void {
+    if (this.#closed) return;
+    const log = this.#log(taskId);
+    if (afterEventId !== log.lastEvent) {
+      log.lastEvent = afterEventId;
+      log.n = 0;
+    }
+    if (dropped > 0) this.#push(log, { kind: 'gap', missed: dropped, reason: 'the worker dropped output: the engine did not read it fast enough', offset: '', taskId, time });
+    if (out.kind === 'chunk') this.#push(log, { kind: 'chunk', turn, attempt, data: undefined, offset: '', taskId, time }, out.data);
+    else this.#push(log, { kind: 'step-started', turn, attempt, seq: out.seq, name: out.name, offset: '', taskId, time });
+    this.#bump(log);
+  }
+
+  /** Ends every reader (engine shutdown) and keeps nothing. */
+  close(): void {
+    this.#closed = true;
+    for (const log of this.#logs.values()) this.#bump(log);
+    this.#logs.clear();
+  }
+
+  /**
+   * Everything after `options.from`, in offset order, then live until the task completes, the
+   * signal aborts or the hub closes. Throws TURNLOG_STREAM_OFFSET (first `next()`) for a bad offset.
+   */
+  async *read(taskId: string, options: StreamOptions = {}): AsyncGenerator<StreamItem, void, undefined> {
+    let cursor = parseOffset(taskId, options.from);
+    const pollMs = options.pollMs ?? DEFAULT_POLL_MS;
+    const signal = options.signal;
+    const mapper = new HistoryItems(taskId, this.#src.decoder);
+    const log = this.#log(taskId);
+    log.readers++;
+    try {
+      /** The highest event id read so far: live items after a later event wait for it. */
+      let known = cursor.e;
+      let first = true;
+      for (;;) {
+        if (this.#closed || signal?.aborted) return;
+        const seen = log.version;
+        let events: readonly HistoryEvent[];
+        try {
+          events = await this.#eventsFrom(log, taskId, known, first);
+        } catch (err) {
+          if (this.#closed) return; // the engine shut down (and closed its store) during the read
+          throw err;
+        }
+        if (first && cursor.e > 0 && (events.length === 0 || events[0]!.eventId !== cursor.e)) {
+          throw offsetAhead(taskId, cursor, events.length ? events[events.length - 1]!.eventId : 0);
+        }
+        first = false;
+        const batch: Entry[] = [];
+        let ended = false;
+        for (const e of events) {
+          // Also the event at the offset: a reader from the task's last item ends at once.
+          if (e.type === 'TaskCompleted') ended = true;
+          if (e.eventId <= known) continue;
+          known = e.eventId;
+          const item = mapper.map(e);
+          if (item) batch.push({ at: { e: e.eventId, n: 0 }, item });
+        }
+        // Live items dropped from the ring after the cursor: one gap item where they were.
+        if (compareOffsets(log.evictedTo, cursor) > 0 && log.evictedTo.n > 0 && log.evictedTo.e <= known) {
+          const time = log.live.size ? log.live.at(0).item.time : 0; // when the oldest kept item came
+          batch.push({ at: log.evictedTo, item: { kind: 'gap', reason: 'this reader fell behind the stream buffer', offset: '', taskId, time } });
+        }
+        log.live.after(cursor, known, batch);
+        batch.sort((a, b) => compareOffsets(a.at, b.at));
+        for (const entry of batch) {
+          const { at, item } = entry;
+          if (compareOffsets(at, cursor) <= 0) continue;
+          cursor = at;
+          if (entry.raw) {
+            (item as { data: unknown }).data = this.#src.decoder.chunk(entry.raw);
+            delete entry.raw;
+          }
+          // A live item is shared by every reader: each gets its own copy.
+          yield item.offset ? (at.n > 0 ? { ...item } : item) : { ...item, offset: formatOffset(at) };
+          if (item.kind === 'task-completed') return;
+          if (this.#closed || signal?.aborted) return;
+        }
+        if (ended) return;
+        if (log.version === seen) await this.#wait(log, this.#src.writesHere(taskId) ? undefined : pollMs, signal);
+      }
+    } finally {
+      log.readers--;
+    }
+  }
+
+  /** Events after `known`: from the ring of appended events when it covers them, else from the store. */
+  async #eventsFrom(log: TaskLog, taskId: string, known: number, first: boolean): Promise<readonly HistoryEvent[]> {
+    const cached = log.events;
+    const head = cached[0];
+    if (!first && head && head.eventId <= known + 1 && this.#src.writesHere(taskId)) {
+      return cached.slice(Math.max(0, known + 1 - head.eventId));
+    }
+    // On the first read, the event at the offset itself too: it proves the offset is this task's.
+    return this.#src.readEvents(taskId, first && known > 0 ? known : known + 1);
+  }
+
+  #push(log: TaskLog, item: StreamItem, raw?: Payload): void {
+    const at = { e: log.lastEvent, n: ++log.n };
+    item.offset = formatOffset(at);
+    const dropped = log.live.push(raw ? { at, item, raw } : { at, item });
+    if (dropped) log.evictedTo = dropped.at;
+  }
+
+  #bump(log: TaskLog): void {
+    log.version++;
+    for (const w of [...log.wake]) w();
+  }
+
+  #wait(log: TaskLog, pollMs: number | undefined, signal: AbortSignal | undefined): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const done = (): void => {
+        log.wake.delete(done);
+        timer?.cancel();
+        signal?.removeEventListener('abort', done);
+        resolve();
+      };
+      log.wake.add(done);
+      const timer = pollMs === undefined ? undefined : this.#src.setTimer(done, pollMs);
+      signal?.addEventListener('abort', done, { once: true });
+    });
+  }
+
+  /** The task's log; beyond `maxTasks`, the least recently used logs without readers are dropped. */
+  #log(taskId: string): TaskLog {
+    let log = this.#logs.get(taskId);
+    if (!log) {
+      log = new TaskLog(this.#cap);
+      this.#logs.set(taskId, log);
+      if (this.#logs.size > this.#maxTasks) this.#trim();
+    }
+    log.used = ++this.#uses;
+    return log;
+  }
+
+  #trim(): void {
+    const idle = [...this.#logs].filter(([, l]) => l.readers === 0).sort((a, b) => a[1].used - b[1].used);
+    for (const [id] of idle.slice(0, Math.max(0, this.#logs.size - this.#maxTasks))) this.#logs.delete(id);
+  }
+}
