@@ -1,7 +1,7 @@
 /**
  * History files: what `turnlog export` writes and `turnlog import` reads (docs/cli.md).
  *
- * - JSON: `{"format":"turnlog-history","formatVersion":1,"taskId":…,"events":[…]}`, one event
+ * - JSON: `{"format":"turnlog-history","formatVersion":2,"taskId":…,"events":[…]}`, one event
  *   (its proto3 JSON mapping) per line so files diff well; `--all` writes `{…,"tasks":[…]}`.
  * - Binary: per task, a length-delimited `HistoryFileHeader` then `event_count`
  *   length-delimited `HistoryEvent`s; a multi-task file is such blocks back to back.

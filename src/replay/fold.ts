@@ -5,6 +5,7 @@
 import { HistoryInvariantError } from '../errors.js';
 import type { HistoryEvent, TurnTerminalEvent } from '../history/events.js';
 import type { OpenTurn, QueuedInput, TaskState } from '../history/state.js';
+import { applyStateDelta, turnSources, withFullState } from '../history/state-delta.js';
 
 /**
  * Folds `events` into a task state. With `from`, continues from that state (a snapshot), so
@@ -58,6 +59,23 @@ export function fold(taskId: string, events: readonly HistoryEvent[], from?: Tas
   }
   for (; i < events.length; i++) apply(s, events[i]!);
   return s;
+}
+
+/**
+ * `events` with every state delta replaced by the full state it describes (format 2 → the
+ * format-1 shape), for readers that look at a terminal's `state` on its own (replay testing).
+ * Returns a copy of `events`; events without a delta are shared.
+ */
+export function withFullStates(taskId: string, events: readonly HistoryEvent[]): HistoryEvent[] {
+  if (!events.some((e) => (e.type === 'TurnCompleted' || e.type === 'TurnSuspended') && e.stateDelta !== undefined)) return events.slice();
+  const out: HistoryEvent[] = [];
+  let s: TaskState | undefined;
+  for (const e of events) {
+    const full = s === undefined ? e : withFullState(s, e);
+    out.push(full);
+    s = fold(taskId, [e], s);
+  }
+  return out;
 }
 
 /**
@@ -349,6 +367,12 @@ function turnEnded(s: TaskState, e: TurnTerminalEvent): void {
   if (e.type === 'TurnCompleted' || e.type === 'TurnSuspended') {
     if (e.output !== undefined) s.lastOutput = e.output;
     if (e.state !== undefined) s.state = e.state;
+    else if (e.stateDelta !== undefined) {
+      if (s.state === undefined) fail(s, e, 'state-delta', `turn ${t.turn} records a state delta, but there is no previous state`);
+      const next = applyStateDelta(s.state, e.stateDelta, turnSources(t, e.output));
+      if (typeof next === 'string') fail(s, e, 'state-delta', `turn ${t.turn}: ${next}`);
+      s.state = next;
+    }
   } else if (e.type === 'TurnFailed') {
     s.lastFailure = e.failure;
   }

@@ -4,7 +4,10 @@
  */
 
 // fold
-export { fold } from './fold.js';
+export { fold, withFullStates } from './fold.js';
+
+// fork (Engine.fork, `turnlog fork`)
+export { forkEvents, type ForkOptions } from './fork.js';
 
 // decide
 export { decide, formatTime } from './decide.js';

@@ -7,6 +7,7 @@ import { isTurnlogError, type StaleGenerationError } from '../errors.js';
 import { isTurnTerminal, type HistoryEvent, type Lease } from '../history/events.js';
 import type { TaskState } from '../history/state.js';
 import { encodeState } from '../history/state-codec.js';
+import { withStateDelta } from '../history/state-delta.js';
 import { wellFormedEvent } from '../history/well-formed.js';
 import { fold } from '../replay/index.js';
 import type { Logger } from '../logger.js';
@@ -47,6 +48,11 @@ export class Appender {
       e.time = time;
       // Well-formed before folding: the state kept in memory is what a reload reads back.
       out[i] = wellFormedEvent(enc ? enc(e) : e, t.id);
+      // A state delta is bytes of the stored previous state: without codecs only, so every
+      // reader that decodes payloads one event at a time still sees full states.
+      if (!enc && (e.type === 'TurnCompleted' || e.type === 'TurnSuspended') && e.state !== undefined) {
+        out[i] = withStateDelta(i === 0 ? t.state : fold(t.id, out.slice(0, i), t.state), out[i]!);
+      }
     }
     return out;
   }
