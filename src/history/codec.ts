@@ -323,6 +323,11 @@ function eventToProto(e: HistoryEvent): Record<string, unknown> {
       };
     case 'TaskCompleted':
       return { eventId, timeMs, generation, taskCompleted: { outcome: toNum(OUTCOMES, e.outcome) } };
+    case 'HistoryCompacted':
+      return {
+        eventId, timeMs, generation,
+        historyCompacted: { throughEventId: e.throughEventId, state: e.state, turns: e.turns, droppedEvents: e.droppedEvents },
+      };
   }
 }
 
@@ -716,6 +721,17 @@ function eventFromProto(m: EventMsg, taskId: string): HistoryEvent {
         time,
         generation,
         outcome: fromNum(OUTCOMES, a.outcome, 'task outcome', at),
+      };
+    case 'historyCompacted':
+      return {
+        type: 'HistoryCompacted',
+        eventId,
+        time,
+        generation,
+        throughEventId: a.throughEventId,
+        state: asBytes(a.state),
+        turns: a.turns,
+        droppedEvents: a.droppedEvents,
       };
     default:
       // An event type added by a newer turnlog: proto3 keeps it as an unknown field.

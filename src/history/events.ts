@@ -239,6 +239,19 @@ export interface TaskCompleted extends EventBase {
   type: 'TaskCompleted';
   outcome: TaskOutcome;
 }
+/**
+ * Compaction (opt-in per workflow): always event 2, standing for the deleted events
+ * 2..`throughEventId`; `state` is the folded state there (`encodeState` bytes). The next event
+ * is `throughEventId + 1`.
+ */
+export interface HistoryCompacted extends EventBase {
+  type: 'HistoryCompacted';
+  throughEventId: number;
+  state: Uint8Array;
+  /** Turns 1..turns ended before the cut. */
+  turns: number;
+  droppedEvents: number;
+}
 
 export type HistoryEvent =
   | TaskCreated
@@ -259,9 +272,18 @@ export type HistoryEvent =
   | TurnTimedOut
   | TurnExitedForRecovery
   | LeaseClaimed
-  | TaskCompleted;
+  | TaskCompleted
+  | HistoryCompacted;
 
 export type EventType = HistoryEvent['type'];
+
+/**
+ * The id of the event after `e`: ids are dense, except that a compaction (event 2) stands for
+ * events 2..throughEventId, so the next event is throughEventId + 1.
+ */
+export function eventIdAfter(e: HistoryEvent): number {
+  return e.type === 'HistoryCompacted' && e.eventId === 2 && e.throughEventId > 2 ? e.throughEventId + 1 : e.eventId + 1;
+}
 
 /** An event before the store numbers it: the engine supplies everything but the event id. */
 export type NewEvent = DistributiveOmit<HistoryEvent, 'eventId'>;
@@ -304,6 +326,7 @@ export const ALL_EVENT_TYPES = [
   'TurnExitedForRecovery',
   'LeaseClaimed',
   'TaskCompleted',
+  'HistoryCompacted',
 ] as const satisfies readonly EventType[];
 
 /** A lease record: who may write a task now. */

@@ -3,6 +3,7 @@
  * Stores call `summarize` inside every append so the summary lands in the same batch.
  */
 import type { HistoryEvent, TaskSummary } from './events.js';
+import { decodeState } from './state-codec.js';
 
 export function summarize(taskId: string, prev: TaskSummary | undefined, events: readonly HistoryEvent[]): TaskSummary {
   const s: TaskSummary = prev
@@ -45,6 +46,16 @@ export function summarize(taskId: string, prev: TaskSummary | undefined, events:
         s.status = 'completed';
         s.outcome = e.outcome;
         break;
+      case 'HistoryCompacted': {
+        // Stands for events 2..throughEventId: the summary continues from the state there.
+        const at = decodeState(e.state);
+        s.lastEventId = e.throughEventId;
+        s.status = at.status;
+        s.turn = at.turn;
+        s.queued = at.queue.length;
+        if (at.lastInputId !== undefined) s.lastInputId = at.lastInputId;
+        break;
+      }
       default:
         break;
     }

@@ -6,6 +6,7 @@ import { HistoryInvariantError } from '../errors.js';
 import type { HistoryEvent, TurnTerminalEvent } from '../history/events.js';
 import type { OpenTurn, QueuedInput, TaskState } from '../history/state.js';
 import { applyStateDelta, turnSources, withFullState } from '../history/state-delta.js';
+import { decodeState } from '../history/state-codec.js';
 
 /**
  * Folds `events` into a task state. With `from`, continues from that state (a snapshot), so
@@ -286,6 +287,11 @@ function apply(s: TaskState, e: HistoryEvent): void {
       break;
     case 'LeaseClaimed':
       break;
+    case 'HistoryCompacted':
+      historyCompacted(s, e);
+      s.highestGeneration = e.generation;
+      s.updatedAt = e.time;
+      return;
     case 'TaskCompleted':
       if (s.openTurn !== undefined) {
         fail(s, e, 'turn-open-at-completion', `turn ${s.openTurn.turn} is open; it needs its terminal event first`);
@@ -298,6 +304,24 @@ function apply(s: TaskState, e: HistoryEvent): void {
   s.lastEventId = e.eventId;
   s.updatedAt = e.time;
   s.highestGeneration = e.generation;
+}
+
+/** Compaction: event 2 stands for events 2..throughEventId; the state there is in the event. */
+function historyCompacted(s: TaskState, e: Extract<HistoryEvent, { type: 'HistoryCompacted' }>): void {
+  if (e.eventId !== 2) fail(s, e, 'history-compacted', `HistoryCompacted must be event 2, it is event ${e.eventId}`);
+  if (e.throughEventId < e.eventId) fail(s, e, 'history-compacted', `throughEventId ${e.throughEventId} is before the event itself`);
+  let at: TaskState;
+  try {
+    at = decodeState(e.state);
+  } catch (err) {
+    return fail(s, e, 'history-compacted', `its state does not decode: ${(err as Error).message}`);
+  }
+  if (at.workflow !== s.workflow || at.kind !== s.kind) {
+    fail(s, e, 'history-compacted', `its state is of workflow ${at.workflow} (${at.kind}), the task's is ${s.workflow} (${s.kind})`);
+  }
+  if (at.highestGeneration > e.generation) fail(s, e, 'generation-monotonic', `its state saw generation ${at.highestGeneration}, above the event's ${e.generation}`);
+  // The task id is the folding task's: a fork or an import under another id keeps its own.
+  Object.assign(s, at, { taskId: s.taskId, createdAt: s.createdAt, lastEventId: e.throughEventId });
 }
 
 function turnStarted(s: TaskState, e: Extract<HistoryEvent, { type: 'TurnStarted' }>): void {

@@ -46,6 +46,8 @@ export function forkEvents(taskId: string, events: readonly HistoryEvent[], opti
     if (e.type === 'InputQueued' && queued.has(e.inputId)) continue;
     if (pendingCancel && e.type === 'CancelRequested' && e.scope === 'task') continue;
     const copy = { ...e, eventId: out.length + 1 };
+    // A compacted prefix: the next copied event follows it directly.
+    if (copy.type === 'HistoryCompacted') copy.throughEventId = copy.eventId;
     if (copy.type === 'TaskCreated') copy.forkedFrom = { taskId, turn: atTurn, eventId: prefix[prefix.length - 1]!.eventId };
     out.push(copy);
   }

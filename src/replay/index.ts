@@ -6,6 +6,9 @@
 // fold
 export { fold, withFullStates } from './fold.js';
 
+// compaction (opt-in per workflow)
+export { compaction } from './compact.js';
+
 // fork (Engine.fork, `turnlog fork`)
 export { forkEvents, type ForkOptions } from './fork.js';
 

@@ -9,7 +9,7 @@ import type { TaskState } from '../history/state.js';
 import { encodeState } from '../history/state-codec.js';
 import { withStateDelta } from '../history/state-delta.js';
 import { wellFormedEvent } from '../history/well-formed.js';
-import { fold } from '../replay/index.js';
+import { compaction, fold } from '../replay/index.js';
 import type { Logger } from '../logger.js';
 import type { Draft } from './drafts.js';
 import type { FaultInjector } from './fault.js';
@@ -23,6 +23,8 @@ export class Appender {
   readonly #fault: FaultInjector | undefined;
   readonly #onStale: (t: LockedTask, err: StaleGenerationError) => void;
   readonly #onRefreshed: OnRefreshed;
+  /** Tasks being compacted now. */
+  readonly #compacting = new Set<string>();
 
   /** `onRefreshed` sees what another writer appended, after a ConcurrencyError's re-read (the supervisor reacts). */
   constructor(rt: Runtime, cache: TaskCache, fault: FaultInjector | undefined, onStale: (t: LockedTask, err: StaleGenerationError) => void, onRefreshed: OnRefreshed) {
@@ -87,11 +89,37 @@ export class Appender {
     for (const e of events) if (isTurnTerminal(e)) t.lastTerminal = e;
     for (const l of outcomeLogLines(t.id, before, events)) this.#rt.log[l.level](l.message, l.fields);
     this.#fault?.afterAppend();
+    const keep = this.#rt.workflows.get(next.workflow)?.compaction?.keepTurns;
+    if (keep !== undefined && next.openTurn === undefined && events.some(isTurnTerminal)) void this.#compact(t, keep);
     if (next.lastEventId - t.snapshotAt >= this.#rt.snapshotEvery) {
       t.snapshotAt = next.lastEventId;
       this.#rt.store
         .putSnapshot(t.id, { eventId: next.lastEventId, data: encodeState(next) })
         .catch((err) => this.#rt.log.warn('snapshot write failed', { taskId: t.id, error: err }));
+    }
+  }
+
+  /**
+   * Opt-in compaction, in the background after a turn ends (one at a time per task). The
+   * snapshot goes first: a reload must never read a snapshot older than the cut, whose tail
+   * would start after a gap (test: runtime/engine-compaction).
+   */
+  async #compact(t: TaskEntry, keepTurns: number): Promise<void> {
+    const store = this.#rt.store;
+    if (!store.compactHistory || this.#compacting.has(t.id)) return;
+    this.#compacting.add(t.id);
+    try {
+      const s = t.state!;
+      const c = compaction(t.id, await store.readEvents(t.id, { toEventId: s.lastEventId }), keepTurns);
+      if (c === undefined) return;
+      await store.putSnapshot(t.id, { eventId: s.lastEventId, data: encodeState(s) });
+      t.snapshotAt = Math.max(t.snapshotAt, s.lastEventId);
+      await store.compactHistory(t.id, c);
+      this.#rt.log.info('history compacted', { taskId: t.id, turns: c.turns, throughEventId: c.throughEventId });
+    } catch (err) {
+      this.#rt.log.warn('compaction failed; the history is unchanged', { taskId: t.id, error: err });
+    } finally {
+      this.#compacting.delete(t.id);
     }
   }
 

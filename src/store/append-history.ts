@@ -16,13 +16,14 @@ export const APPEND_HISTORY_CHUNK = 1000;
  */
 export async function appendHistory(store: HistoryStore, taskId: string, events: readonly HistoryEvent[], leaseOwner: string, instance: string): Promise<void> {
   let i = 0;
+  let last = 0;
   while (i < events.length) {
     const generation = events[i]!.generation;
     let j = i + 1;
     while (j < events.length && j - i < APPEND_HISTORY_CHUNK && events[j]!.generation === generation) j++;
-    const options: AppendOptions = { expectedLastEventId: i, generation };
+    const options: AppendOptions = { expectedLastEventId: last, generation };
     if (j === events.length) options.lease = { owner: leaseOwner, instance, generation, expiresAt: 0 };
-    await store.append(taskId, events.slice(i, j), options);
+    last = (await store.append(taskId, events.slice(i, j), options)).lastEventId;
     i = j;
   }
 }

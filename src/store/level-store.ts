@@ -417,6 +417,16 @@ export class LevelHistoryStore implements HistoryStore {
     });
   }
 
+  /** Compaction: event 2 becomes `compacted`, events 3..throughEventId go, in one batch. */
+  async compactHistory(taskId: string, compacted: HistoryEvent): Promise<void> {
+    this.#checkOpen();
+    checkTaskId(taskId);
+    if (compacted.type !== 'HistoryCompacted' || compacted.eventId !== 2) throw invalidArgument(`Task ${taskId}: compactHistory takes a HistoryCompacted event 2.`);
+    const ops: BatchOp[] = [{ type: 'put', key: eventKey(taskId, 2), value: asBuffer(encodeEvent(compacted)) }];
+    for (let id = 3; id <= compacted.throughEventId; id++) ops.push({ type: 'del', key: eventKey(taskId, id) });
+    await this.#committer.submit(taskId, ops, this.#sync, () => undefined);
+  }
+
   async deleteTask(taskId: string): Promise<void> {
     // A task whose last event cannot be decoded has no head; delete it by key range instead,
     // so a corrupt task can still be removed or replaced (`turnlog import --force`).

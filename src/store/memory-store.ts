@@ -33,7 +33,8 @@ import { decodeCursor, encodeCursor, pageLimit, readBounds } from './paging.js';
 
 interface MemoryTask {
   head: TaskHead;
-  events: HistoryEvent[];
+  /** By event id - 1; undefined where compaction removed an event. */
+  events: (HistoryEvent | undefined)[];
   snapshot: StoredSnapshot | undefined;
 }
 
@@ -113,7 +114,8 @@ export class MemoryHistoryStore implements HistoryStore {
     const { from, to, limit } = readBounds(options);
     const out: HistoryEvent[] = [];
     for (let id = from; id <= Math.min(to, t.events.length) && out.length < limit; id++) {
-      out.push(t.events[id - 1]!);
+      const e = t.events[id - 1];
+      if (e !== undefined) out.push(e); // undefined: compacted away
     }
     const blobs = this.#blobs.get(taskId);
     return resolveAll(taskId, structuredClone(out), async (h) => blobs?.get(h)?.slice());
@@ -212,6 +214,14 @@ export class MemoryHistoryStore implements HistoryStore {
   async getSnapshot(taskId: string): Promise<StoredSnapshot | undefined> {
     const s = this.#task(taskId)?.snapshot;
     return s && { eventId: s.eventId, data: s.data.slice() };
+  }
+
+  /** Compaction: event 2 becomes `compacted`, events 3..throughEventId go. */
+  async compactHistory(taskId: string, compacted: HistoryEvent): Promise<void> {
+    const t = this.#task(taskId);
+    if (!t || compacted.type !== 'HistoryCompacted' || compacted.eventId !== 2) throw invalidArgument(`Task ${taskId}: compactHistory takes a HistoryCompacted event 2 of a stored task.`);
+    t.events[1] = structuredClone(compacted);
+    for (let id = 3; id <= compacted.throughEventId; id++) t.events[id - 1] = undefined;
   }
 
   async deleteTask(taskId: string): Promise<void> {

@@ -16,6 +16,7 @@ import type { PayloadCodec, PayloadConverter } from '../history/payload.js';
 import { moduleConverter, payloadPipeline } from '../history/pipeline.js';
 import type { OpenTurn, RecordedCall, TaskState } from '../history/state.js';
 import { fold, withFullStates } from '../replay/fold.js';
+import { decodeState } from '../history/state-codec.js';
 import { TurnContextImpl, runHandler } from '../attempt/context.js';
 import type { AttemptOutcome, CancelKind, TurnHost, TurnSpec } from '../attempt/host.js';
 import type { StepOptions } from '../workflow/context.js';
@@ -351,6 +352,7 @@ async function replayTracked(
       else if (e.type === 'InputQueued') queued++;
       else if (e.type === 'InputWithdrawn') queued--;
       else if (e.type === 'InputsTaken') queued -= e.inputIds.length;
+      else if (e.type === 'HistoryCompacted') queued = decodeState(e.state).queue.length;
       pending.set(e.eventId, queued);
       if (!isTurnTerminal(e) || k === 0) continue;
     }

@@ -173,6 +173,8 @@ export function describeEvent(e: HistoryEvent, max: number, converter?: PayloadC
       return `turn ${e.turn} timed out (${e.cause})`;
     case 'TurnExitedForRecovery':
       return `attempt ${e.attempt} of turn ${e.turn} exited for recovery: ${e.reason}`;
+    case 'HistoryCompacted':
+      return `history compacted: turns 1..${e.turns} (events 2..${e.throughEventId}, ${e.droppedEvents} dropped) are kept as their folded state only`;
     case 'LeaseClaimed':
       return `lease claimed by ${e.owner}/${e.instance}, generation ${e.previousGeneration} → ${e.generation} (${e.reason})`;
     case 'TaskCompleted':
