@@ -17,28 +17,13 @@ import { silentLogger } from '../src/logger.js';
 import { Engine } from '../src/runtime/engine.js';
 import { LevelHistoryStore } from '../src/store/level-store.js';
 import type { HistoryStore } from '../src/store/history-store.js';
-import { defineWorkflow } from '../src/workflow/define-workflow.js';
+import { chatInState, chatText } from '../test/fixtures/workflows/chat-in-state.js';
 
 const now = () => Number(process.hrtime.bigint()) / 1e6;
 const SNAPSHOT_EVERY = 100;
 const CHECKPOINTS = [10, 100, 500];
-const text = (n: number, who: string) => `${who} ${n}: ${'lorem ipsum dolor sit amet '.repeat(80)}`.slice(0, 2048);
-
-interface Message {
-  role: string;
-  content: string;
-}
-const chat = defineWorkflow({
-  name: 'chat',
-  kind: 'multi-turn',
-  initialState: () => ({ messages: [] as Message[] }),
-  turn: async (ctx, input: string) => {
-    ctx.state.messages.push({ role: 'user', content: input });
-    const reply = await ctx.step('model', () => ({ role: 'assistant', content: text(ctx.state.messages.length, 'assistant') }));
-    ctx.state.messages.push(reply);
-    return reply.content;
-  },
-});
+const text = chatText;
+const chat = chatInState;
 
 const size = (p: Payload | undefined) => p?.data.length ?? 0;
 

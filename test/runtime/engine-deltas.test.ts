@@ -9,7 +9,7 @@ import { Engine, type EngineOptions } from '../../src/runtime/engine.js';
 import { silentLogger } from '../../src/logger.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
 import { historyBuilder } from '../../src/testing/history-builder.js';
-import { defineWorkflow } from '../../src/workflow/define-workflow.js';
+import { chatInState, chatText, type ChatMessage } from '../fixtures/workflows/chat-in-state.js';
 
 const engines: Engine[] = [];
 afterEach(async () => {
@@ -22,24 +22,9 @@ async function open(store: MemoryHistoryStore, options: Partial<EngineOptions> =
   return engine;
 }
 
-interface Message {
-  role: 'user' | 'assistant';
-  content: string;
-}
-const text = (turn: number, who: string) => `${who} ${turn}: ${'lorem ipsum '.repeat(170)}`.slice(0, 2048);
-
-/** The README's pattern: the messages live in state; one model step per turn. */
-const chat = defineWorkflow({
-  name: 'chat',
-  kind: 'multi-turn',
-  initialState: () => ({ messages: [] as Message[] }),
-  turn: async (ctx, input: string) => {
-    ctx.state.messages.push({ role: 'user', content: input });
-    const reply = await ctx.step('model', () => ({ role: 'assistant' as const, content: text(ctx.state.messages.length, 'assistant') }));
-    ctx.state.messages.push(reply);
-    return reply.content;
-  },
-});
+type Message = ChatMessage;
+const text = chatText;
+const chat = chatInState;
 
 const terminals = (h: HistoryEvent[]) => h.filter((e) => e.type === 'TurnCompleted' || e.type === 'TurnSuspended') as Extract<HistoryEvent, { type: 'TurnCompleted' }>[];
 const bytes = (p: Payload | undefined) => p?.data.length ?? 0;
