@@ -14,6 +14,10 @@ import { PAYLOAD_REF_KEY } from '../../src/store/payload-refs.js';
 import { historyBuilder } from '../../src/testing/history-builder.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
+import { PG_URL, describePg, dropSchema, uniqueSchema, withClient } from '../helpers/postgres.js';
+import { createPostgresStore } from '../../src/store/postgres-store.js';
+import { compaction } from '../../src/replay/compact.js';
+import { fold } from '../../src/replay/fold.js';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
@@ -126,5 +130,34 @@ describe('large payloads by reference', () => {
     cleanups.unshift(() => again.shutdown({ graceMs: 0 }));
     await again.turnResult('t', await again.sendInput('t', 'q2'));
     expect(((await again.describe('t')).state as { results: string[] }).results.map((r) => r.length)).toEqual([4 + big.length, 4 + big.length]);
+  });
+});
+
+describePg('large payloads by reference on PostgreSQL', () => {
+  it('stores once, resolves on read, deletes with the task; compactHistory rewrites event 2', async () => {
+    const schema = uniqueSchema();
+    const store = createPostgresStore({ connectionString: PG_URL, schema, payloadRefBytes: 64 * 1024 });
+    await store.open();
+    cleanups.push(async () => {
+      await store.close();
+      await dropSchema(schema);
+    });
+    const events = history();
+    await store.append('t', events, { expectedLastEventId: 0, generation: 1 });
+    expect(await store.readEvents('t')).toEqual(events);
+    const count = () => withClient(async (c) => Number((await c.query(`SELECT count(*) AS n FROM "${schema}".payloads`)).rows[0].n));
+    expect(await count()).toBe(2);
+    await store.deleteTask('t');
+    expect(await count()).toBe(0);
+
+    const b = historyBuilder('k', { tick: 5 }).created({ kind: 'multi-turn' });
+    for (let i = 1; i <= 3; i++) b.input(`m${i}`).turnStarted().step('model', `r${i}`).completed(`r${i}`, { state: { n: i } });
+    const three = b.build();
+    await store.append('k', three, { expectedLastEventId: 0, generation: 1 });
+    const c = compaction('k', three, 1)!;
+    await store.compactHistory!('k', c);
+    const left = await store.readEvents('k');
+    expect(left.map((e) => e.eventId)).toEqual([1, 2, ...three.filter((e) => e.eventId > c.throughEventId).map((e) => e.eventId)]);
+    expect(Buffer.from(fold('k', left).state!.data)).toEqual(Buffer.from(fold('k', three).state!.data));
   });
 });
