@@ -1,5 +1,7 @@
 // `turnlog fork` (docs/cli.md#fork): a new task from the end of turn N, the original untouched.
 import { afterEach, beforeAll, describe, expect, it } from 'vitest';
+import { join } from 'node:path';
+import { compaction } from '../../src/replay/compact.js';
 import { historyBuilder } from '../../src/testing/history-builder.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
 import { appendHistory, cli, cliJSON, ensureBuilt, withLevel } from './run-cli.js';
@@ -21,6 +23,30 @@ async function storeWithChat(): Promise<string> {
   await withLevel(d.path, (s) => appendHistory(s, 'chat', events));
   return d.path;
 }
+
+describe('a compacted history in the CLI', () => {
+  it('show prints the compaction; export and import carry it; fork at a kept turn', async () => {
+    const d = await makeTmpDir('turnlog-compacted-');
+    cleanups.push(d.remove);
+    const b = historyBuilder('c', { tick: 10 }).created({ workflow: 'chat', kind: 'multi-turn' });
+    for (let i = 1; i <= 4; i++) b.input(`m${i}`).turnStarted().step('model', `r${i}`).completed(`r${i}`, { state: { n: i } });
+    const events = b.build();
+    const c = compaction('c', events, 2)!;
+    await withLevel(join(d.path, 'a'), async (s) => {
+      await appendHistory(s, 'c', events);
+      await s.compactHistory('c', c);
+    });
+    const show = await cli(['--store', join(d.path, 'a'), 'show', 'c']);
+    expect(show.stdout).toContain(`history compacted: turns 1..2 (events 2..${c.throughEventId}`);
+    const file = join(d.path, 'c.bin');
+    expect((await cli(['--store', join(d.path, 'a'), 'export', 'c', '-o', file])).code).toBe(0);
+    const imp = await cliJSON(['--store', join(d.path, 'b'), 'import', file, '--json']);
+    expect(imp.json).toMatchObject({ events: events.length - c.throughEventId + 2 });
+    const f = await cliJSON(['--store', join(d.path, 'b'), 'fork', 'c', '--at-turn', '3', '--json']);
+    expect(f.json).toMatchObject({ taskId: 'c-fork-3', status: 'suspended' });
+    expect((await cliJSON(['--store', join(d.path, 'b'), 'fork', 'c', '--at-turn', '1', '--json'])).json.error.code).toBe('TURNLOG_TURN_NOT_ENDED');
+  });
+});
 
 describe('turnlog fork', () => {
   it('forks at the end of turn 1; show prints the origin; the original is untouched', async () => {
