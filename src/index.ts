@@ -72,5 +72,6 @@ export async function openStore(
 }
 
 // replay
-export { fold, decide, explainDecision } from './replay/index.js';
+export { fold, decide, explainDecision, withFullStates } from './replay/index.js';
+export { applyStateDelta, diffState, turnSources, STATE_DELTA_FORMAT } from './history/state-delta.js';
 export type { Decision, DecisionRule } from './replay/decision.js';

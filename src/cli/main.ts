@@ -9,6 +9,7 @@ import { fileURLToPath } from 'node:url';
 import { Command, CommanderError } from 'commander';
 import { registerEvents } from './commands/events.js';
 import { registerExport } from './commands/export.js';
+import { registerFork } from './commands/fork.js';
 import { registerImport } from './commands/import.js';
 import { registerList } from './commands/list.js';
 import { registerMigrate } from './commands/migrate.js';
@@ -35,6 +36,7 @@ export function createProgram(): Command {
   registerWhy(program);
   registerExport(program);
   registerImport(program);
+  registerFork(program);
   registerStats(program);
   registerReplay(program);
   registerMigrate(program);

@@ -17,6 +17,8 @@ import {
   type HistoryEvent,
   type Payload,
   type RetryPolicy,
+  type StateDelta,
+  type StateDeltaPiece,
   type TaskOutcome,
   type TimeoutCause,
   type TurnPolicy,
@@ -224,6 +226,7 @@ function eventToProto(e: HistoryEvent): Record<string, unknown> {
           kind: toNum(KINDS, e.kind),
           policy: policyToProto(e.policy),
           formatVersion: e.formatVersion,
+          forkedFrom: e.forkedFrom ? { taskId: e.forkedFrom.taskId, turn: e.forkedFrom.turn, eventId: e.forkedFrom.eventId } : null,
         },
       };
     case 'InputQueued':
@@ -285,14 +288,20 @@ function eventToProto(e: HistoryEvent): Record<string, unknown> {
     case 'TurnCompleted':
       return {
         eventId, timeMs, generation,
-        turnCompleted: { turn: e.turn, output: optPayload(e.output), state: optPayload(e.state) },
+        turnCompleted: { turn: e.turn, output: optPayload(e.output), state: optPayload(e.state), stateDelta: deltaToProto(e.stateDelta) },
       };
     case 'TurnFailed':
       return { eventId, timeMs, generation, turnFailed: { turn: e.turn, failure: failureToProto(e.failure) } };
     case 'TurnSuspended':
       return {
         eventId, timeMs, generation,
-        turnSuspended: { turn: e.turn, reason: e.reason, output: optPayload(e.output), state: optPayload(e.state) },
+        turnSuspended: {
+          turn: e.turn,
+          reason: e.reason,
+          output: optPayload(e.output),
+          state: optPayload(e.state),
+          stateDelta: deltaToProto(e.stateDelta),
+        },
       };
     case 'TurnCancelled':
       return { eventId, timeMs, generation, turnCancelled: { turn: e.turn, reason: e.reason } };
@@ -314,6 +323,11 @@ function eventToProto(e: HistoryEvent): Record<string, unknown> {
       };
     case 'TaskCompleted':
       return { eventId, timeMs, generation, taskCompleted: { outcome: toNum(OUTCOMES, e.outcome) } };
+    case 'HistoryCompacted':
+      return {
+        eventId, timeMs, generation,
+        historyCompacted: { throughEventId: e.throughEventId, state: e.state, turns: e.turns, droppedEvents: e.droppedEvents },
+      };
   }
 }
 
@@ -321,6 +335,30 @@ const EMPTY_PAYLOAD: Payload = { metadata: {}, data: EMPTY };
 
 function optPayload(p: Payload | undefined): PayloadMsg | null {
   return p ? payloadToProto(p) : null;
+}
+
+interface DeltaPieceMsg {
+  literal?: Uint8Array;
+  source?: number;
+  offset?: number;
+  length?: number;
+}
+
+// Proto's `source` is the TS index + 1, so 0 (the proto3 default) means a literal.
+function deltaToProto(d: StateDelta | undefined): { prefix: number; suffix: number; pieces: DeltaPieceMsg[] } | null {
+  if (d === undefined) return null;
+  const pieces = d.pieces.map((p): DeltaPieceMsg =>
+    'literal' in p ? { literal: p.literal } : { source: p.source + 1, offset: p.offset, length: p.length },
+  );
+  return { prefix: d.prefix, suffix: d.suffix, pieces };
+}
+
+function deltaFromProto(m: { prefix: number; suffix: number; pieces?: DeltaPieceMsg[] | null } | null | undefined): StateDelta | undefined {
+  if (!m) return undefined;
+  const pieces = (m.pieces ?? []).map((p): StateDeltaPiece =>
+    p.source ? { source: p.source - 1, offset: p.offset ?? 0, length: p.length ?? 0 } : { literal: asBytes(p.literal) },
+  );
+  return { prefix: m.prefix ?? 0, suffix: m.suffix ?? 0, pieces };
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -416,6 +454,7 @@ function writeEventFast(w: Writer, e: HistoryEvent): boolean {
       break;
     }
     case 'TurnCompleted':
+      if (e.stateDelta) return false;
       at = openEvent(w, e, H.turnCompleted);
       w.uint32Field(pb.TurnCompleted.turn, e.turn);
       if (e.output) writePayload(w, pb.TurnCompleted.output, e.output);
@@ -503,8 +542,8 @@ function eventFromProto(m: EventMsg, taskId: string): HistoryEvent {
   const kind = m.attributes;
   const a = kind === undefined ? undefined : m[kind];
   switch (kind) {
-    case 'taskCreated':
-      return {
+    case 'taskCreated': {
+      const e: HistoryEvent = {
         type: 'TaskCreated',
         eventId,
         time,
@@ -514,6 +553,10 @@ function eventFromProto(m: EventMsg, taskId: string): HistoryEvent {
         policy: policyFromProto(a.policy, at),
         formatVersion: a.formatVersion,
       };
+      const f = a.forkedFrom;
+      if (f) e.forkedFrom = { taskId: f.taskId ?? '', turn: f.turn ?? 0, eventId: f.eventId ?? 0 };
+      return e;
+    }
     case 'inputQueued':
       return {
         type: 'InputQueued',
@@ -620,8 +663,10 @@ function eventFromProto(m: EventMsg, taskId: string): HistoryEvent {
       const e: HistoryEvent = { type: 'TurnCompleted', eventId, time, generation, turn: a.turn };
       const output = payloadFromProto(a.output);
       const state = payloadFromProto(a.state);
+      const stateDelta = deltaFromProto(a.stateDelta);
       if (output) e.output = output;
       if (state) e.state = state;
+      if (stateDelta) e.stateDelta = stateDelta;
       return e;
     }
     case 'turnFailed':
@@ -630,8 +675,10 @@ function eventFromProto(m: EventMsg, taskId: string): HistoryEvent {
       const e: HistoryEvent = { type: 'TurnSuspended', eventId, time, generation, turn: a.turn, reason: a.reason };
       const output = payloadFromProto(a.output);
       const state = payloadFromProto(a.state);
+      const stateDelta = deltaFromProto(a.stateDelta);
       if (output) e.output = output;
       if (state) e.state = state;
+      if (stateDelta) e.stateDelta = stateDelta;
       return e;
     }
     case 'turnCancelled':
@@ -674,6 +721,17 @@ function eventFromProto(m: EventMsg, taskId: string): HistoryEvent {
         time,
         generation,
         outcome: fromNum(OUTCOMES, a.outcome, 'task outcome', at),
+      };
+    case 'historyCompacted':
+      return {
+        type: 'HistoryCompacted',
+        eventId,
+        time,
+        generation,
+        throughEventId: a.throughEventId,
+        state: asBytes(a.state),
+        turns: a.turns,
+        droppedEvents: a.droppedEvents,
       };
     default:
       // An event type added by a newer turnlog: proto3 keeps it as an unknown field.

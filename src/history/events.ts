@@ -4,8 +4,11 @@
  * docs/history.md describes each event and when it is written.
  */
 
-/** Version of the history format written by this build. Bump with a docs/upgrading.md entry. */
-export const HISTORY_FORMAT_VERSION = 1;
+/**
+ * Version of the history format written by this build. Bump with a docs/upgrading.md entry.
+ * 2: a turn's state may be recorded as a {@link StateDelta} (tasks created with format ≥ 2 only).
+ */
+export const HISTORY_FORMAT_VERSION = 2;
 
 /** `temporal.api.common.v1.Payload`: encoded bytes plus metadata (`encoding` names the converter). */
 export interface Payload {
@@ -77,6 +80,14 @@ export interface TaskCreated extends EventBase {
   kind: WorkflowKind;
   policy: TurnPolicy;
   formatVersion: number;
+  /** Set on a fork: the original task, the turn it was forked at and that turn's terminal event id. */
+  forkedFrom?: TaskOrigin;
+}
+/** Where a forked task's history was copied from (`Engine.fork`, `turnlog fork`). */
+export interface TaskOrigin {
+  taskId: string;
+  turn: number;
+  eventId: number;
 }
 export interface InputQueued extends EventBase {
   type: 'InputQueued';
@@ -160,11 +171,29 @@ export interface WorkerCrashed extends EventBase {
   signal: string | null;
   message: string;
 }
+/**
+ * A turn's new state as a change of the previous state (format 2): `prefix` bytes kept from its
+ * start, `suffix` from its end, and the pieces in between; the metadata is the previous state's.
+ */
+export interface StateDelta {
+  prefix: number;
+  suffix: number;
+  pieces: StateDeltaPiece[];
+}
+/**
+ * Literal bytes, or a copy of `length` bytes at `offset` of a source: 0 is the previous state,
+ * 1… the turn's payloads in the order of `turnSources` (`history/state-delta.ts`).
+ */
+export type StateDeltaPiece = { literal: Uint8Array } | { source: number; offset: number; length: number };
+
 export interface TurnCompleted extends EventBase {
   type: 'TurnCompleted';
   turn: number;
   output?: Payload;
+  /** The full new state (never together with `stateDelta`). */
   state?: Payload;
+  /** The new state as a change of the previous one (format 2). */
+  stateDelta?: StateDelta;
 }
 export interface TurnFailed extends EventBase {
   type: 'TurnFailed';
@@ -176,7 +205,10 @@ export interface TurnSuspended extends EventBase {
   turn: number;
   reason: string;
   output?: Payload;
+  /** The full new state (never together with `stateDelta`). */
   state?: Payload;
+  /** The new state as a change of the previous one (format 2). */
+  stateDelta?: StateDelta;
 }
 export interface TurnCancelled extends EventBase {
   type: 'TurnCancelled';
@@ -207,6 +239,19 @@ export interface TaskCompleted extends EventBase {
   type: 'TaskCompleted';
   outcome: TaskOutcome;
 }
+/**
+ * Compaction (opt-in per workflow): always event 2, standing for the deleted events
+ * 2..`throughEventId`; `state` is the folded state there (`encodeState` bytes). The next event
+ * is `throughEventId + 1`.
+ */
+export interface HistoryCompacted extends EventBase {
+  type: 'HistoryCompacted';
+  throughEventId: number;
+  state: Uint8Array;
+  /** Turns 1..turns ended before the cut. */
+  turns: number;
+  droppedEvents: number;
+}
 
 export type HistoryEvent =
   | TaskCreated
@@ -227,9 +272,18 @@ export type HistoryEvent =
   | TurnTimedOut
   | TurnExitedForRecovery
   | LeaseClaimed
-  | TaskCompleted;
+  | TaskCompleted
+  | HistoryCompacted;
 
 export type EventType = HistoryEvent['type'];
+
+/**
+ * The id of the event after `e`: ids are dense, except that a compaction (event 2) stands for
+ * events 2..throughEventId, so the next event is throughEventId + 1.
+ */
+export function eventIdAfter(e: HistoryEvent): number {
+  return e.type === 'HistoryCompacted' && e.eventId === 2 && e.throughEventId > 2 ? e.throughEventId + 1 : e.eventId + 1;
+}
 
 /** An event before the store numbers it: the engine supplies everything but the event id. */
 export type NewEvent = DistributiveOmit<HistoryEvent, 'eventId'>;
@@ -272,6 +326,7 @@ export const ALL_EVENT_TYPES = [
   'TurnExitedForRecovery',
   'LeaseClaimed',
   'TaskCompleted',
+  'HistoryCompacted',
 ] as const satisfies readonly EventType[];
 
 /** A lease record: who may write a task now. */

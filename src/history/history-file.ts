@@ -1,7 +1,7 @@
 /**
  * History files: what `turnlog export` writes and `turnlog import` reads (docs/cli.md).
  *
- * - JSON: `{"format":"turnlog-history","formatVersion":1,"taskId":…,"events":[…]}`, one event
+ * - JSON: `{"format":"turnlog-history","formatVersion":2,"taskId":…,"events":[…]}`, one event
  *   (its proto3 JSON mapping) per line so files diff well; `--all` writes `{…,"tasks":[…]}`.
  * - Binary: per task, a length-delimited `HistoryFileHeader` then `event_count`
  *   length-delimited `HistoryEvent`s; a multi-task file is such blocks back to back.
@@ -13,7 +13,7 @@ import { HistoryCorruptError, HistoryFormatError, TurnlogError, isTurnlogError }
 import { lookupType } from '../internal/proto/root.js';
 import { decodeEvent, encodeEventDelimited, eventFromJSON, eventToJSON } from './codec.js';
 import { checkEventIds, illFormedText } from './well-formed.js';
-import { HISTORY_FORMAT_VERSION, type HistoryEvent } from './events.js';
+import { HISTORY_FORMAT_VERSION, eventIdAfter, type HistoryEvent } from './events.js';
 
 const HeaderType = lookupType('turnlog.v1.HistoryFileHeader');
 
@@ -396,15 +396,18 @@ function decodeInFile(name: string, taskId: string, index: number, decode: () =>
 // Import appends with dense expected ids, so a gap or reordering is caught here, not mid-import.
 function checkTask(name: string, t: HistoryFileTask): HistoryFileTask {
   if (!t.taskId.isWellFormed()) throw fileError(name, illFormedText('task id', t.taskId), 'Export the task again.');
+  let want = 1;
   for (let i = 0; i < t.events.length; i++) {
-    const id = t.events[i]!.eventId;
-    if (id !== i + 1) {
+    const e = t.events[i]!;
+    const id = e.eventId;
+    if (id !== want) {
       throw fileError(
         name,
-        `task ${t.taskId}: event ${i + 1} has event id ${id}; event ids must be dense from 1`,
+        `task ${t.taskId}: event ${i + 1} has event id ${id}; event ids must be dense from 1 (after a HistoryCompacted event 2, from its throughEventId + 1)`,
         'Export the task again rather than editing events out.',
       );
     }
+    want = eventIdAfter(e);
   }
   return t;
 }

@@ -2,7 +2,9 @@
  * The task summary is a projection of the history (invariant 1: derived, rebuildable).
  * Stores call `summarize` inside every append so the summary lands in the same batch.
  */
-import type { HistoryEvent, TaskSummary } from './events.js';
+import { eventIdAfter, type HistoryEvent, type TaskSummary } from './events.js';
+import type { TaskState } from './state.js';
+import { decodeState } from './state-codec.js';
 
 export function summarize(taskId: string, prev: TaskSummary | undefined, events: readonly HistoryEvent[]): TaskSummary {
   const s: TaskSummary = prev
@@ -45,9 +47,28 @@ export function summarize(taskId: string, prev: TaskSummary | undefined, events:
         s.status = 'completed';
         s.outcome = e.outcome;
         break;
+      case 'HistoryCompacted': {
+        // Stands for events 2..throughEventId: the summary continues from the state there.
+        s.lastEventId = eventIdAfter(e) - 1;
+        const at = stateOf(e.state);
+        if (at === undefined) break; // derived data: the fold reports the bad state, not the summary
+        s.status = at.status;
+        s.turn = at.turn;
+        s.queued = at.queue.length;
+        if (at.lastInputId !== undefined) s.lastInputId = at.lastInputId;
+        break;
+      }
       default:
         break;
     }
   }
   return s;
+}
+
+function stateOf(bytes: Uint8Array): TaskState | undefined {
+  try {
+    return decodeState(bytes);
+  } catch {
+    return undefined;
+  }
 }

@@ -15,6 +15,7 @@ type Fields<T extends EventType> = readonly (keyof Extract<HistoryEvent, { type:
  */
 const STRING_FIELDS: { [T in EventType]: { ids: Fields<T>; text: Fields<T> } } = {
   TaskCreated: { ids: ['workflow'], text: [] },
+  HistoryCompacted: { ids: [], text: [] },
   InputQueued: { ids: ['inputId'], text: [] },
   InputWithdrawn: { ids: ['inputId'], text: ['reason'] },
   TurnStarted: { ids: ['inputIds', 'owner', 'instance'], text: [] },

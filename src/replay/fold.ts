@@ -5,6 +5,8 @@
 import { HistoryInvariantError } from '../errors.js';
 import type { HistoryEvent, TurnTerminalEvent } from '../history/events.js';
 import type { OpenTurn, QueuedInput, TaskState } from '../history/state.js';
+import { applyStateDelta, turnSources, withFullState } from '../history/state-delta.js';
+import { decodeState } from '../history/state-codec.js';
 
 /**
  * Folds `events` into a task state. With `from`, continues from that state (a snapshot), so
@@ -58,6 +60,23 @@ export function fold(taskId: string, events: readonly HistoryEvent[], from?: Tas
   }
   for (; i < events.length; i++) apply(s, events[i]!);
   return s;
+}
+
+/**
+ * `events` with every state delta replaced by the full state it describes (format 2 → the
+ * format-1 shape), for readers that look at a terminal's `state` on its own (replay testing).
+ * Returns a copy of `events`; events without a delta are shared.
+ */
+export function withFullStates(taskId: string, events: readonly HistoryEvent[]): HistoryEvent[] {
+  if (!events.some((e) => (e.type === 'TurnCompleted' || e.type === 'TurnSuspended') && e.stateDelta !== undefined)) return events.slice();
+  const out: HistoryEvent[] = [];
+  let s: TaskState | undefined;
+  for (const e of events) {
+    const full = s === undefined ? e : withFullState(s, e);
+    out.push(full);
+    s = fold(taskId, [e], s);
+  }
+  return out;
 }
 
 /**
@@ -268,6 +287,11 @@ function apply(s: TaskState, e: HistoryEvent): void {
       break;
     case 'LeaseClaimed':
       break;
+    case 'HistoryCompacted':
+      historyCompacted(s, e);
+      s.highestGeneration = e.generation;
+      s.updatedAt = e.time;
+      return;
     case 'TaskCompleted':
       if (s.openTurn !== undefined) {
         fail(s, e, 'turn-open-at-completion', `turn ${s.openTurn.turn} is open; it needs its terminal event first`);
@@ -280,6 +304,24 @@ function apply(s: TaskState, e: HistoryEvent): void {
   s.lastEventId = e.eventId;
   s.updatedAt = e.time;
   s.highestGeneration = e.generation;
+}
+
+/** Compaction: event 2 stands for events 2..throughEventId; the state there is in the event. */
+function historyCompacted(s: TaskState, e: Extract<HistoryEvent, { type: 'HistoryCompacted' }>): void {
+  if (e.eventId !== 2) fail(s, e, 'history-compacted', `HistoryCompacted must be event 2, it is event ${e.eventId}`);
+  if (e.throughEventId < e.eventId) fail(s, e, 'history-compacted', `throughEventId ${e.throughEventId} is before the event itself`);
+  let at: TaskState;
+  try {
+    at = decodeState(e.state);
+  } catch (err) {
+    return fail(s, e, 'history-compacted', `its state does not decode: ${(err as Error).message}`);
+  }
+  if (at.workflow !== s.workflow || at.kind !== s.kind) {
+    fail(s, e, 'history-compacted', `its state is of workflow ${at.workflow} (${at.kind}), the task's is ${s.workflow} (${s.kind})`);
+  }
+  if (at.highestGeneration > e.generation) fail(s, e, 'generation-monotonic', `its state saw generation ${at.highestGeneration}, above the event's ${e.generation}`);
+  // The task id is the folding task's: a fork or an import under another id keeps its own.
+  Object.assign(s, at, { taskId: s.taskId, createdAt: s.createdAt, lastEventId: e.throughEventId });
 }
 
 function turnStarted(s: TaskState, e: Extract<HistoryEvent, { type: 'TurnStarted' }>): void {
@@ -349,6 +391,12 @@ function turnEnded(s: TaskState, e: TurnTerminalEvent): void {
   if (e.type === 'TurnCompleted' || e.type === 'TurnSuspended') {
     if (e.output !== undefined) s.lastOutput = e.output;
     if (e.state !== undefined) s.state = e.state;
+    else if (e.stateDelta !== undefined) {
+      if (s.state === undefined) fail(s, e, 'state-delta', `turn ${t.turn} records a state delta, but there is no previous state`);
+      const next = applyStateDelta(s.state, e.stateDelta, turnSources(t, e.output));
+      if (typeof next === 'string') fail(s, e, 'state-delta', `turn ${t.turn}: ${next}`);
+      s.state = next;
+    }
   } else if (e.type === 'TurnFailed') {
     s.lastFailure = e.failure;
   }

@@ -4,7 +4,13 @@
  */
 
 // fold
-export { fold } from './fold.js';
+export { fold, withFullStates } from './fold.js';
+
+// compaction (opt-in per workflow)
+export { compaction } from './compact.js';
+
+// fork (Engine.fork, `turnlog fork`)
+export { forkEvents, type ForkOptions } from './fork.js';
 
 // decide
 export { decide, formatTime } from './decide.js';

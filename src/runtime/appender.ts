@@ -8,8 +8,9 @@ import { isTurnlogError, type StaleGenerationError } from '../errors.js';
 import { isTurnTerminal, type HistoryEvent, type Lease } from '../history/events.js';
 import type { TaskState } from '../history/state.js';
 import { encodeState } from '../history/state-codec.js';
+import { withStateDelta } from '../history/state-delta.js';
 import { wellFormedEvent } from '../history/well-formed.js';
-import { fold } from '../replay/index.js';
+import { compaction, fold } from '../replay/index.js';
 import type { Logger } from '../logger.js';
 import type { Draft } from './drafts.js';
 import type { FaultInjector } from './fault.js';
@@ -23,6 +24,8 @@ export class Appender {
   readonly #fault: FaultInjector | undefined;
   readonly #onStale: (t: LockedTask, err: StaleGenerationError) => void;
   readonly #onRefreshed: OnRefreshed;
+  /** Tasks being compacted now. */
+  readonly #compacting = new Set<string>();
 
   /** `onRefreshed` sees what another writer appended, after a ConcurrencyError's re-read (the supervisor reacts). */
   constructor(rt: Runtime, cache: TaskCache, fault: FaultInjector | undefined, onStale: (t: LockedTask, err: StaleGenerationError) => void, onRefreshed: OnRefreshed) {
@@ -48,6 +51,11 @@ export class Appender {
       e.time = time;
       // Well-formed before folding: the state kept in memory is what a reload reads back.
       out[i] = wellFormedEvent(enc ? enc(e) : e, t.id);
+      // A state delta is bytes of the stored previous state: without codecs only, so every
+      // reader that decodes payloads one event at a time still sees full states.
+      if (!enc && (e.type === 'TurnCompleted' || e.type === 'TurnSuspended') && e.state !== undefined) {
+        out[i] = withStateDelta(i === 0 ? t.state : fold(t.id, out.slice(0, i), t.state), out[i]!);
+      }
     }
     return out;
   }
@@ -83,11 +91,37 @@ export class Appender {
     for (const l of outcomeLogLines(t.id, before, events)) this.#rt.log[l.level](l.message, l.fields);
     this.#rt.observers.appended(t, before, events, 'engine');
     this.#fault?.afterAppend();
+    const keep = this.#rt.workflows.get(next.workflow)?.compaction?.keepTurns;
+    if (keep !== undefined && next.openTurn === undefined && events.some(isTurnTerminal)) void this.#compact(t, keep);
     if (next.lastEventId - t.snapshotAt >= this.#rt.snapshotEvery) {
       t.snapshotAt = next.lastEventId;
       this.#rt.store
         .putSnapshot(t.id, { eventId: next.lastEventId, data: encodeState(next) })
         .catch((err) => this.#rt.log.warn('snapshot write failed', { taskId: t.id, error: err }));
+    }
+  }
+
+  /**
+   * Opt-in compaction, in the background after a turn ends (one at a time per task). The
+   * snapshot goes first: a reload must never read a snapshot older than the cut, whose tail
+   * would start after a gap (test: runtime/engine-compaction).
+   */
+  async #compact(t: TaskEntry, keepTurns: number): Promise<void> {
+    const store = this.#rt.store;
+    if (!store.compactHistory || this.#compacting.has(t.id)) return;
+    this.#compacting.add(t.id);
+    try {
+      const s = t.state!;
+      const c = compaction(t.id, await store.readEvents(t.id, { toEventId: s.lastEventId }), keepTurns);
+      if (c === undefined) return;
+      await store.putSnapshot(t.id, { eventId: s.lastEventId, data: encodeState(s) });
+      t.snapshotAt = Math.max(t.snapshotAt, s.lastEventId);
+      await store.compactHistory(t.id, c);
+      this.#rt.log.info('history compacted', { taskId: t.id, turns: c.turns, throughEventId: c.throughEventId });
+    } catch (err) {
+      this.#rt.log.warn('compaction failed; the history is unchanged', { taskId: t.id, error: err });
+    } finally {
+      this.#compacting.delete(t.id);
     }
   }
 

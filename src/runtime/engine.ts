@@ -19,7 +19,9 @@ import { HISTORY_FORMAT_VERSION, type ExecutorKind, type HistoryEvent, type Payl
 import { payloadSize } from '../history/payload.js';
 import { encodeHistoryFile, type HistoryFileFormat } from '../history/history-file.js';
 import { illFormedText } from '../history/well-formed.js';
-import { decide } from '../replay/index.js';
+import { decide, fold, forkEvents } from '../replay/index.js';
+import { encodeState } from '../history/state-codec.js';
+import { appendHistory } from '../store/append-history.js';
 import type { CorruptMark, HistoryStore, ListOptions, TaskPage } from '../store/history-store.js';
 import { checkTaskId } from '../store/keys.js';
 import type { Executor } from '../executor/executor.js';
@@ -43,6 +45,9 @@ import { Scanner } from './scanner.js';
 import { Supervisor } from './supervisor.js';
 import { TaskCache, type TaskEntry } from './task-cache.js';
 import { noteEngineActivation } from './work-log.js';
+
+/** The owner of the void lease a fork leaves on the new task (the first claim takes a new generation). */
+const FORK_LEASE_OWNER = 'turnlog-fork';
 
 export type { SendOptions, StartOptions, TaskDescription } from '../client/task-client.js';
 export { isCaptureMode, type ActivateOptions, type EngineOptions } from './options.js';
@@ -475,6 +480,37 @@ export class Engine implements TaskClient {
     const events = await this.store.readEvents(taskId);
     if (events.length === 0) throw notFound(taskId);
     return encodeHistoryFile({ taskId, events }, format);
+  }
+
+  /**
+   * Forks a multi-turn task at the end of turn `atTurn`: a new task whose history is the
+   * original's up to that turn's terminal event (inputs still queued then and a pending task
+   * cancel left out), so the conversation can go on differently from there. The original is
+   * untouched; the new task's `TaskCreated` records the origin (`forkedFrom`). Throws
+   * TURNLOG_TASK_NOT_FOUND, TURNLOG_TURN_NOT_ENDED, TURNLOG_WRONG_KIND (one-shot) or
+   * TURNLOG_TASK_CONFLICT (`newTaskId` taken); nothing is written then. docs/history.md#forks.
+   * @example const retry = await engine.fork('chat-42', { atTurn: 3, newTaskId: 'chat-42-b' });
+   */
+  async fork<I = unknown, O = unknown>(taskId: string, options: { atTurn: number; newTaskId?: string }): Promise<TaskHandle<I, O>> {
+    this.#assertOpen('fork');
+    const newTaskId = options.newTaskId ?? `task-${nanoid(12)}`;
+    checkTaskId(newTaskId);
+    const src = await this.#cache.load(taskId);
+    if (!src.state) throw notFound(taskId);
+    const events = forkEvents(taskId, await this.store.readEvents(taskId), { atTurn: options.atTurn, newTaskId });
+    const t = await this.#cache.load(newTaskId);
+    await this.#cache.withLock(t, async (task) => {
+      if (task.state) {
+        throw new TurnlogError('TURNLOG_TASK_CONFLICT', `Task ${newTaskId} already exists; nothing was forked from ${taskId}. Pass another newTaskId.`);
+      }
+      const state = fold(newTaskId, events);
+      await appendHistory(this.store, newTaskId, events, FORK_LEASE_OWNER, this.instance);
+      await this.store.putSnapshot(newTaskId, { eventId: state.lastEventId, data: encodeState(state) });
+      task.state = state;
+      task.snapshotAt = state.lastEventId;
+      task.lease = await this.store.getLease(newTaskId);
+    });
+    return new TaskHandle<I, O>(this, newTaskId, undefined);
   }
 
   /**

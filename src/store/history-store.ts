@@ -196,6 +196,12 @@ export interface SnapshotStore {
 export interface RetentionStore {
   /** Deletes a task's history, summary, lease, snapshot and corrupt mark. */
   deleteTask(taskId: string): Promise<void>;
+  /**
+   * Compaction (optional; the engine skips compaction on a store without it): replaces events
+   * 2..`compacted.throughEventId` by `compacted` (event 2) in one atomic write. Events after
+   * it, the summary and the lease are untouched.
+   */
+  compactHistory?(taskId: string, compacted: HistoryEvent): Promise<void>;
   /** Retention: deletes completed tasks whose last update is older than `olderThanMs` before `now`. Returns ids. Never a task marked corrupt. */
   purgeCompleted(olderThanMs: number, now: number): Promise<string[]>;
   /** Records that a task cannot be read; touches none of its records. `listTasks` shows it on the task's summary. */

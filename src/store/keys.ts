@@ -28,6 +28,8 @@ export const Prefix = {
   meta: 0x6d,
   /** `x <task>` → JSON CorruptMark (a task the engine isolated as unreadable) */
   corrupt: 0x78,
+  /** `b <task> 0x00 <sha256:hex>` → a large payload's data, referenced by the task's events */
+  payload: 0x62,
 } as const;
 
 const enc = new TextEncoder();
@@ -94,6 +96,14 @@ export function leaseKey(taskId: string): Buffer {
 }
 export function snapshotKey(taskId: string): Buffer {
   return concat([Prefix.snapshot, enc.encode(taskId)]);
+}
+export function payloadKey(taskId: string, hash: string): Buffer {
+  return concat([Prefix.payload, enc.encode(taskId), 0x00, enc.encode(hash)]);
+}
+/** Every large payload of one task. */
+export function payloadRange(taskId: string): { gte: Buffer; lt: Buffer } {
+  const p = concat([Prefix.payload, enc.encode(taskId), 0x00]);
+  return { gte: p, lt: concat([Prefix.payload, enc.encode(taskId), 0x01]) };
 }
 export function corruptKey(taskId: string): Buffer {
   return concat([Prefix.corrupt, enc.encode(taskId)]);

@@ -14,6 +14,7 @@ import {
 } from '../errors.js';
 import { inspectStoreDir } from './store-dir.js';
 import { decodeEvent, encodeEvent } from '../history/codec.js';
+import { checkRefBytes, externalize, resolveAll } from './payload-refs.js';
 import { HISTORY_FORMAT_VERSION, type HistoryEvent, type Lease, type TaskSummary } from '../history/events.js';
 import type { LeaseRequest } from '../history/lease.js';
 import { summarize } from '../history/summary.js';
@@ -39,6 +40,8 @@ import {
   describeKey,
   eventIdOfKey,
   eventKey,
+  payloadKey,
+  payloadRange,
   eventRange,
   leaseKey,
   metaKey,
@@ -74,6 +77,11 @@ export interface LevelHistoryStoreOptions {
    * existing store (TURNLOG_STORE_NOT_FOUND otherwise), as the CLI's reading commands do.
    */
   create?: boolean;
+  /**
+   * Payloads above this many bytes are stored once per task, content-addressed, beside the
+   * history; the event keeps a reference (docs/history.md#large-payloads-by-reference). Default: off.
+   */
+  payloadRefBytes?: number;
 }
 
 /** A task's cached head: `durable` is on disk, `pending` includes queued writes. */
@@ -110,6 +118,7 @@ export class LevelHistoryStore implements HistoryStore {
   #db!: Level<Buffer, Buffer>;
   readonly #sync: boolean;
   readonly #create: boolean;
+  readonly #refBytes: number | undefined;
   readonly #heads = new Map<string, HeadEntry>();
   readonly #committer: GroupCommitter;
   #state: State = 'new';
@@ -122,6 +131,7 @@ export class LevelHistoryStore implements HistoryStore {
     this.location = location;
     this.#sync = options.sync ?? true;
     this.#create = options.create ?? true;
+    this.#refBytes = checkRefBytes(options.payloadRefBytes);
     this.#committer = new GroupCommitter(
       (ops, sync) => {
         // The chained batch skips the array form's per-op option handling: measurably cheaper.
@@ -344,10 +354,13 @@ export class LevelHistoryStore implements HistoryStore {
       const next = applyAppend(taskId, prev, events, options);
       const keys = h.keys;
       const ops: BatchOp[] = [];
+      const blobs = new Map<string, Uint8Array>();
       for (let i = 0; i < events.length; i++) {
-        const e = events[i]!;
+        const e = externalize(events[i]!, this.#refBytes, blobs);
         ops.push({ type: 'put', key: eventKey(taskId, e.eventId, keys.eventPrefix), value: asBuffer(encodeEvent(e)) });
       }
+      // Content-addressed: writing the same payload again puts the same bytes under the same key.
+      for (const [hash, data] of blobs) ops.push({ type: 'put', key: payloadKey(taskId, hash), value: asBuffer(data) });
       const summary = next.summary!;
       ops.push({ type: 'put', key: keys.summary, value: encodeSummary(summary) });
       indexOps(keys, prev.summary, summary, ops);
@@ -408,13 +421,26 @@ export class LevelHistoryStore implements HistoryStore {
     });
   }
 
-  deleteTask(taskId: string): Promise<void> {
+  /** Compaction: event 2 becomes `compacted`, events 3..throughEventId go, in one batch. */
+  async compactHistory(taskId: string, compacted: HistoryEvent): Promise<void> {
+    this.#checkOpen();
+    checkTaskId(taskId);
+    if (compacted.type !== 'HistoryCompacted' || compacted.eventId !== 2) throw invalidArgument(`Task ${taskId}: compactHistory takes a HistoryCompacted event 2.`);
+    const ops: BatchOp[] = [{ type: 'put', key: eventKey(taskId, 2), value: asBuffer(encodeEvent(compacted)) }];
+    for (let id = 3; id <= compacted.throughEventId; id++) ops.push({ type: 'del', key: eventKey(taskId, id) });
+    await this.#committer.submit(taskId, ops, this.#sync, () => undefined);
+  }
+
+  async deleteTask(taskId: string): Promise<void> {
     // A task whose last event cannot be decoded has no head; delete it by key range instead,
     // so a corrupt task can still be removed or replaced (`turnlog import --force`).
-    return this.#deleteWithHead(taskId).catch((err: unknown) => {
+    await this.#deleteWithHead(taskId).catch((err: unknown) => {
       if (!isHistoryUnreadable(err)) throw err;
       return this.#deleteByKeys(taskId);
     });
+    // Its large payloads after the events: a crash in between leaves unreferenced bytes, never a
+    // history that references a missing payload.
+    await this.#db.clear(payloadRange(taskId));
   }
 
   async #deleteByKeys(taskId: string): Promise<void> {
@@ -481,7 +507,11 @@ export class LevelHistoryStore implements HistoryStore {
     const range = eventRange(taskId, from, to);
     const it = this.#db.iterator(Number.isFinite(limit) ? { ...range, limit } : range);
     const entries = await it.all();
-    return entries.map(([k, v]) => this.#decode(taskId, k, v));
+    const events = entries.map(([k, v]) => this.#decode(taskId, k, v));
+    return resolveAll(taskId, events, async (hash) => {
+      const v = await this.#db.get(payloadKey(taskId, hash));
+      return v === undefined ? undefined : new Uint8Array(v.buffer, v.byteOffset, v.byteLength);
+    });
   }
 
   iterateEvents(taskId: string, options: ReadOptions = {}): AsyncIterable<HistoryEvent> {

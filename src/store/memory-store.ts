@@ -3,6 +3,7 @@
  * For tests and ephemeral engines; nothing survives the process.
  */
 import { TurnlogError, invalidArgument } from '../errors.js';
+import { checkRefBytes, externalize, resolveAll } from './payload-refs.js';
 import type { HistoryEvent, Lease, TaskSummary } from '../history/events.js';
 import type { LeaseRequest } from '../history/lease.js';
 import type {
@@ -35,7 +36,8 @@ import { claimFromIndex } from './due-work.js';
 
 interface MemoryTask {
   head: TaskHead;
-  events: HistoryEvent[];
+  /** By event id - 1; undefined where compaction removed an event. */
+  events: (HistoryEvent | undefined)[];
   snapshot: StoredSnapshot | undefined;
 }
 
@@ -55,8 +57,19 @@ export class MemoryHistoryStore implements HistoryStore {
   #corrupt = new Map<string, CorruptMark>();
   #open = false;
 
-  constructor(options: { location?: string } = {}) {
+  /** Payloads above this many bytes are kept once per task by hash, events keep a reference. */
+  readonly #refBytes: number | undefined;
+  /** Per task: hash → data of its large payloads (deleted with the task). */
+  #blobs = new Map<string, Map<string, Uint8Array>>();
+
+  constructor(options: { location?: string; payloadRefBytes?: number } = {}) {
     this.location = options.location ?? 'memory:';
+    this.#refBytes = checkRefBytes(options.payloadRefBytes);
+  }
+
+  /** How many distinct large payloads a task's history references (tests, docs). */
+  payloadRefCount(taskId: string): number {
+    return this.#blobs.get(taskId)?.size ?? 0;
   }
 
   async open(): Promise<void> {
@@ -83,7 +96,13 @@ export class MemoryHistoryStore implements HistoryStore {
     const t = this.#task(taskId);
     const head = applyAppend(taskId, t?.head ?? EMPTY_HEAD, events, options);
     // Free text is stored well-formed, as the Level store's codec stores it (same contract).
-    const copies = structuredClone(events.map((e) => wellFormedEvent(e, taskId))) as HistoryEvent[];
+    const blobs = new Map<string, Uint8Array>();
+    const copies = structuredClone(events.map((e) => externalize(wellFormedEvent(e, taskId), this.#refBytes, blobs))) as HistoryEvent[];
+    if (blobs.size > 0) {
+      const mine = this.#blobs.get(taskId) ?? new Map<string, Uint8Array>();
+      for (const [h, d] of blobs) if (!mine.has(h)) mine.set(h, d.slice());
+      this.#blobs.set(taskId, mine);
+    }
     if (t) {
       t.events.push(...copies);
       t.head = head;
@@ -99,9 +118,11 @@ export class MemoryHistoryStore implements HistoryStore {
     const { from, to, limit } = readBounds(options);
     const out: HistoryEvent[] = [];
     for (let id = from; id <= Math.min(to, t.events.length) && out.length < limit; id++) {
-      out.push(t.events[id - 1]!);
+      const e = t.events[id - 1];
+      if (e !== undefined) out.push(e); // undefined: compacted away
     }
-    return structuredClone(out);
+    const blobs = this.#blobs.get(taskId);
+    return resolveAll(taskId, structuredClone(out), async (h) => blobs?.get(h)?.slice());
   }
 
   async *iterateEvents(taskId: string, options: ReadOptions = {}): AsyncIterable<HistoryEvent> {
@@ -217,9 +238,18 @@ export class MemoryHistoryStore implements HistoryStore {
     return s && { eventId: s.eventId, data: s.data.slice() };
   }
 
+  /** Compaction: event 2 becomes `compacted`, events 3..throughEventId go. */
+  async compactHistory(taskId: string, compacted: HistoryEvent): Promise<void> {
+    const t = this.#task(taskId);
+    if (!t || compacted.type !== 'HistoryCompacted' || compacted.eventId !== 2) throw invalidArgument(`Task ${taskId}: compactHistory takes a HistoryCompacted event 2 of a stored task.`);
+    t.events[1] = structuredClone(compacted);
+    for (let id = 3; id <= compacted.throughEventId; id++) t.events[id - 1] = undefined;
+  }
+
   async deleteTask(taskId: string): Promise<void> {
     this.#task(taskId);
     this.#tasks.delete(taskId);
+    this.#blobs.delete(taskId);
     this.#corrupt.delete(taskId);
   }
 

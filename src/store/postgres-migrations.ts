@@ -72,6 +72,18 @@ export const MIGRATIONS: readonly Migration[] = [
       );
     `,
   },
+  {
+    version: 3,
+    name: 'large payloads by reference',
+    sql: (s) => `
+      CREATE TABLE ${s}.payloads (
+        task_id text COLLATE "C" NOT NULL,
+        hash text COLLATE "C" NOT NULL,
+        data bytea NOT NULL,
+        PRIMARY KEY (task_id, hash)
+      );
+    `,
+  },
 ];
 
 /** The schema version this build writes and reads. */

@@ -6,6 +6,7 @@
  */
 import { ConcurrencyError, HistoryCorruptError, TurnlogError, invalidArgument } from '../errors.js';
 import { decodeEvent, encodeEvent } from '../history/codec.js';
+import { checkRefBytes, externalize, resolveAll } from './payload-refs.js';
 import type { HistoryEvent, Lease, TaskOutcome, TaskStatus, TaskSummary, WorkflowKind } from '../history/events.js';
 import type { LeaseRequest } from '../history/lease.js';
 import type {
@@ -57,6 +58,8 @@ export interface PostgresStoreOptions {
   readOnly?: boolean;
   /** Durable commit before an append resolves (default true); false is `synchronous_commit = off`. */
   sync?: boolean;
+  /** Payloads above this many bytes are stored once per task by hash (table `payloads`); default off. */
+  payloadRefBytes?: number;
 }
 
 // The database clock in ms, as bigint so comparisons with leases.expires_at can use its index.
@@ -152,6 +155,7 @@ export class PostgresHistoryStore implements HistoryStore {
   readonly schema: string;
   readonly #s: string;
   readonly #options: PostgresStoreOptions;
+  readonly #refBytes: number | undefined;
   #pool: PgPoolLike | undefined;
   #ownsPool = false;
   #state: 'new' | 'opening' | 'open' | 'closed' = 'new';
@@ -167,6 +171,7 @@ export class PostgresHistoryStore implements HistoryStore {
     this.schema = options.schema ?? 'turnlog';
     this.#s = quoteSchema(this.schema);
     this.#options = options;
+    this.#refBytes = checkRefBytes(options.payloadRefBytes);
     this.location = `${options.connectionString ? redact(options.connectionString) : 'postgres (pool)'}#${this.schema}`;
   }
 
@@ -373,7 +378,14 @@ export class PostgresHistoryStore implements HistoryStore {
       const clock = new ClockFrame(locked.dbNow, callerNow);
       const next = applyAppend(taskId, clock.headToCaller(locked.head), events, options);
       const ids = events.map((e) => e.eventId);
-      const bytes = events.map((e) => asBuffer(encodeEvent(e)));
+      const blobs = new Map<string, Uint8Array>();
+      const bytes = events.map((e) => asBuffer(encodeEvent(externalize(e, this.#refBytes, blobs))));
+      if (blobs.size > 0) {
+        await c.query(
+          `INSERT INTO ${this.#s}.payloads (task_id, hash, data) SELECT $1, * FROM unnest($2::text[], $3::bytea[]) ON CONFLICT DO NOTHING`,
+          [taskId, [...blobs.keys()], [...blobs.values()].map(asBuffer)],
+        );
+      }
       const s = next.summary!;
       const values: unknown[] = [taskId, ids, bytes, s.workflow, s.kind, s.status, s.outcome ?? null, s.lastEventId, next.maxGeneration, s.turn, s.queued, s.lastInputId ?? null, s.createdAt, s.updatedAt];
       let leaseCte = '';
@@ -467,7 +479,7 @@ export class PostgresHistoryStore implements HistoryStore {
   }
 
   async #deleteIds(c: SqlClient, ids: string[]): Promise<void> {
-    for (const table of ['events', 'snapshots', 'leases', 'summaries', 'corrupt_marks']) {
+    for (const table of ['events', 'payloads', 'snapshots', 'leases', 'summaries', 'corrupt_marks']) {
       await c.query(`DELETE FROM ${this.#s}.${table} WHERE task_id = ANY($1::text[])`, [ids]);
     }
   }
@@ -505,13 +517,29 @@ export class PostgresHistoryStore implements HistoryStore {
       `SELECT event_id, data FROM ${this.#s}.events WHERE task_id = $1 AND event_id BETWEEN $2 AND $3 ORDER BY event_id${Number.isFinite(limit) ? ' LIMIT $4' : ''}`,
       Number.isFinite(limit) ? [taskId, from, to, limit] : [taskId, from, to],
     );
-    return rows.map((r: { event_id: string; data: Buffer }) => {
+    const events = rows.map((r: { event_id: string; data: Buffer }) => {
       const name = `${this.location} events(${JSON.stringify(taskId)}, ${r.event_id})`;
       // A plain Uint8Array view makes protobufjs return Uint8Array bytes fields, as the types say.
       const e = decodeEvent(new Uint8Array(r.data.buffer, r.data.byteOffset, r.data.byteLength), taskId, name);
       if (e.eventId !== Number(r.event_id)) throw new HistoryCorruptError(name, `holds event ${e.eventId}`);
       return e;
     });
+    return resolveAll(taskId, events, async (hash) => {
+      const [row] = await this.#query(`SELECT data FROM ${this.#s}.payloads WHERE task_id = $1 AND hash = $2`, [taskId, hash]);
+      return row ? new Uint8Array((row.data as Buffer).buffer, (row.data as Buffer).byteOffset, (row.data as Buffer).byteLength) : undefined;
+    });
+  }
+
+  /** Compaction: event 2 becomes `compacted`, events 3..throughEventId go, in one transaction. */
+  async compactHistory(taskId: string, compacted: HistoryEvent): Promise<void> {
+    this.#checkedPool();
+    checkTaskId(taskId);
+    if (compacted.type !== 'HistoryCompacted' || compacted.eventId !== 2) throw invalidArgument(`Task ${taskId}: compactHistory takes a HistoryCompacted event 2.`);
+    await this.#serial(taskId, () => this.#tx(async (c) => {
+      await this.#lockHead(c, taskId);
+      await c.query(`UPDATE ${this.#s}.events SET data = $2 WHERE task_id = $1 AND event_id = 2`, [taskId, asBuffer(encodeEvent(compacted))]);
+      await c.query(`DELETE FROM ${this.#s}.events WHERE task_id = $1 AND event_id BETWEEN 3 AND $2`, [taskId, compacted.throughEventId]);
+    }));
   }
 
   iterateEvents(taskId: string, options: ReadOptions = {}): AsyncIterable<HistoryEvent> {

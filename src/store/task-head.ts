@@ -4,7 +4,7 @@
  * synchronously, so validation needs no read I/O and sees appends not yet written.
  */
 import { ConcurrencyError, LeaseHeldError, StaleGenerationError, invalidArgument } from '../errors.js';
-import type { HistoryEvent, Lease, TaskSummary } from '../history/events.js';
+import { eventIdAfter, type HistoryEvent, type Lease, type TaskSummary } from '../history/events.js';
 import { nextLease, isLeaseLive, type LeaseRequest } from '../history/lease.js';
 import { summarize } from '../history/summary.js';
 import { checkEventIds } from '../history/well-formed.js';
@@ -64,9 +64,10 @@ export function applyAppend(
   }
 
   let now = 0;
+  let want = expectedLastEventId + 1;
   for (let i = 0; i < events.length; i++) {
     const e = events[i]!;
-    const want = expectedLastEventId + 1 + i;
+    if (i > 0) want = eventIdAfter(events[i - 1]!);
     if (e.eventId !== want) {
       throw invalidArgument(
         `Task ${taskId}: event ${i + 1} of the append has id ${e.eventId}, expected ${want}. Number events densely from expectedLastEventId + 1.`,
@@ -105,7 +106,7 @@ export function applyAppend(
   }
 
   return {
-    lastEventId: events[events.length - 1]!.eventId,
+    lastEventId: eventIdAfter(events[events.length - 1]!) - 1,
     maxGeneration: Math.max(head.maxGeneration, generation),
     lease,
     summary: summarize(taskId, head.summary, events),

@@ -15,7 +15,8 @@ import { parseHistoryFile } from '../history/history-file.js';
 import type { PayloadCodec, PayloadConverter } from '../history/payload.js';
 import { moduleConverter, payloadPipeline } from '../history/pipeline.js';
 import type { OpenTurn, RecordedCall, TaskState } from '../history/state.js';
-import { fold } from '../replay/fold.js';
+import { fold, withFullStates } from '../replay/fold.js';
+import { decodeState } from '../history/state-codec.js';
 import { TurnContextImpl, runHandler } from '../attempt/context.js';
 import type { AttemptOutcome, CancelKind, TurnHost, TurnSpec } from '../attempt/host.js';
 import { describeCall, replayMismatch, type CallIntent } from '../attempt/calls.js';
@@ -110,7 +111,8 @@ export async function replayHistory(options: ReplayHistoryOptions): Promise<Repl
   const { taskId, events } = await resolveHistory(options.history, options.taskId);
   // Codecs here; the converter where the workflows are (this thread, or the worker's module).
   const codecs = payloadPipeline({ codecs: options.payloadCodecs });
-  const decoded = codecs.chain ? events.map(codecs.decodeEvent) : events;
+  const full = withFullStates(taskId, events);
+  const decoded = codecs.chain ? full.map(codecs.decodeEvent) : full;
   const timeoutMs = timeoutOf(options.timeoutMs);
   const { workflows } = options;
   const isModule = typeof workflows === 'string' || workflows instanceof URL;
@@ -232,7 +234,8 @@ export async function replayHistories(
     }
     for (const t of tasks) {
       try {
-        const events = codecs.chain ? t.events.map(codecs.decodeEvent) : t.events;
+        const full = withFullStates(t.taskId, t.events);
+        const events = codecs.chain ? full.map(codecs.decodeEvent) : full;
         const r = wfs
           ? await replayEvents(t.taskId, events, wfs, undefined, timeoutMs, undefined, converter)
           : await replayInWorker({ taskId: t.taskId, events, module: moduleHref(workflows as string | URL), timeoutMs, onTurn: undefined });
@@ -349,6 +352,7 @@ async function replayTracked(
       else if (e.type === 'InputQueued') queued++;
       else if (e.type === 'InputWithdrawn') queued--;
       else if (e.type === 'InputsTaken') queued -= e.inputIds.length;
+      else if (e.type === 'HistoryCompacted') queued = decodeState(e.state).queue.length;
       pending.set(e.eventId, queued);
       if (!isTurnTerminal(e) || k === 0) continue;
     }

@@ -138,7 +138,7 @@ export function describeEvent(e: HistoryEvent, max: number, converter?: PayloadC
   const pv = (p: Payload | undefined): string => (p === undefined ? '' : payloadPreview(p, max, converter));
   switch (e.type) {
     case 'TaskCreated':
-      return `task created: workflow ${e.workflow} (${e.kind}), turn timeout ${duration(e.policy.turnTimeoutMs)}, grace ${duration(e.policy.graceMs)}, ${e.policy.executor} executor, format v${e.formatVersion}`;
+      return `task created: workflow ${e.workflow} (${e.kind}), turn timeout ${duration(e.policy.turnTimeoutMs)}, grace ${duration(e.policy.graceMs)}, ${e.policy.executor} executor, format v${e.formatVersion}${e.forkedFrom ? `, forked from ${e.forkedFrom.taskId} at the end of turn ${e.forkedFrom.turn} (event ${e.forkedFrom.eventId})` : ''}`;
     case 'InputQueued':
       return `input ${e.inputId} queued${e.steering ? ' (steering)' : ''}: ${pv(e.input)}`;
     case 'InputWithdrawn':
@@ -173,6 +173,8 @@ export function describeEvent(e: HistoryEvent, max: number, converter?: PayloadC
       return `turn ${e.turn} timed out (${e.cause})`;
     case 'TurnExitedForRecovery':
       return `attempt ${e.attempt} of turn ${e.turn} exited for recovery: ${e.reason}`;
+    case 'HistoryCompacted':
+      return `history compacted: turns 1..${e.turns} (events 2..${e.throughEventId}, ${e.droppedEvents} dropped) are kept as their folded state only`;
     case 'LeaseClaimed':
       return `lease claimed by ${e.owner}/${e.instance}, generation ${e.previousGeneration} → ${e.generation} (${e.reason})`;
     case 'TaskCompleted':

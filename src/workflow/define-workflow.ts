@@ -57,6 +57,12 @@ export interface WorkflowOptions<I, O, S, P extends PayloadMode = 'json'> {
   steering?: { maxQueued?: number } | false;
   /** Where turns run. Default: the engine's `defaultExecutor` (itself `inline` by default). */
   executor?: ExecutorKind;
+  /**
+   * Opt-in compaction (multi-turn): keep the events of the last `keepTurns` ended turns and
+   * replace older ones by their folded state, every `keepTurns` turns. Default: off. What is
+   * lost: docs/history.md#compaction.
+   */
+  compaction?: { keepTurns: number };
 }
 
 /** A defined workflow. Pass it to `Engine.open({ workflows })` and `engine.start()`. */
@@ -67,6 +73,8 @@ export interface Workflow<I = unknown, O = unknown, S = unknown, P extends Paylo
   readonly payloads: P;
   readonly initialState: (() => S) | undefined;
   readonly steerable: boolean;
+  /** Compaction, when the workflow opts in (undefined: off). */
+  readonly compaction: { readonly keepTurns: number } | undefined;
   /** `executor` is undefined when the workflow leaves it to the engine default. */
   readonly policy: Omit<TurnPolicy, 'executor'> & { executor: ExecutorKind | undefined };
   /** Phantom fields for type inference only. */
@@ -120,6 +128,12 @@ export function defineWorkflow<I = unknown, O = unknown, S = unknown, P extends 
   if (options.executor !== undefined && options.executor !== 'inline' && options.executor !== 'process') {
     throw invalid(name, `executor must be 'inline' or 'process', got ${String(options.executor)}`);
   }
+  const compaction = options.compaction;
+  if (compaction !== undefined) {
+    if (kind !== 'multi-turn') throw invalid(name, 'compaction is for multi-turn workflows');
+    checkRange(name, 'compaction.keepTurns', compaction.keepTurns, 1, 1_000_000);
+    if (!Number.isInteger(compaction.keepTurns)) throw invalid(name, `compaction.keepTurns must be an integer, got ${compaction.keepTurns}`);
+  }
   return Object.freeze({
     name,
     kind,
@@ -127,6 +141,7 @@ export function defineWorkflow<I = unknown, O = unknown, S = unknown, P extends 
     payloads,
     initialState: options.initialState,
     steerable: steering !== false,
+    compaction: compaction === undefined ? undefined : Object.freeze({ keepTurns: compaction.keepTurns }),
     policy: Object.freeze({
       turnTimeoutMs,
       graceMs,

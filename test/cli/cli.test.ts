@@ -265,7 +265,7 @@ describe('export and import', () => {
       const target = fresh();
       const imp = await cliJSON(['import', out, '--store', target]);
       expect(imp.code).toBe(0);
-      expect(imp.json).toMatchObject({ file: out, format, formatVersion: 1, events: 44 });
+      expect(imp.json).toMatchObject({ file: out, format, formatVersion: 2, events: 44 });
       expect(imp.json.tasks.find((t: { taskId: string }) => t.taskId === 't-rich')).toEqual({
         taskId: 't-rich',
         events: 22,
@@ -283,7 +283,7 @@ describe('export and import', () => {
       expect(exp.code).toBe(0);
       const out = file(`stdout-rich.${format}`);
       await writeFile(out, exp.stdout);
-      if (format === 'json') expect(JSON.parse(exp.stdout.toString('utf8'))).toMatchObject({ format: 'turnlog-history', formatVersion: 1, taskId: 't-rich' });
+      if (format === 'json') expect(JSON.parse(exp.stdout.toString('utf8'))).toMatchObject({ format: 'turnlog-history', formatVersion: 2, taskId: 't-rich' });
       const target = fresh();
       const imp = await cli(['--store', target, 'import', out]);
       expect(imp.code).toBe(0);
@@ -336,7 +336,7 @@ describe('export and import', () => {
     const j = await cliJSON(['import', newer, '--store', target]);
     expect(j.code).toBe(1);
     expect(j.json.error.code).toBe('TURNLOG_HISTORY_FILE');
-    expect(j.json.error.message).toContain('history format version 9, newer than this turnlog reads (up to 1). Upgrade turnlog');
+    expect(j.json.error.message).toContain('history format version 9, newer than this turnlog reads (up to 2). Upgrade turnlog');
     const truncated = file('cut.bin');
     const full = await readFile(file('all.binary'));
     await writeFile(truncated, full.subarray(0, full.length - 7));
@@ -396,6 +396,6 @@ describe('errors and exit codes', () => {
   it('exit 0 for --help, listing every command', async () => {
     const r = await cli(['--help']);
     expect(r.code).toBe(0);
-    for (const c of ['list', 'show', 'events', 'why', 'export', 'import', 'stats', 'replay']) expect(r.stdout).toContain(c);
+    for (const c of ['list', 'show', 'events', 'why', 'export', 'import', 'fork', 'stats', 'replay']) expect(r.stdout).toContain(c);
   });
 });

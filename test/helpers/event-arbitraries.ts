@@ -51,7 +51,19 @@ export function eventArbitraries(unit: fc.Arbitrary<string> | 'grapheme' = 'grap
   });
 
   const base = { eventId: fc.integer({ min: 1, max: 0xffffffff }), time: ms, generation: u32 };
-  const optionalPayloads = { output: payload, state: payload };
+  // A state delta (format 2): literals and copies, as the codec carries them (not necessarily applicable).
+  const stateDelta = fc.record({
+    prefix: fc.nat({ max: 1 << 20 }),
+    suffix: fc.nat({ max: 1 << 20 }),
+    pieces: fc.array(
+      fc.oneof(
+        fc.uint8Array({ minLength: 1, maxLength: 24 }).map((literal) => ({ literal })),
+        fc.record({ source: fc.nat({ max: 1000 }), offset: fc.nat({ max: 1 << 20 }), length: fc.nat({ max: 1 << 20 }) }),
+      ),
+      { maxLength: 4 },
+    ),
+  });
+  const optionalPayloads = { output: payload, state: payload, stateDelta };
 
   const arbitraries: { [T in EventType]: fc.Arbitrary<Extract<HistoryEvent, { type: T }>> } = {
     TaskCreated: fc.record({
@@ -125,6 +137,7 @@ export function eventArbitraries(unit: fc.Arbitrary<string> | 'grapheme' = 'grap
       expiresAt: ms,
     }),
     TaskCompleted: fc.record({ type: fc.constant('TaskCompleted'), ...base, outcome: fc.constantFrom('succeeded', 'failed', 'cancelled', 'timed_out') }),
+    HistoryCompacted: fc.record({ type: fc.constant('HistoryCompacted'), ...base, throughEventId: u32, state: fc.uint8Array({ maxLength: 32 }), turns: u32, droppedEvents: u32 }),
   };
 
   const anyEvent: fc.Arbitrary<HistoryEvent> = fc.oneof(...ALL_EVENT_TYPES.map((t) => arbitraries[t] as fc.Arbitrary<HistoryEvent>));

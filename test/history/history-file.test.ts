@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 import { decodeEvent, encodeEvent } from '../../src/history/codec.js';
-import type { HistoryEvent } from '../../src/history/events.js';
+import { HISTORY_FORMAT_VERSION, type HistoryEvent } from '../../src/history/events.js';
 import {
   HISTORY_FILE_MAGIC,
   encodeHistoryFile,
@@ -43,7 +43,7 @@ describe('history files', () => {
       const events = stored('t-rich', richHistory());
       const bytes = await encodeHistoryFile({ taskId: 't-rich', events }, format);
       const file = await readHistoryFile(bytes, 'rich.' + format);
-      expect(file).toMatchObject({ format, formatVersion: 1, multi: false });
+      expect(file).toMatchObject({ format, formatVersion: HISTORY_FORMAT_VERSION, multi: false });
       expect(file.tasks.map((t) => t.taskId)).toEqual(['t-rich']);
       expectSameEvents(file.tasks[0]!.events, events);
     });
@@ -89,7 +89,7 @@ describe('history files', () => {
     const text = dec.decode(await encodeHistoryFile({ taskId: 't', events }, 'json'));
     const doc = JSON.parse(text);
     expect(doc.format).toBe(HISTORY_FILE_MAGIC);
-    expect(doc.formatVersion).toBe(1);
+    expect(doc.formatVersion).toBe(HISTORY_FORMAT_VERSION);
     expect(doc.taskId).toBe('t');
     expect(doc.events).toHaveLength(events.length);
     expect(doc.events[0]).toMatchObject({ eventId: 1, generation: 1, taskCreated: { workflow: 'summarize', kind: 'WORKFLOW_KIND_ONE_SHOT' } });
@@ -119,7 +119,7 @@ describe('history files', () => {
     const json = JSON.parse(dec.decode(await encodeHistoryFile({ taskId: 't', events }, 'json')));
     json.formatVersion = 99;
     const err = fileErr(() => parseHistoryFile(enc.encode(JSON.stringify(json)), 'new.json'));
-    expect(err.message).toMatch(/new\.json: it has history format version 99, newer than this turnlog reads \(up to 1\)\. Upgrade turnlog/);
+    expect(err.message).toMatch(/new\.json: it has history format version 99, newer than this turnlog reads \(up to 2\)\. Upgrade turnlog/);
   });
 
   it('rejects a newer binary header version', async () => {

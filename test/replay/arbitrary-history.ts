@@ -6,12 +6,17 @@
  */
 import fc from 'fast-check';
 import type { HistoryEvent, Lease, TurnPolicy, WorkflowKind } from '../../src/history/events.js';
+import type { TaskState } from '../../src/history/state.js';
+import { withStateDelta } from '../../src/history/state-delta.js';
+import { fold } from '../../src/replay/fold.js';
 import { historyBuilder, T0 } from '../../src/testing/history-builder.js';
 
 export interface SimInput {
   kind: WorkflowKind;
   policy: Partial<TurnPolicy>;
   choices: number[];
+  /** A long conversation: no cancels or task completion, terminals with state at every turn end. */
+  chatty?: boolean;
 }
 
 type Action =
@@ -50,6 +55,16 @@ export function simulate(input: SimInput): HistoryEvent[] {
   let running = false;
   let open = false;
   let turns = 0;
+  // A chat kept in state (the README's pattern): it grows by the turn's input and step results,
+  // and sometimes changes in place, so terminals carry states that deltas can encode.
+  let chat: unknown[] = [];
+  let turnMessages: unknown[] = [];
+  const chatState = (c: number): unknown => {
+    if (c % 11 === 0 && chat.length > 0) chat[c % chat.length] = { edited: c };
+    else if (c % 13 === 0) chat = chat.slice(1);
+    chat = chat.concat(turnMessages);
+    return c % 17 === 0 ? undefined : { title: `chat ${c % 3}`, messages: chat };
+  };
 
   for (const c of input.choices) {
     if (completed) break;
@@ -77,6 +92,13 @@ export function simulate(input: SimInput): HistoryEvent[] {
       // An engine crash writes nothing, so a running attempt may also be re-run by a new owner.
       if (!marker && !turnCancel && !taskCancel) acts.push('recover', 'recover');
       if (c % 4 === 0) acts.push('cancelled');
+    }
+    if (input.chatty) {
+      if (running) acts.push('completed', 'suspended', 'completed', 'suspended');
+      for (const no of ['cancel-task', 'cancel-turn', 'complete-task'] as const) {
+        const k = acts.indexOf(no);
+        if (k >= 0) acts.splice(k, 1);
+      }
     }
     const act = acts[c % acts.length]!;
     b.advance(Math.floor(c / acts.length) % 20_000);
@@ -108,6 +130,7 @@ export function simulate(input: SimInput): HistoryEvent[] {
         turnCancel = true;
         break;
       case 'start':
+        turnMessages = [{ role: 'user', text: `${'question '.repeat(4 + (c % 5))}${c}` }];
         b.turnStarted();
         turns++;
         open = true;
@@ -121,9 +144,12 @@ export function simulate(input: SimInput): HistoryEvent[] {
         b.taskCompleted('succeeded');
         completed = true;
         break;
-      case 'step':
-        b.step(`s${c % 7}`, { v: c % 1000 });
+      case 'step': {
+        const reply = { role: 'assistant', text: `${'answer '.repeat(5 + (c % 7))}${c}`, v: c % 1000 };
+        turnMessages.push(reply);
+        b.step(`s${c % 7}`, reply);
         break;
+      }
       case 'step-fail':
         b.step(`s${c % 7}`, null, { failure: { message: 'nope', type: 'TypeError', nonRetryable: true } });
         break;
@@ -150,7 +176,7 @@ export function simulate(input: SimInput): HistoryEvent[] {
         running = true;
         break;
       case 'completed':
-        b.completed({ out: c % 50 }, { ...term, state: c % 2 === 0 ? { s: c % 9 } : undefined });
+        b.completed({ out: c % 50 }, { ...term, state: c % 2 === 0 || input.chatty ? chatState(c) : undefined });
         endTurn();
         break;
       case 'failed':
@@ -158,7 +184,7 @@ export function simulate(input: SimInput): HistoryEvent[] {
         endTurn();
         break;
       case 'suspended':
-        b.suspended('waiting', { ...term, output: { o: 1 } });
+        b.suspended('waiting', { ...term, output: { o: 1 }, state: chatState(c) });
         endTurn();
         break;
       case 'cancelled':
@@ -189,6 +215,11 @@ export const arbSimInput: fc.Arbitrary<SimInput> = fc.record({
   choices: fc.array(fc.nat({ max: 1 << 24 }), { minLength: 3, maxLength: 120 }),
 });
 
+/** A long multi-turn conversation whose turns end with a growing chat state (state deltas). */
+export const arbChatHistory: fc.Arbitrary<HistoryEvent[]> = fc
+  .array(fc.nat({ max: 1 << 24 }), { minLength: 20, maxLength: 200 })
+  .map((choices) => simulate({ kind: 'multi-turn', policy: { maxRecoveries: 3, maxWorkerCrashes: 2 }, choices, chatty: true }));
+
 /** A valid history (at least the TaskCreated event). */
 export const arbHistory: fc.Arbitrary<HistoryEvent[]> = arbSimInput.map(simulate);
 
@@ -210,3 +241,15 @@ export const arbLeaseNow: fc.Arbitrary<{ lease: Lease | undefined; now: number }
     now,
     lease: lease === undefined ? undefined : { owner: lease.owner, instance: lease.instance, generation: lease.generation, expiresAt: now + lease.expiresIn },
   }));
+
+/** The history as the engine writes it in format 2: each terminal's state as a delta when smaller. */
+export function withDeltas(events: readonly HistoryEvent[]): HistoryEvent[] {
+  const out: HistoryEvent[] = [];
+  let s: TaskState | undefined;
+  for (const e of events) {
+    const d = s === undefined ? e : withStateDelta(s, e);
+    out.push(d);
+    s = fold('sim', [d], s);
+  }
+  return out;
+}

@@ -9,7 +9,9 @@ import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
+import { Level } from 'level';
 import { LevelHistoryStore } from '../../src/store/level-store.js';
+import { Prefix } from '../../src/store/keys.js';
 import { fold } from '../../src/replay/index.js';
 import { isTurnTerminal, type HistoryEvent } from '../../src/history/events.js';
 import { defaultPayloadConverter } from '../../src/history/payload.js';
@@ -36,6 +38,17 @@ async function readHistory(dir: string): Promise<HistoryEvent[]> {
     return await store.readEvents('conv');
   } finally {
     await store.close();
+  }
+}
+
+/** Large payloads stored by reference in a closed store directory. */
+async function payloadKeys(dir: string): Promise<number> {
+  const db = new Level<Buffer, Buffer>(dir, { keyEncoding: 'buffer', valueEncoding: 'buffer' });
+  await db.open();
+  try {
+    return (await db.keys({ gte: Buffer.from([Prefix.payload]), lt: Buffer.from([Prefix.payload + 1]) }).all()).length;
+  } finally {
+    await db.close();
   }
 }
 
@@ -77,7 +90,11 @@ describe('crash matrix', () => {
     const baseline = run(base.path);
     expect(baseline.status, baseline.stderr).toBe(0);
     const expected = JSON.parse(baseline.stdout) as unknown;
-    checkInvariants(await readHistory(base.path), readFileSync(join(base.path, 'effects.log'), 'utf8'));
+    const events = await readHistory(base.path);
+    checkInvariants(events, readFileSync(join(base.path, 'effects.log'), 'utf8'));
+    // The conversation records its state as deltas and keeps its large step result by reference.
+    expect(events.filter((e) => (e.type === 'TurnCompleted' || e.type === 'TurnSuspended') && e.stateDelta !== undefined).length).toBeGreaterThan(1);
+    expect(await payloadKeys(base.path)).toBe(1);
 
     let killed = 0;
     for (let n = 1; n < 200; n++) {
@@ -95,6 +112,7 @@ describe('crash matrix', () => {
       expect(second.status, `resume after kill at append ${n}: ${second.stderr}`).toBe(0);
       expect(JSON.parse(second.stdout), `conversation after kill at append ${n}`).toEqual(expected);
       checkInvariants(await readHistory(dir.path), readFileSync(join(dir.path, 'effects.log'), 'utf8'));
+      expect(await payloadKeys(dir.path)).toBeLessThanOrEqual(1);
     }
     // The script makes one append per step/checkpoint/turn boundary: about two dozen kill points.
     expect(killed).toBeGreaterThan(15);

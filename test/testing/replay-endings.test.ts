@@ -63,6 +63,7 @@ const ENDINGS: {
   CancelRequested: 'not an ending',
   LeaseClaimed: 'not an ending',
   TaskCompleted: 'not an ending',
+  HistoryCompacted: 'not an ending',
   TurnCompleted: { end: (b) => b.completed('done', open), own: 'complete' },
   TurnSuspended: { end: (b) => b.suspended('waiting', { ...open, output: 'out' }), own: 'suspend' },
   TurnFailed: {

@@ -69,7 +69,7 @@ describe('mutated golden histories throw NonDeterminismError naming the event', 
 
   it('a changed state: the terminal event', async () => {
     const e18 = eventAt(conversation(), 18);
-    const err = await divergence(mutate(conversation(), 18, () => ({ ...e18, state: payload({ messages: [], refunded: 99 }) })));
+    const err = await divergence(mutate(conversation(), 18, () => ({ ...e18, state: payload({ messages: [], refunded: 99 }) }) as HistoryEvent));
     expect([err.turn, err.eventId]).toEqual([2, 18]);
     expect(err.expected).toContain('TurnCompleted with state {"messages":[],"refunded":99}');
   });

@@ -7,7 +7,7 @@ import { createWriteStream, type WriteStream } from 'node:fs';
 import { rename, rm } from 'node:fs/promises';
 import { finished } from 'node:stream/promises';
 import { Option, type Command } from 'commander';
-import type { TaskSummary } from '../../history/events.js';
+import { eventIdAfter, type TaskSummary } from '../../history/events.js';
 import { writeHistoryFile, type ByteSink, type HistoryFileFormat, type HistoryFileSource } from '../../history/history-file.js';
 import type { HistoryStore } from '../../store/history-store.js';
 import { printJSON, printText, requireTask, usageError, withStore } from '../context.js';
@@ -67,6 +67,13 @@ export function pickFormat(flags: ExportFlags): HistoryFileFormat {
   return flags.output?.endsWith('.bin') ? 'binary' : 'json';
 }
 
+/** Events stored for a task: its last id, minus what a compaction (event 2) stands for. */
+async function storedEventCount(store: HistoryStore, taskId: string, lastEventId: number): Promise<number> {
+  if (lastEventId < 3) return lastEventId;
+  const [second] = await store.readEvents(taskId, { fromEventId: 2, toEventId: 2 });
+  return second?.type === 'HistoryCompacted' ? lastEventId - (eventIdAfter(second) - 3) : lastEventId;
+}
+
 /** Registers `export` on the program. */
 export function registerExport(program: Command): void {
   program
@@ -84,9 +91,10 @@ export function registerExport(program: Command): void {
       }
       await withStore(cmd, {}, async (store, g) => {
         const summaries = taskId === undefined ? await allSummaries(store) : [await requireTask(store, taskId)];
-        const total = summaries.reduce((n, s) => n + s.lastEventId, 0);
+        const counts = await Promise.all(summaries.map((s) => storedEventCount(store, s.taskId, s.lastEventId)));
+        const total = counts.reduce((n, c) => n + c, 0);
         const sources = summaries.map(
-          (s): HistoryFileSource => ({ taskId: s.taskId, eventCount: s.lastEventId, events: store.iterateEvents(s.taskId) }),
+          (s, i): HistoryFileSource => ({ taskId: s.taskId, eventCount: counts[i]!, events: store.iterateEvents(s.taskId) }),
         );
         const progress = progressReporter(total);
         const opts = progress.onProgress ? { format, onProgress: progress.onProgress } : { format };

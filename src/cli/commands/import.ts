@@ -11,12 +11,13 @@ import type { HistoryEvent } from '../../history/events.js';
 import { readHistoryFile, type HistoryFileTask } from '../../history/history-file.js';
 import { encodeState } from '../../history/state-codec.js';
 import { fold } from '../../replay/fold.js';
-import type { AppendOptions, HistoryStore } from '../../store/history-store.js';
+import { APPEND_HISTORY_CHUNK, appendHistory } from '../../store/append-history.js';
+import type { HistoryStore } from '../../store/history-store.js';
 import { CliError, EXIT, printJSON, printText, withStore } from '../context.js';
 import { statusText } from './list.js';
 
 /** Events per append; each append is one atomic batch. */
-export const IMPORT_CHUNK = 1000;
+export const IMPORT_CHUNK = APPEND_HISTORY_CHUNK;
 
 interface ImportFlags {
   force?: boolean;
@@ -26,26 +27,20 @@ interface ImportFlags {
 export const IMPORT_LEASE_OWNER = 'turnlog-import';
 
 /**
- * Appends a task's events in chunks. A chunk never spans two generations: the store requires
- * every event of an append to carry the append's generation (fencing, invariant 3).
- * The last chunk also writes a void (expired) lease at the history's generation, so the first
- * claim after the import is a new owner's and takes a new generation; then a snapshot.
+ * Appends a task's events ({@link appendHistory}: chunks of one generation, a void lease last),
+ * then a snapshot.
  */
 export async function importTask(store: HistoryStore, task: HistoryFileTask): Promise<void> {
   const { taskId, events } = task;
-  let i = 0;
-  while (i < events.length) {
-    const generation = events[i]!.generation;
-    let j = i + 1;
-    while (j < events.length && j - i < IMPORT_CHUNK && events[j]!.generation === generation) j++;
-    const chunk: HistoryEvent[] = events.slice(i, j);
-    const options: AppendOptions = { expectedLastEventId: i, generation };
-    if (j === events.length) options.lease = { owner: IMPORT_LEASE_OWNER, instance: `${IMPORT_LEASE_OWNER}-${process.pid}`, generation, expiresAt: 0 };
-    await store.append(taskId, chunk, options);
-    i = j;
-  }
-  // The first recovery then reads this snapshot and no tail, not the whole history. A history
-  // that does not fold gets none: recovery reports the invariant it breaks, as before.
+  await appendHistory(store, taskId, events, IMPORT_LEASE_OWNER, `${IMPORT_LEASE_OWNER}-${process.pid}`);
+  await putFinalSnapshot(store, taskId, events);
+}
+
+/**
+ * A snapshot of the whole history, so the first recovery reads no tail. A history that does not
+ * fold gets none: recovery reports the invariant it breaks, as before.
+ */
+export async function putFinalSnapshot(store: HistoryStore, taskId: string, events: readonly HistoryEvent[]): Promise<void> {
   let state;
   try {
     state = fold(taskId, events);

@@ -28,7 +28,9 @@ export const RetryPolicy = { maxAttempts: 8, initialIntervalMs: 17, backoffCoeff
 /** turnlog.v1.TurnPolicy */
 export const TurnPolicy = { turnTimeoutMs: 9, graceMs: 17, maxRecoveries: 24, maxWorkerCrashes: 32, steeringMaxQueued: 40, executor: 48, stepRetry: 58 } as const;
 /** turnlog.v1.TaskCreated */
-export const TaskCreated = { workflow: 10, kind: 16, policy: 26, formatVersion: 32 } as const;
+export const TaskCreated = { workflow: 10, kind: 16, policy: 26, formatVersion: 32, forkedFrom: 42 } as const;
+/** turnlog.v1.TaskOrigin */
+export const TaskOrigin = { taskId: 10, turn: 16, eventId: 24 } as const;
 /** turnlog.v1.InputQueued */
 export const InputQueued = { inputId: 10, input: 18, steering: 24 } as const;
 /** turnlog.v1.InputWithdrawn */
@@ -50,11 +52,15 @@ export const WorkerKilled = { turn: 8, pid: 16, signal: 26, reason: 34 } as cons
 /** turnlog.v1.WorkerCrashed */
 export const WorkerCrashed = { turn: 8, attempt: 16, pid: 24, exitCode: 32, signal: 42, message: 50 } as const;
 /** turnlog.v1.TurnCompleted */
-export const TurnCompleted = { turn: 8, output: 18, state: 26 } as const;
+export const TurnCompleted = { turn: 8, output: 18, state: 26, stateDelta: 34 } as const;
 /** turnlog.v1.TurnFailed */
 export const TurnFailed = { turn: 8, failure: 18 } as const;
 /** turnlog.v1.TurnSuspended */
-export const TurnSuspended = { turn: 8, reason: 18, output: 26, state: 34 } as const;
+export const TurnSuspended = { turn: 8, reason: 18, output: 26, state: 34, stateDelta: 42 } as const;
+/** turnlog.v1.StateDelta */
+export const StateDelta = { prefix: 8, suffix: 16, pieces: 26 } as const;
+/** turnlog.v1.StateDeltaPiece */
+export const StateDeltaPiece = { literal: 10, source: 16, offset: 24, length: 32 } as const;
 /** turnlog.v1.TurnCancelled */
 export const TurnCancelled = { turn: 8, reason: 18 } as const;
 /** turnlog.v1.TurnTimedOut */
@@ -65,8 +71,10 @@ export const TurnExitedForRecovery = { turn: 8, attempt: 16, reason: 26 } as con
 export const LeaseClaimed = { owner: 10, instance: 18, generation: 24, previousGeneration: 32, reason: 42, expiresAtMs: 49 } as const;
 /** turnlog.v1.TaskCompleted */
 export const TaskCompleted = { outcome: 8 } as const;
+/** turnlog.v1.HistoryCompacted */
+export const HistoryCompacted = { throughEventId: 8, state: 18, turns: 24, droppedEvents: 32 } as const;
 /** turnlog.v1.HistoryEvent */
-export const HistoryEvent = { eventId: 8, timeMs: 17, generation: 24, taskCreated: 82, inputQueued: 90, inputWithdrawn: 98, turnStarted: 106, stepCompleted: 114, checkpointed: 122, timeoutCancelRequested: 130, cancelRequested: 138, workerKilled: 146, workerCrashed: 154, turnCompleted: 162, turnFailed: 170, turnSuspended: 178, turnCancelled: 186, turnTimedOut: 194, turnExitedForRecovery: 202, leaseClaimed: 210, taskCompleted: 218, inputsTaken: 226 } as const;
+export const HistoryEvent = { eventId: 8, timeMs: 17, generation: 24, taskCreated: 82, inputQueued: 90, inputWithdrawn: 98, turnStarted: 106, stepCompleted: 114, checkpointed: 122, timeoutCancelRequested: 130, cancelRequested: 138, workerKilled: 146, workerCrashed: 154, turnCompleted: 162, turnFailed: 170, turnSuspended: 178, turnCancelled: 186, turnTimedOut: 194, turnExitedForRecovery: 202, leaseClaimed: 210, taskCompleted: 218, inputsTaken: 226, historyCompacted: 266 } as const;
 /** turnlog.v1.HistoryFileHeader */
 export const HistoryFileHeader = { magic: 10, formatVersion: 16, taskId: 26, eventCount: 32 } as const;
 /** turnlog.v1.SnapshotInput */
