@@ -51,7 +51,9 @@ export type ErrorCode =
   | 'TURNLOG_SESSION_MISMATCH'
   | 'TURNLOG_ACTIVATION_FAILED'
   // cli and files
-  | 'TURNLOG_HISTORY_FILE';
+  | 'TURNLOG_HISTORY_FILE'
+  // live inspection and operator actions
+  | 'TURNLOG_INSPECT_SOCKET';
 
 export interface TurnlogErrorOptions {
   cause?: unknown;

@@ -40,6 +40,8 @@ import { Scanner } from './scanner.js';
 import { Supervisor } from './supervisor.js';
 import { TaskCache, type TaskEntry } from './task-cache.js';
 import { noteEngineActivation } from './work-log.js';
+import { startInspection } from './inspection.js';
+import type { InspectServer } from '../inspect/server.js';
 
 export type { SendOptions, StartOptions, TaskDescription } from '../client/task-client.js';
 export { isCaptureMode, type ActivateOptions, type EngineOptions } from './options.js';
@@ -66,6 +68,8 @@ export class Engine implements TaskClient {
   readonly #driver: Driver;
   readonly #scanner: Scanner;
   #state: 'inactive' | 'activating' | 'open' | 'quiescing' | 'closed' = 'inactive';
+  /** The live-inspection socket while open (docs/cli.md#live-inspection). */
+  #inspection: InspectServer | undefined;
 
   private constructor(options: EngineOptions) {
     const o = (this.#o = resolveOptions(options));
@@ -173,6 +177,7 @@ export class Engine implements TaskClient {
         this.#o.log.error('task isolated: its stored history cannot be read', { taskId: m.taskId, key: m.key, error: m.message });
       }
       this.#state = 'open';
+      this.#inspection = await startInspection(this.#rt, this.#o.inspect, (op, args) => this.#operatorAction(op, args));
       // Scanner before recovery: every phase that can fail runs before any turn starts, so a
       // rolled-back activation never ran (nor interrupted) a handler (test: lifecycle "scanner fails twice").
       await phase('scanner');
@@ -487,6 +492,8 @@ export class Engine implements TaskClient {
   /** Stops everything this activation started; leaves history and leases for recovery. */
   async #quiesce(graceMs: number): Promise<void> {
     this.#state = 'quiescing';
+    await this.#inspection?.close();
+    this.#inspection = undefined;
     await this.#scanner.stop();
     await this.#supervisor.stopAll(graceMs);
     await Promise.all([...this.#cache.entries()].map((t) => t.chain.catch(() => undefined)));
@@ -497,6 +504,11 @@ export class Engine implements TaskClient {
     for (const ex of new Set(this.#executors.values())) await ex.close().catch((err) => this.#o.log.warn('executor close failed', { error: err }));
     if (this.#store && typeof this.#o.storeSpec === 'string') await this.#store.close();
     this.#store = undefined;
+  }
+
+  /** Operator actions the inspection socket forwards (docs/cli.md#operator-actions). */
+  #operatorAction(_op: string, _args: Record<string, unknown>): Promise<unknown> | undefined {
+    return undefined;
   }
 
   async #checkExecutors(): Promise<void> {

@@ -58,6 +58,12 @@ export interface EngineOptions {
   encodeFailureAttributes?: boolean;
   /** Executor for workflows that do not name one. Default `inline`. */
   defaultExecutor?: ExecutorKind;
+  /**
+   * Live inspection (docs/cli.md#live-inspection): on a LevelDB store, answer the CLI's reading
+   * commands and operator actions over `<store>/turnlog.sock` (mode 0600) while the engine holds
+   * the store. Default true; false serves no socket (the CLI then exits 4 on the held store).
+   */
+  inspect?: boolean;
   /** Executors by kind; `inline` is built in. */
   executors?: Partial<Record<ExecutorKind, Executor>>;
   /** Write a folded-state snapshot every N events so recovery reads only the tail. Default 1000. */
@@ -142,6 +148,7 @@ export interface EngineSettings {
   readonly retentionMs: number | undefined;
   readonly log: Logger;
   readonly defaultExecutor: ExecutorKind;
+  readonly inspect: boolean;
   readonly limits: Readonly<PayloadLimits>;
 }
 
@@ -193,6 +200,7 @@ export function resolveOptions(options: EngineOptions): EngineSettings {
     retentionMs: options.retentionMs === undefined ? undefined : positive('retentionMs', options.retentionMs),
     log: options.logger ?? consoleLogger,
     defaultExecutor: options.defaultExecutor ?? 'inline',
+    inspect: options.inspect ?? true,
     limits: resolveLimits(options.limits),
   };
 }

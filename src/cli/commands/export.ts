@@ -86,7 +86,7 @@ export function registerExport(program: Command): void {
         const summaries = taskId === undefined ? await allSummaries(store) : [await requireTask(store, taskId)];
         const total = summaries.reduce((n, s) => n + s.lastEventId, 0);
         const sources = summaries.map(
-          (s): HistoryFileSource => ({ taskId: s.taskId, eventCount: s.lastEventId, events: store.iterateEvents(s.taskId) }),
+          (s): HistoryFileSource => ({ taskId: s.taskId, eventCount: s.lastEventId, events: store.iterateEvents(s.taskId, { toEventId: s.lastEventId }) }),
         );
         const progress = progressReporter(total);
         const opts = progress.onProgress ? { format, onProgress: progress.onProgress } : { format };
@@ -94,7 +94,7 @@ export function registerExport(program: Command): void {
         if (flags.output === undefined) {
           // Stdout cannot be taken back: read every event once first, so an unreadable one fails
           // the export before a byte is written (no truncated file, one --json document).
-          for (const s of summaries) for await (const _ of store.iterateEvents(s.taskId));
+          for (const s of summaries) for await (const _ of store.iterateEvents(s.taskId, { toEventId: s.lastEventId }));
           await writeHistoryFile(streamSink(process.stdout), input, opts);
           progress.done();
           return;
