@@ -19,7 +19,7 @@ type Room = 'attempt' | 'cli' | 'client' | 'executor' | 'history' | 'internal' |
 /** Which rooms each room may import (besides itself). */
 const ROOMS: Record<Room, readonly Room[]> = {
   errors: [],
-  logger: [],
+  logger: ['errors'],
   internal: [],
   history: ['errors', 'internal'],
   replay: ['errors', 'history'],

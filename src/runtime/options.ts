@@ -11,7 +11,7 @@ import type { Executor } from '../executor/executor.js';
 import type { HistoryStore } from '../store/history-store.js';
 import type { Workflow } from '../workflow/define-workflow.js';
 import { isWorkflow, workflowList, type WorkflowSource } from '../workflow/workflow-source.js';
-import { consoleLogger, type Logger } from '../logger.js';
+import { defaultLogger, type LogFormat, type Logger } from '../logger.js';
 import { systemClock, type Clock } from './clock.js';
 
 export interface EngineOptions {
@@ -73,6 +73,11 @@ export interface EngineOptions {
    * other than success is logged once with taskId, turn, attempt and code (docs/workflows.md#logging).
    */
   logger?: Logger;
+  /**
+   * The default logger's format when no `logger` is given: `'json'` writes one JSON object per
+   * line to stderr, info and above (docs/observability.md#logs). Default `$TURNLOG_LOG`, else `'text'`.
+   */
+  logFormat?: LogFormat;
   /** Idle tasks kept in memory. Default 10,000. */
   maxCachedTasks?: number;
   /**
@@ -198,7 +203,7 @@ export function resolveOptions(options: EngineOptions): EngineSettings {
     snapshotEvery: options.snapshotEvery ?? 1000,
     maxCached: options.maxCachedTasks ?? 10_000,
     retentionMs: options.retentionMs === undefined ? undefined : positive('retentionMs', options.retentionMs),
-    log: options.logger ?? consoleLogger,
+    log: options.logger ?? defaultLogger(options.logFormat),
     defaultExecutor: options.defaultExecutor ?? 'inline',
     inspect: options.inspect ?? true,
     limits: resolveLimits(options.limits),
