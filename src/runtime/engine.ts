@@ -15,7 +15,8 @@ import {
   TurnlogError,
   invalidArgument,
 } from '../errors.js';
-import { HISTORY_FORMAT_VERSION, type ExecutorKind, type HistoryEvent, type Payload } from '../history/events.js';
+import { HISTORY_FORMAT_VERSION, type ExecutorKind, type HistoryEvent, type OperatorActionKind, type Payload } from '../history/events.js';
+import type { TaskState } from '../history/state.js';
 import { payloadSize } from '../history/payload.js';
 import { encodeHistoryFile, type HistoryFileFormat } from '../history/history-file.js';
 import { illFormedText } from '../history/well-formed.js';
@@ -30,7 +31,8 @@ import type { PayloadMode } from '../workflow/json.js';
 import { TaskHandle } from '../client/task-handle.js';
 import type { SendOptions, StartOptions, TaskClient, TaskDescription, TurnResult } from '../client/task-client.js';
 import { Appender } from './appender.js';
-import { cancelDraft } from './drafts.js';
+import { cancelDraft, type Draft } from './drafts.js';
+import { failedTurnInputs, operatorDraft, type ActionArgs } from './operator.js';
 import { Driver } from './driver.js';
 import { FaultInjector } from './fault.js';
 import { checkId, isCaptureMode, resolveOptions, type ActivateOptions, type EngineOptions, type EngineSettings } from './options.js';
@@ -44,6 +46,18 @@ import { startInspection } from './inspection.js';
 import type { InspectServer } from '../inspect/server.js';
 
 export type { SendOptions, StartOptions, TaskDescription } from '../client/task-client.js';
+
+/** What an operator action did (the CLI prints `message`; `--json` prints the whole object). */
+export interface OperatorResult {
+  action: OperatorActionKind;
+  taskId: string;
+  /** False when there was nothing to do (a cancel of a task that already ended). */
+  done: boolean;
+  message: string;
+  /** resend/resume: the turn re-sent and the new inputs' ids. */
+  turn?: number;
+  inputIds?: string[];
+}
 export { isCaptureMode, type ActivateOptions, type EngineOptions } from './options.js';
 
 /**
@@ -260,6 +274,11 @@ export class Engine implements TaskClient {
     const inputId = options.inputId ?? `in-${nanoid(12)}`;
     checkId('inputId', inputId);
     const payload = this.#inputPayload(t.id, inputId, input);
+    return this.#queue(t, wf, inputId, payload, options, []);
+  }
+
+  /** Queues a prepared input under the task's lock; `before` drafts go into the same append. */
+  async #queue(t: TaskEntry, wf: Workflow<any, any, any, any>, inputId: string, payload: Payload, options: SendOptions, before: Draft[]): Promise<string> {
     return this.#cache.withLock(t, async (t) => {
       const s = t.state;
       if (!s) {
@@ -288,7 +307,7 @@ export class Engine implements TaskClient {
         }
         if (t.state!.queue.length >= wf.policy.steeringMaxQueued) throw new SteeringQueueFullError(t.id, wf.policy.steeringMaxQueued);
       }
-      await this.#driver.drive(t, [{ type: 'InputQueued', inputId, input: payload, steering: busy }]);
+      await this.#driver.drive(t, [...before, { type: 'InputQueued', inputId, input: payload, steering: busy }]);
       return inputId;
     });
   }
@@ -319,28 +338,39 @@ export class Engine implements TaskClient {
 
   /** Cancels a task: the open turn is cancelled (cooperatively, then by force after the grace), the task completes as cancelled. */
   async cancel(taskId: string, reason = 'cancelled by caller', scope: 'task' | 'turn' = 'task'): Promise<void> {
+    await this.#cancel(taskId, reason, scope);
+  }
+
+  /** Cancels; `record` (an operator action) goes into the same append. False when there was nothing to cancel. */
+  async #cancel(taskId: string, reason: string, scope: 'task' | 'turn', record?: (s: TaskState) => Draft): Promise<boolean> {
     this.#assertOpen('cancel');
     const t = await this.#cache.load(taskId);
-    await this.#cache.withLock(t, async (t) => {
+    return this.#cache.withLock(t, async (t) => {
       const s = t.state;
       if (!s) throw notFound(taskId);
-      const draft = cancelDraft(s, scope, reason);
-      if (!draft) return;
+      const cancel = cancelDraft(s, scope, reason);
+      if (!cancel) return false;
+      const drafts = record ? [record(s), cancel] : [cancel];
       const active = t.active;
       if (active) {
-        await this.#appender.append(t, [draft]);
+        await this.#appender.append(t, drafts);
         this.#supervisor.cancelAttempt(active, 'cancel', reason);
         const grace = s.policy.graceMs;
         this.#supervisor.armCancelGrace(t, active, grace);
       } else {
-        await this.#driver.drive(t, [draft]);
+        await this.#driver.drive(t, drafts);
       }
       if (scope === 'task') this.#results.settleQueued(t, 'cancelled', 'the task was cancelled before this input ran');
+      return true;
     });
   }
 
   /** Withdraws a queued input that no turn has taken yet. */
   async withdraw(taskId: string, inputId: string, reason = 'withdrawn by caller'): Promise<void> {
+    await this.#withdraw(taskId, inputId, reason, []);
+  }
+
+  async #withdraw(taskId: string, inputId: string, reason: string, before: Draft[]): Promise<void> {
     this.#assertOpen('withdraw');
     const t = await this.#cache.load(taskId);
     await this.#cache.withLock(t, async (t) => {
@@ -349,7 +379,7 @@ export class Engine implements TaskClient {
       if (!q) {
         throw new TurnlogError('TURNLOG_INPUT_NOT_FOUND', `Task ${taskId} has no queued input ${inputId} (it may have been taken by a turn already).`);
       }
-      await this.#appender.append(t, [{ type: 'InputWithdrawn', inputId, reason }]);
+      await this.#appender.append(t, [...before, { type: 'InputWithdrawn', inputId, reason }]);
       // The reason as stored (well-formed), so a waiter reads what a reload reads.
       this.#results.resolveWaiters(t, [inputId], { taskId, turn: 0, inputIds: [inputId], status: 'withdrawn', reason: reason.toWellFormed() });
     });
@@ -507,8 +537,78 @@ export class Engine implements TaskClient {
   }
 
   /** Operator actions the inspection socket forwards (docs/cli.md#operator-actions). */
-  #operatorAction(_op: string, _args: Record<string, unknown>): Promise<unknown> | undefined {
-    return undefined;
+  #operatorAction(op: string, raw: Record<string, unknown>): Promise<unknown> | undefined {
+    const text = (k: string, required = true): string | undefined => {
+      const v = raw[k];
+      if (v === undefined && !required) return undefined;
+      if (typeof v !== 'string' || v === '') throw invalidArgument(`Operator action ${op} needs a non-empty ${k}.`);
+      return v;
+    };
+    const run = async (): Promise<unknown> => {
+      const reason = text('reason', false);
+      const args: ActionArgs = { taskId: text('taskId')!, by: text('by')!, ...(reason === undefined ? {} : { reason }) };
+      return this.operatorAction(op as OperatorActionKind, args, raw);
+    };
+    return op === 'cancel' || op === 'withdraw' || op === 'resend' || op === 'resume' ? run() : undefined;
+  }
+
+  /**
+   * @internal An operator action (the CLI's `cancel`, `withdraw`, `resend`, `resume`), recorded
+   * in the history as an `OperatorAction` event with `by`, in the same append as its effect.
+   */
+  async operatorAction(op: string, args: ActionArgs, extra: Record<string, unknown> = {}): Promise<OperatorResult> {
+    const { taskId, by } = args;
+    const why = args.reason ?? `${op} by ${by} (turnlog CLI)`;
+    switch (op) {
+      case 'cancel': {
+        const scope = extra['scope'] === 'turn' ? 'turn' : 'task';
+        const kind: OperatorActionKind = scope === 'turn' ? 'cancel-turn' : 'cancel-task';
+        const done = await this.#cancel(taskId, why, scope, (s) => operatorDraft(kind, args, { turn: s.openTurn?.turn ?? 0 }));
+        const summary = await this.store.getSummary(taskId);
+        return done
+          ? { action: kind, taskId, done, message: `cancel of task ${taskId}${scope === 'turn' ? `'s open turn` : ''} recorded (by ${by})` }
+          : { action: kind, taskId, done, message: `nothing to cancel: task ${taskId} is ${summary?.status ?? 'unknown'}${scope === 'turn' ? ' with no open turn' : ''}, or a cancel is already pending` };
+      }
+      case 'withdraw': {
+        const inputId = extra['inputId'];
+        if (typeof inputId !== 'string' || inputId === '') throw invalidArgument('Operator action withdraw needs an inputId.');
+        await this.#withdraw(taskId, inputId, why, [operatorDraft('withdraw', args, { inputId })]);
+        return { action: 'withdraw', taskId, done: true, message: `input ${inputId} of task ${taskId} withdrawn (by ${by})` };
+      }
+      case 'resend':
+      case 'resume': {
+        const turn = typeof extra['turn'] === 'number' ? extra['turn'] : undefined;
+        return this.#resend(op, args, op === 'resend' ? turn : undefined);
+      }
+      default:
+        throw invalidArgument(`Unknown operator action ${op}: use cancel, withdraw, resend or resume.`);
+    }
+  }
+
+  /** Queues a failed turn's inputs again as a new turn (resend), or the last failed turn's (resume). */
+  async #resend(kind: 'resend' | 'resume', args: ActionArgs, turn: number | undefined): Promise<OperatorResult> {
+    this.#assertOpen(kind);
+    const { taskId } = args;
+    const t = await this.#cache.load(taskId);
+    const s = t.state;
+    if (!s) throw notFound(taskId);
+    const found = failedTurnInputs(taskId, await this.store.readEvents(taskId), turn);
+    const wf = this.#workflow(s.workflow);
+    const decode = this.#o.codec?.decode ?? ((p: Payload) => p);
+    const ids: string[] = [];
+    for (const [i, q] of found.inputs.entries()) {
+      const newId = `in-${nanoid(12)}`;
+      const before = i === 0 ? [operatorDraft(kind, args, { turn: found.turn, inputId: q.inputId, newInputId: newId })] : [];
+      ids.push(await this.#queue(t, wf, newId, decode(q.input), {}, before));
+    }
+    return {
+      action: kind,
+      taskId,
+      done: true,
+      turn: found.turn,
+      inputIds: ids,
+      message: `turn ${found.turn}'s input${ids.length > 1 ? 's' : ''} (${found.inputs.map((q) => q.inputId).join(', ')}) re-sent as ${ids.join(', ')} (by ${args.by})`,
+    };
   }
 
   async #checkExecutors(): Promise<void> {

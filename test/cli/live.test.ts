@@ -6,6 +6,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { existsSync, statSync, writeFileSync } from 'node:fs';
 import { readFile } from 'node:fs/promises';
+import { userInfo } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
@@ -131,5 +132,88 @@ describe('live inspection of a LevelDB store an engine holds', () => {
     await startHost(store);
     const live = await cliJSON(['--store', store, 'show', 'done-1']);
     expect(live.code, live.stderr).toBe(0);
+  });
+});
+
+describe('operator actions through the running engine', () => {
+  type Ev = { type: string; [k: string]: unknown };
+  const events = async (taskId: string): Promise<Ev[]> => {
+    const r = await cliJSON(['--store', store, 'events', taskId]);
+    expect(r.code, r.stderr).toBe(0);
+    return r.json.events as Ev[];
+  };
+
+  it('refuse without a terminal unless --yes, and change nothing', async () => {
+    await startHost(store);
+    const r = await cli(['--store', store, 'cancel', 'live-1']);
+    expect(r.code).toBe(2);
+    expect(r.stderr).toContain('Pass --yes');
+    expect((await events('live-1')).some((e) => e.type === 'CancelRequested' || e.type === 'OperatorAction')).toBe(false);
+  });
+
+  it('cancel a turn, withdraw a queued input, re-send and resume a failed turn, each recorded with who did it', async () => {
+    await startHost(store);
+    // withdraw q-1 (queued behind the open turn), recorded in the same history
+    const w = await cliJSON(['--store', store, 'withdraw', 'live-1', 'q-1', '--yes', '--by', 'alice', '--reason', 'sent by mistake']);
+    expect(w.code, w.stderr).toBe(0);
+    expect(w.json).toMatchObject({ action: 'withdraw', done: true });
+    // cancel the open turn: the multi-turn task stays open (suspended), the handler was stopped
+    const c = await cli(['--store', store, 'cancel', 'live-1', '--turn', '--yes', '--by', 'alice']);
+    expect(c.code, c.stderr).toBe(0);
+    await until(async () => (await events('live-1')).some((e) => e.type === 'TurnCancelled'), 'the turn to be cancelled');
+    const live = await events('live-1');
+    const ops = live.filter((e) => e.type === 'OperatorAction');
+    expect(ops).toEqual([
+      expect.objectContaining({ action: 'withdraw', by: 'alice', reason: 'sent by mistake', inputId: 'q-1' }),
+      expect.objectContaining({ action: 'cancel-turn', by: 'alice', turn: 1 }),
+    ]);
+    // Each record is in the same append as its effect, right before it.
+    const at = (type: string) => live.findIndex((e) => e.type === type);
+    expect(at('InputWithdrawn')).toBe(live.indexOf(ops[0]!) + 1);
+    expect(at('CancelRequested')).toBe(live.indexOf(ops[1]!) + 1);
+    expect((await cliJSON(['--store', store, 'show', 'live-1'])).json.task.status).toBe('suspended');
+
+    // resend failed-1's turn 1: a new input with the same payload runs as turn 2
+    const rs = await cliJSON(['--store', store, 'resend', 'failed-1', '1', '--yes', '--by', 'bob']);
+    expect(rs.code, rs.stderr).toBe(0);
+    expect(rs.json).toMatchObject({ action: 'resend', turn: 1, inputIds: [expect.any(String)] });
+    const newId = rs.json.inputIds[0] as string;
+    await until(async () => (await events('failed-1')).filter((e) => e.type === 'TurnFailed').length === 2, 'turn 2 to fail again');
+    const failed = await events('failed-1');
+    const queued = failed.filter((e) => e.type === 'InputQueued');
+    expect(queued.map((q) => q.input)).toEqual([queued[0]!.input, queued[0]!.input]);
+    expect(failed.find((e) => e.type === 'TurnStarted' && e.turn === 2)).toMatchObject({ inputIds: [newId] });
+    expect(failed.find((e) => e.type === 'OperatorAction')).toMatchObject({ action: 'resend', by: 'bob', turn: 1, inputId: queued[0]!.inputId, newInputId: newId });
+
+    // resume: the last failed turn (2) runs again; --by defaults to the OS user
+    const rm = await cliJSON(['--store', store, 'resume', 'failed-1', '--yes']);
+    expect(rm.code, rm.stderr).toBe(0);
+    expect(rm.json).toMatchObject({ action: 'resume', turn: 2 });
+    const resumed = (await events('failed-1')).filter((e) => e.type === 'OperatorAction');
+    expect(resumed[1]).toMatchObject({ action: 'resume', by: userInfo().username, turn: 2 });
+
+    // show and the timeline name the operator
+    const text = await cli(['--store', store, 'show', 'live-1']);
+    expect(text.stdout).toContain('operator alice: cancel-turn turn 1');
+  });
+
+  it('refuse what cannot be done, naming why', async () => {
+    await startHost(store);
+    const done = await cli(['--store', store, 'resend', 'done-1', '1', '--yes']);
+    expect(done.code).toBe(2);
+    expect(done.stderr).toContain('turn 1 ended with TurnCompleted, not a failure');
+    const missing = await cli(['--store', store, 'withdraw', 'live-1', 'nope', '--yes']);
+    expect(missing.code).toBe(1);
+    expect(missing.stderr).toContain('has no queued input nope');
+    const unknown = await cli(['--store', store, 'cancel', 'no-such-task', '--yes']);
+    expect(unknown.code).toBe(3);
+  });
+
+  it('need a running engine: a free store is refused, nothing is written', async () => {
+    const host = await startHost(store);
+    await stopHost(host);
+    const r = await cli(['--store', store, 'cancel', 'live-1', '--yes']);
+    expect(r.code).toBe(1);
+    expect(r.stderr).toContain('No running engine answers on store');
   });
 });
