@@ -19,6 +19,7 @@ export { consoleLogger, jsonLogger, silentLogger, type LogFormat } from './logge
 export { SnapshotLifecycle, SESSION_ENV } from './runtime/lifecycle.js';
 export type { SnapshotLifecycleOptions, AfterRestoreRequest, AfterRestoreResult, ActivationPhase } from './runtime/lifecycle.js';
 export type { Logger } from './logger.js';
+export type { EngineObserver, EventsAppendedEvent, AttemptStartedEvent, AttemptEndedEvent, OutputEvent, AttemptOutcome } from './runtime/observe.js';
 
 // executors
 export type { Executor, AttemptHandle } from './executor/executor.js';

@@ -2,6 +2,7 @@
  * The appender: numbers, stamps, encodes (codecs) and checks drafts, validates them by folding,
  * appends them with the lease's fencing, keeps the cached state, logs outcomes and writes
  * snapshots at their cadence. A stale generation is handed to `onStale` (the supervisor fences).
+ * Every event written passes here, so here the observation seam (observe.ts) is told.
  */
 import { isTurnlogError, type StaleGenerationError } from '../errors.js';
 import { isTurnTerminal, type HistoryEvent, type Lease } from '../history/events.js';
@@ -80,6 +81,7 @@ export class Appender {
     if (lease) t.lease = lease;
     for (const e of events) if (isTurnTerminal(e)) t.lastTerminal = e;
     for (const l of outcomeLogLines(t.id, before, events)) this.#rt.log[l.level](l.message, l.fields);
+    this.#rt.observers.appended(t, before, events, 'engine');
     this.#fault?.afterAppend();
     if (next.lastEventId - t.snapshotAt >= this.#rt.snapshotEvery) {
       t.snapshotAt = next.lastEventId;
@@ -102,7 +104,9 @@ export class Appender {
       const events = await this.#rt.store.readEvents(t.id, { fromEventId: (t.state?.lastEventId ?? 0) + 1 });
       if (events.length) t.state = fold(t.id, events, t.state);
       t.lease = await this.#rt.store.getLease(t.id);
+      for (const e of events) if (isTurnTerminal(e)) t.lastTerminal = e;
       this.#onRefreshed(t, before, events);
+      if (events.length) this.#rt.observers.appended(t, before, events, 'other-writer');
     } catch (e) {
       this.#rt.log.error('re-reading the history failed; dropping the cached task', { taskId: t.id, error: e });
       if (!t.active) this.#cache.forget(t);

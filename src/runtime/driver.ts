@@ -5,7 +5,7 @@
  * timers from the supervisor. Every entry point holds the task's lock (a LockedTask).
  */
 import { FencedError, TurnlogError, isTurnlogError } from '../errors.js';
-import { isTurnTerminal, type ExecutorKind } from '../history/events.js';
+import type { ExecutorKind } from '../history/events.js';
 import { errorToFailure } from '../history/failure.js';
 import { nextLease } from '../history/lease.js';
 import type { TaskState } from '../history/state.js';
@@ -17,7 +17,7 @@ import { turnSpecFor } from '../attempt/turn-spec.js';
 import { sleep } from './clock.js';
 import { isStale, logFailure, type Appender } from './appender.js';
 import { finalizeDrafts, outcomeDrafts, oversized, turnStartDrafts, withinLimits, type Draft } from './drafts.js';
-import type { TurnResults } from './results.js';
+import { noteAttemptEnded } from './observe.js';
 import type { Runtime } from './runtime.js';
 import type { Supervisor } from './supervisor.js';
 import type { ActiveAttempt, LockedTask, TaskCache, TaskEntry } from './task-cache.js';
@@ -33,15 +33,13 @@ export class Driver {
   readonly #executors: ReadonlyMap<ExecutorKind, Executor>;
   readonly #cache: TaskCache;
   readonly #appender: Appender;
-  readonly #results: TurnResults;
   readonly #supervisor: Supervisor;
 
-  constructor(rt: Runtime, executors: ReadonlyMap<ExecutorKind, Executor>, cache: TaskCache, appender: Appender, results: TurnResults, supervisor: Supervisor) {
+  constructor(rt: Runtime, executors: ReadonlyMap<ExecutorKind, Executor>, cache: TaskCache, appender: Appender, supervisor: Supervisor) {
     this.#rt = rt;
     this.#executors = executors;
     this.#cache = cache;
     this.#appender = appender;
-    this.#results = results;
     this.#supervisor = supervisor;
   }
 
@@ -62,12 +60,9 @@ export class Driver {
           return;
         case 'complete-task':
           await this.#appender.append(t, [...pending, { type: 'TaskCompleted', outcome: decision.outcome }]);
-          this.#results.settleQueued(t, 'cancelled', 'the task was cancelled before this input ran');
           return;
         case 'finalize-turn': {
-          const before = preview;
           await this.#appender.append(t, finalizeDrafts(decision, preview, pending));
-          this.#results.afterTerminal(t, before);
           pending = [];
           continue;
         }
@@ -123,6 +118,7 @@ export class Driver {
     const active: ActiveAttempt = { turn: ot.turn, attempt: ot.attempt, finalized: false, timers: [], renewFailures: 0, done: Promise.resolve() };
     t.active = active;
     const spec = turnSpecFor(s, this.#rt.converter.toPayload(undefined), this.#rt.codec);
+    this.#rt.observers.attemptStarted({ taskId: t.id, workflow: s.workflow, turn: ot.turn, attempt: ot.attempt, entryMode: ot.entryMode, executor: policy.executor, replayedCalls: spec.calls.length, time: now });
     this.#supervisor.armDeadline(t, active, ot.deadline - now);
     this.#supervisor.armRenewal(t, active);
     active.done = this.#runAttempt(t, active, executor, spec, reservation);
@@ -214,6 +210,7 @@ export class Driver {
 
   async #finishAttempt(t: LockedTask, active: ActiveAttempt, outcome: AttemptOutcome): Promise<void> {
     for (const tm of active.timers) tm.cancel();
+    noteAttemptEnded(this.#rt, t.id, active, outcome);
     if (t.active !== active || active.finalized) {
       this.#rt.log.debug?.('late outcome discarded', { taskId: t.id, turn: active.turn, outcome: outcome.kind });
       return;
@@ -233,8 +230,6 @@ export class Driver {
       ({ drafts, lease: leaseOut } = build(s));
       await this.#appender.append(t, drafts, leaseOut);
     }
-    if (drafts.some(isTurnTerminal)) this.#results.afterTerminal(t, s);
-    else if (ended.kind === 'exit-for-recovery') this.#results.deferWaiters(t, s);
     await this.drive(t);
   }
 

@@ -37,6 +37,7 @@ import { Driver } from './driver.js';
 import { FaultInjector } from './fault.js';
 import { checkId, isCaptureMode, resolveOptions, type ActivateOptions, type EngineOptions, type EngineSettings } from './options.js';
 import { TurnResults } from './results.js';
+import { Observers, type EngineObserver } from './observe.js';
 import type { Runtime } from './runtime.js';
 import { Scanner } from './scanner.js';
 import { Supervisor } from './supervisor.js';
@@ -90,6 +91,7 @@ export class Engine implements TaskClient {
     const engine = this;
     this.#rt = {
       ...o,
+      observers: new Observers(o.log, o.observerOption),
       get store() {
         return engine.store;
       },
@@ -105,15 +107,17 @@ export class Engine implements TaskClient {
     };
     this.#cache = new TaskCache(this.#rt);
     this.#results = new TurnResults(this.#rt);
+    // Turn-result waiters listen on the seam like any observer (they also need the cached entry).
+    this.#rt.observers.onAppend((t, before, events) => this.#results.afterAppend(t, before, events));
     this.#appender = new Appender(
       this.#rt,
       this.#cache,
       FaultInjector.fromEnv(),
       (t, err) => this.#supervisor.fence(t, err),
-      (t, before, events) => this.#supervisor.afterRefresh(t, before, events),
+      (t) => this.#supervisor.afterRefresh(t),
     );
     this.#supervisor = new Supervisor(this.#rt, this.#cache, this.#results, this.#appender, (t) => this.#driver.drive(t));
-    this.#driver = new Driver(this.#rt, this.#executors, this.#cache, this.#appender, this.#results, this.#supervisor);
+    this.#driver = new Driver(this.#rt, this.#executors, this.#cache, this.#appender, this.#supervisor);
     this.#scanner = new Scanner(this.#rt, this.#cache, this.#driver);
     this.#executors.set('inline', new InlineExecutor(o.workflows, o.converter));
     for (const [kind, ex] of Object.entries(options.executors ?? {})) if (ex) this.#executors.set(kind as ExecutorKind, ex);
@@ -226,6 +230,16 @@ export class Engine implements TaskClient {
     // Loaded on first activation, never at import: native modules cannot be in a startup snapshot.
     const { LevelHistoryStore } = await import('../store/level-store.js');
     return new LevelHistoryStore(this.#o.storeSpec);
+  }
+
+  /**
+   * Adds a listener on this engine (appends, attempt starts and ends, non-durable output);
+   * returns its unsubscribe. See {@link EngineObserver} and docs/architecture.md "A new observer".
+   * @example const stop = engine.observe({ eventsAppended: (e) => metrics.count(e.events.length) });
+   */
+  observe(observer: EngineObserver): () => void {
+    if (typeof observer !== 'object' || observer === null) throw invalidArgument('engine.observe() takes an object with optional eventsAppended, attemptStarted, attemptEnded and output methods.');
+    return this.#rt.observers.add(observer);
   }
 
   /** The workflows this engine runs, by name. */
@@ -360,7 +374,6 @@ export class Engine implements TaskClient {
       } else {
         await this.#driver.drive(t, drafts);
       }
-      if (scope === 'task') this.#results.settleQueued(t, 'cancelled', 'the task was cancelled before this input ran');
       return true;
     });
   }
@@ -379,9 +392,8 @@ export class Engine implements TaskClient {
       if (!q) {
         throw new TurnlogError('TURNLOG_INPUT_NOT_FOUND', `Task ${taskId} has no queued input ${inputId} (it may have been taken by a turn already).`);
       }
+      // Its waiters are told by the seam (results.ts afterAppend), with the reason as stored.
       await this.#appender.append(t, [...before, { type: 'InputWithdrawn', inputId, reason }]);
-      // The reason as stored (well-formed), so a waiter reads what a reload reads.
-      this.#results.resolveWaiters(t, [inputId], { taskId, turn: 0, inputIds: [inputId], status: 'withdrawn', reason: reason.toWellFormed() });
     });
   }
 

@@ -13,6 +13,7 @@ import type { Workflow } from '../workflow/define-workflow.js';
 import { isWorkflow, workflowList, type WorkflowSource } from '../workflow/workflow-source.js';
 import { defaultLogger, type LogFormat, type Logger } from '../logger.js';
 import { systemClock, type Clock } from './clock.js';
+import type { EngineObserver } from './observe.js';
 
 export interface EngineOptions {
   /**
@@ -90,6 +91,11 @@ export interface EngineOptions {
    * `TURNLOG_SNAPSHOT_CAPTURE=true` in the environment. See docs/snapshots.md.
    */
   capture?: boolean;
+  /**
+   * Listeners on appends, attempt starts and ends, and non-durable output; more can be added
+   * with `engine.observe()`. A throwing listener is logged and ignored (docs/architecture.md).
+   */
+  observers?: readonly EngineObserver[];
 }
 
 export interface ActivateOptions {
@@ -155,6 +161,7 @@ export interface EngineSettings {
   readonly defaultExecutor: ExecutorKind;
   readonly inspect: boolean;
   readonly limits: Readonly<PayloadLimits>;
+  readonly observerOption: readonly EngineObserver[];
 }
 
 /**
@@ -207,6 +214,15 @@ export function resolveOptions(options: EngineOptions): EngineSettings {
     defaultExecutor: options.defaultExecutor ?? 'inline',
     inspect: options.inspect ?? true,
     limits: resolveLimits(options.limits),
+    observerOption: resolveObservers(options.observers),
   };
 }
 
+
+function resolveObservers(given: readonly EngineObserver[] | undefined): readonly EngineObserver[] {
+  if (given === undefined) return [];
+  if (!Array.isArray(given) || given.some((o) => typeof o !== 'object' || o === null)) {
+    throw invalidArgument('observers must be a list of objects with optional eventsAppended, attemptStarted, attemptEnded and output methods.');
+  }
+  return given;
+}

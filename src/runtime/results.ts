@@ -2,9 +2,10 @@
  * Turn results and their waiters: what `handle.nextTurn()` and `turnResult()` wait for, how a
  * turn's terminal event becomes a TurnResult, and who is told when a turn ends, is deferred or
  * its inputs never run. No appends, no timers: it reads the history only to answer after the fact.
+ * Waiters are settled from the observation seam (`afterAppend`), by the events that settle them.
  */
 import { TurnOutcomeError, TurnlogError } from '../errors.js';
-import { isTurnTerminal, type Payload, type TurnTerminalEvent } from '../history/events.js';
+import { isTurnTerminal, type HistoryEvent, type Payload, type TurnTerminalEvent } from '../history/events.js';
 import type { TaskState } from '../history/state.js';
 import type { TurnResult } from '../client/task-client.js';
 import type { Runtime } from './runtime.js';
@@ -61,6 +62,29 @@ export class TurnResults {
     const found = t.lastResult?.turn === s.turn ? t.lastResult : await this.#findLastTurnResult(taskId, s.turn);
     if (!found) throw new TurnlogError('TURNLOG_HISTORY_INVARIANT', `Task ${taskId}: turn ${s.turn} ended but its terminal event is missing. Export the task with \`turnlog export\` and inspect it.`);
     return found as TurnResult<O>;
+  }
+
+  /**
+   * The seam's listener (observe.ts): what `events`, just appended over `before`, settle — a turn's
+   * terminal (its inputs' waiters), an exit for recovery (deferred), a withdraw, a task cancel or end
+   * (queued inputs never run). Called for this engine's appends and another writer's, read back.
+   */
+  afterAppend(t: TaskEntry, before: TaskState | undefined, events: readonly HistoryEvent[]): void {
+    const open = before?.openTurn?.turn;
+    let terminal = false;
+    let exited = false;
+    let settle = false;
+    for (const e of events) {
+      if (e.type === 'InputWithdrawn') this.resolveWaiters(t, [e.inputId], { taskId: t.id, turn: 0, inputIds: [e.inputId], status: 'withdrawn', reason: e.reason });
+      else if (isTurnTerminal(e)) terminal ||= e.turn === open;
+      else if (e.type === 'TurnExitedForRecovery') exited ||= e.turn === open;
+      else if (e.type === 'CancelRequested') settle ||= e.scope === 'task';
+      else if (e.type === 'TaskCompleted') settle ||= !terminal;
+    }
+    if (terminal) this.afterTerminal(t, before!);
+    else if (exited) this.deferWaiters(t, before!);
+    // After afterTerminal: a task cancel's reason is what its queued inputs' results keep.
+    if (settle) this.settleQueued(t, 'cancelled', 'the task was cancelled before this input ran');
   }
 
   /** Rejects every waiter of the task with `err` (the task was fenced, or the engine shut down). */

@@ -4,6 +4,7 @@
  * open. The facade (engine.ts) builds it; the parts never see the Engine class.
  */
 import type { HistoryStore } from '../store/history-store.js';
+import type { Observers } from './observe.js';
 import type { EngineSettings } from './options.js';
 
 export interface Runtime extends EngineSettings {
@@ -12,4 +13,6 @@ export interface Runtime extends EngineSettings {
   readonly instance: string;
   /** True while the engine is open (not activating, quiescing or closed). */
   readonly open: boolean;
+  /** The observation seam (observe.ts): the appender and the driver call it. */
+  readonly observers: Observers;
 }

@@ -5,12 +5,11 @@
  * is written; the appender writes. See docs/workflows.md and docs/recovery.md.
  */
 import type { StaleGenerationError } from '../errors.js';
-import { isTurnTerminal, type HistoryEvent } from '../history/events.js';
-import type { TaskState } from '../history/state.js';
 import type { CancelKind } from '../attempt/host.js';
 import { systemClock, type Timer } from './clock.js';
 import { isStale, logFailure, type Appender } from './appender.js';
 import { hardCapDrafts, type HardCapReason } from './drafts.js';
+import { noteAttemptEnded } from './observe.js';
 import type { TurnResults } from './results.js';
 import type { Runtime } from './runtime.js';
 import type { ActiveAttempt, LockedTask, TaskCache, TaskEntry } from './task-cache.js';
@@ -70,11 +69,11 @@ export class Supervisor {
       }
       active.finalized = true;
       active.handle?.fence(why === 'timeout' ? 'turn timed out (hard cap)' : 'turn cancelled after the grace');
+      noteAttemptEnded(this.#rt, t.id, active, why === 'timeout' ? { kind: 'timed-out' } : { kind: 'cancelled', reason: 'cancel grace expired' });
       for (const tm of active.timers) tm.cancel();
       t.active = undefined;
       const before = t.state!;
       await this.#appender.append(t, hardCapDrafts(before, active.turn, why));
-      this.#results.afterTerminal(t, before);
       await this.#drive(t);
     }).catch((err) => logFailure(this.#rt.log, 'hard cap failed', { taskId: t.id }, err));
   }
@@ -138,15 +137,11 @@ export class Supervisor {
    * ended the turn running here (another engine's cancel finalizes it under the same generation):
    * stop it, so no step of a finalized turn runs (invariant 7); resolve the waiters it settled.
    */
-  afterRefresh(t: TaskEntry, before: TaskState | undefined, events: readonly HistoryEvent[]): void {
+  afterRefresh(t: TaskEntry): void {
     const a = t.active;
     const ot = t.state?.openTurn;
     if (a && (ot?.turn !== a.turn || ot.attempt !== a.attempt)) this.stopAttempt(t, a, `another writer ended turn ${a.turn} of task ${t.id}`);
-    for (const e of events) {
-      if (isTurnTerminal(e)) t.lastTerminal = e;
-      else if (e.type === 'InputWithdrawn') this.#results.resolveWaiters(t, [e.inputId], { taskId: t.id, turn: 0, inputIds: [e.inputId], status: 'withdrawn', reason: e.reason });
-    }
-    if (before?.openTurn && t.state?.openTurn?.turn !== before.openTurn.turn) this.#results.afterTerminal(t, before);
+    // The waiters those events settle are told by the seam (results.ts afterAppend), next.
   }
 
   /**

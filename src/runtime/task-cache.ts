@@ -35,6 +35,8 @@ export interface ActiveAttempt {
   refused?: PayloadTooLargeError;
   timers: Timer[];
   renewFailures: number;
+  /** Observers were told this attempt ended (once, by whoever ended it first). */
+  endNoted?: boolean;
   done: Promise<void>;
 }
 
