@@ -14,7 +14,7 @@ const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const src = join(root, 'src');
 
 /** A room: a folder of src/, or a root module (`errors`, `logger`, `index`). */
-type Room = 'attempt' | 'cli' | 'client' | 'executor' | 'history' | 'internal' | 'replay' | 'runtime' | 'store' | 'testing' | 'timeline' | 'ui' | 'inspect' | 'workflow' | 'errors' | 'logger' | 'index';
+type Room = 'attempt' | 'cli' | 'client' | 'executor' | 'history' | 'internal' | 'replay' | 'runtime' | 'store' | 'testing' | 'timeline' | 'ui' | 'inspect' | 'otel' | 'workflow' | 'errors' | 'logger' | 'index';
 
 /** Which rooms each room may import (besides itself). */
 const ROOMS: Record<Room, readonly Room[]> = {
@@ -37,6 +37,8 @@ const ROOMS: Record<Room, readonly Room[]> = {
   // serves it) and its client (a read-only HistoryStore for the CLI).
   inspect: ['errors', 'history', 'store', 'logger'],
   runtime: ['errors', 'history', 'replay', 'store', 'attempt', 'workflow', 'executor', 'client', 'logger', 'inspect'],
+  // `turnlog/otel`: OpenTelemetry as an EngineObserver; the only importer of @opentelemetry/api.
+  otel: ['errors', 'history', 'runtime', 'logger'],
   testing: ['errors', 'history', 'replay', 'store', 'attempt', 'workflow', 'runtime', 'logger'],
   // The timeline a history renders to (turns, attempts, steps, recovery rules): pure, shared by
   // `turnlog show` and the timeline page.
@@ -56,6 +58,7 @@ const PACKAGES: Partial<Record<Room, RegExp>> = {
   internal: /^protobufjs(\/|$)/,
   runtime: /^nanoid$/,
   cli: /^commander$/,
+  otel: /^@opentelemetry\/api$/,
 };
 
 /** Rooms that must not touch node: builtins at all (pure or loaded everywhere). */
