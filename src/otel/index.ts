@@ -8,6 +8,7 @@ import {
   ROOT_CONTEXT,
   SpanStatusCode,
   context,
+  createNoopMeter,
   isSpanContextValid,
   metrics,
   trace,
@@ -64,6 +65,8 @@ interface OpenAttempt {
 export function openTelemetry(options: OpenTelemetryOptions = {}): EngineObserver {
   const tracer: Tracer = (options.tracerProvider ?? trace.getTracerProvider()).getTracer(NAME);
   const meter: Meter = (options.meterProvider ?? metrics.getMeterProvider()).getMeter(NAME);
+  // A no-op meter (no SDK when the observer was made) records nothing: skip building attributes.
+  const metered = meter.constructor !== createNoopMeter().constructor;
   const m = instruments(meter);
   if (options.logTraceIds !== false) setLogTraceSource(activeIds);
 
@@ -115,8 +118,11 @@ export function openTelemetry(options: OpenTelemetryOptions = {}): EngineObserve
       case 'StepCompleted': {
         const key = `${taskId}\0${e.turn}`;
         const parent = attempts.get(key)?.span ?? turns.get(key);
-        const attrs: Attributes = { 'turnlog.task_id': taskId, 'turnlog.turn': e.turn, 'turnlog.attempt': e.attempt, 'turnlog.step.name': e.name, 'turnlog.step.seq': e.seq, 'turnlog.step.outcome': e.failure ? 'failed' : 'ok' };
         const workflow = workflows.get(taskId);
+        if (metered) m.stepDuration.record(e.durationMs, { 'turnlog.workflow': workflow ?? '', 'turnlog.step.name': e.name, 'turnlog.step.outcome': e.failure ? 'failed' : 'ok' });
+        // No recording parent: no SDK was registered when the attempt started, so no step span either.
+        if (parent !== undefined && !parent.isRecording()) return;
+        const attrs: Attributes = { 'turnlog.task_id': taskId, 'turnlog.turn': e.turn, 'turnlog.attempt': e.attempt, 'turnlog.step.name': e.name, 'turnlog.step.seq': e.seq, 'turnlog.step.outcome': e.failure ? 'failed' : 'ok' };
         if (workflow) attrs['turnlog.workflow'] = workflow;
         const ctx = parent ? trace.setSpan(ROOT_CONTEXT, parent) : ROOT_CONTEXT;
         const span = tracer.startSpan(`turnlog.step ${e.name}`, { startTime: e.time - e.durationMs, attributes: attrs }, ctx);
@@ -125,7 +131,6 @@ export function openTelemetry(options: OpenTelemetryOptions = {}): EngineObserve
           if (e.failure.code) span.setAttribute('turnlog.failure.code', e.failure.code);
         }
         span.end(e.time);
-        m.stepDuration.record(e.durationMs, { 'turnlog.workflow': workflow ?? '', 'turnlog.step.name': e.name, 'turnlog.step.outcome': e.failure ? 'failed' : 'ok' });
         return;
       }
       case 'TimeoutCancelRequested':
