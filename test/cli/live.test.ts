@@ -151,6 +151,29 @@ describe('operator actions through the running engine', () => {
     expect((await events('live-1')).some((e) => e.type === 'CancelRequested' || e.type === 'OperatorAction')).toBe(false);
   });
 
+  // util-linux `script` gives the CLI a real terminal; stdin is typed into it.
+  const SCRIPT = existsSync('/usr/bin/script');
+  if (!SCRIPT) console.log('skipped: the confirmation prompt test needs /usr/bin/script (util-linux)');
+  it.skipIf(!SCRIPT)('ask on a terminal: "n" does nothing, "y" acts', async () => {
+    await startHost(store);
+    const onTty = (args: string, answer: string) =>
+      new Promise<{ code: number; out: string }>((resolve) => {
+        const child = spawn('/usr/bin/script', ['-qec', `${process.execPath} ${MAIN} --store ${store} ${args}`, '/dev/null'], { stdio: ['pipe', 'pipe', 'inherit'] });
+        let out = '';
+        child.stdout!.on('data', (b: Buffer) => (out += b.toString()));
+        child.stdin!.end(answer);
+        child.on('exit', (code) => resolve({ code: code ?? 1, out }));
+      });
+    const no = await onTty('cancel live-1 --by carol', 'n\n');
+    expect(no.out).toContain('Cancel task live-1? It will never run again. [y/N]');
+    expect(no.out).toContain('Not confirmed; nothing was done.');
+    expect(no.code).toBe(1);
+    expect((await events('live-1')).some((e) => e.type === 'OperatorAction')).toBe(false);
+    const yes = await onTty('cancel live-1 --turn --by carol', 'y\n');
+    expect(yes.code, yes.out).toBe(0);
+    expect((await events('live-1')).find((e) => e.type === 'OperatorAction')).toMatchObject({ action: 'cancel-turn', by: 'carol' });
+  });
+
   it('cancel a turn, withdraw a queued input, re-send and resume a failed turn, each recorded with who did it', async () => {
     await startHost(store);
     // withdraw q-1 (queued behind the open turn), recorded in the same history
