@@ -54,7 +54,9 @@ export type ErrorCode =
   // cli and files
   | 'TURNLOG_HISTORY_FILE'
   // streaming
-  | 'TURNLOG_STREAM_OFFSET';
+  | 'TURNLOG_STREAM_OFFSET'
+  // live inspection and operator actions
+  | 'TURNLOG_INSPECT_SOCKET';
 
 export interface TurnlogErrorOptions {
   cause?: unknown;

@@ -16,7 +16,7 @@ export type { TurnResult, TaskClient } from './client/task-client.js';
 export type { StreamItem, DurableStreamItem, LiveStreamItem, StreamOptions } from './stream/items.js';
 export { systemClock, ManualClock } from './runtime/clock.js';
 export type { Clock, Timer, TimerOptions } from './runtime/clock.js';
-export { consoleLogger, silentLogger } from './logger.js';
+export { consoleLogger, jsonLogger, silentLogger, type LogFormat } from './logger.js';
 export { SnapshotLifecycle, SESSION_ENV } from './runtime/lifecycle.js';
 export type { SnapshotLifecycleOptions, AfterRestoreRequest, AfterRestoreResult, ActivationPhase } from './runtime/lifecycle.js';
 export type { Logger } from './logger.js';

@@ -14,12 +14,12 @@ const root = resolve(dirname(fileURLToPath(import.meta.url)), '..');
 const src = join(root, 'src');
 
 /** A room: a folder of src/, or a root module (`errors`, `logger`, `index`). */
-type Room = 'attempt' | 'cli' | 'client' | 'stream' | 'executor' | 'history' | 'internal' | 'replay' | 'runtime' | 'store' | 'testing' | 'timeline' | 'ui' | 'workflow' | 'errors' | 'logger' | 'index';
+type Room = 'attempt' | 'cli' | 'client' | 'stream' | 'executor' | 'history' | 'internal' | 'replay' | 'runtime' | 'store' | 'testing' | 'timeline' | 'ui' | 'inspect' | 'otel' | 'workflow' | 'errors' | 'logger' | 'index';
 
 /** Which rooms each room may import (besides itself). */
 const ROOMS: Record<Room, readonly Room[]> = {
   errors: [],
-  logger: [],
+  logger: ['errors'],
   internal: [],
   history: ['errors', 'internal'],
   replay: ['errors', 'history'],
@@ -36,7 +36,12 @@ const ROOMS: Record<Room, readonly Room[]> = {
   // internal/: the shared wire layer (internal/wire/) of the worker protocol (main's one wire layer
   // for history fast paths and worker frames; it loads no protobufjs, test/executor/worker-modules).
   executor: ['errors', 'history', 'internal', 'attempt', 'workflow', 'logger'],
-  runtime: ['errors', 'history', 'replay', 'store', 'attempt', 'workflow', 'executor', 'client', 'stream', 'logger'],
+  // Live inspection (docs/cli.md#live-inspection): the socket protocol, its server (the engine
+  // serves it) and its client (a read-only HistoryStore for the CLI).
+  inspect: ['errors', 'history', 'store', 'logger'],
+  runtime: ['errors', 'history', 'replay', 'store', 'attempt', 'workflow', 'executor', 'client', 'stream', 'logger', 'inspect'],
+  // `turnlog/otel`: OpenTelemetry as an EngineObserver; the only importer of @opentelemetry/api.
+  otel: ['errors', 'history', 'runtime', 'logger'],
   testing: ['errors', 'history', 'replay', 'store', 'attempt', 'workflow', 'runtime', 'logger'],
   // The timeline a history renders to (turns, attempts, steps, recovery rules): pure, shared by
   // `turnlog show` and the timeline page.
@@ -45,7 +50,7 @@ const ROOMS: Record<Room, readonly Room[]> = {
   ui: ['errors', 'history', 'store', 'timeline'],
   // Exception: the CLI's `replay` command runs replay testing (testing/), and `show`/`why`
   // describe tasks through the engine's read side (runtime/); store/ for everything else.
-  cli: ['errors', 'history', 'replay', 'store', 'workflow', 'runtime', 'testing', 'timeline', 'ui'],
+  cli: ['errors', 'history', 'replay', 'store', 'workflow', 'runtime', 'testing', 'timeline', 'ui', 'inspect'],
   index: ['errors', 'history', 'replay', 'store', 'workflow', 'client', 'executor', 'runtime', 'stream', 'logger'],
 };
 
@@ -56,6 +61,7 @@ const PACKAGES: Partial<Record<Room, RegExp>> = {
   internal: /^protobufjs(\/|$)/,
   runtime: /^nanoid$/,
   cli: /^commander$/,
+  otel: /^@opentelemetry\/api$/,
 };
 
 /** Rooms that must not touch node: builtins at all (pure or loaded everywhere). */

@@ -13,6 +13,7 @@ import type { HistoryStore, ReadOptions } from '../store/history-store.js';
 import { LevelHistoryStore } from '../store/index.js';
 import { inspectStoreDir } from '../store/store-dir.js';
 import { isPostgresUrl, type PostgresHistoryStore } from '../store/postgres-store.js';
+import { InspectClient, RemoteHistoryStore } from '../inspect/client.js';
 
 /** Documented exit codes (docs/cli.md#exit-codes). */
 export const EXIT = {
@@ -197,9 +198,13 @@ export async function openCliStore(dir: string, options: { create: boolean }): P
     await store.open();
   } catch (err) {
     if (isTurnlogError(err, 'TURNLOG_STORE_LOCKED')) {
+      // A live engine holds it: reading commands ask that engine over its socket
+      // (docs/cli.md#live-inspection); the engine stays the only writer.
+      const live = options.create ? undefined : await InspectClient.connect(abs);
+      if (live) return new RemoteHistoryStore(live, abs);
       throw new CliError(
         'TURNLOG_STORE_LOCKED',
-        `Store ${abs} is locked by another process, most likely a running turnlog engine. LevelDB allows one process per directory, so the CLI cannot attach even read-only. Stop the engine and run this command again, or export from inside the running process with engine.exportHistory().`,
+        `Store ${abs} is locked by another process, most likely a running turnlog engine${options.create ? '' : ' that serves no inspection socket (Engine.open({ inspect: false }), or an older turnlog)'}. LevelDB allows one process per directory, so the CLI cannot open it beside that process. Stop the engine and run this command again, or export from inside the running process with engine.exportHistory().`,
         EXIT.locked,
         { cause: err },
       );
@@ -207,6 +212,14 @@ export async function openCliStore(dir: string, options: { create: boolean }): P
     throw err;
   }
   return store;
+}
+
+/**
+ * A live engine's connection for an operator action on a LevelDB store: the store is held
+ * (connected over its socket), or free (undefined: no engine runs; the caller decides).
+ */
+export async function connectLiveEngine(dir: string): Promise<InspectClient | undefined> {
+  return InspectClient.connect(resolve(dir));
 }
 
 /**

@@ -13,6 +13,7 @@ import { registerFork } from './commands/fork.js';
 import { registerImport } from './commands/import.js';
 import { registerList } from './commands/list.js';
 import { registerMigrate } from './commands/migrate.js';
+import { registerOperatorActions } from './commands/operate.js';
 import { registerReplay } from './commands/replay.js';
 import { registerShow } from './commands/show.js';
 import { registerStats } from './commands/stats.js';
@@ -41,6 +42,7 @@ export function createProgram(): Command {
   registerReplay(program);
   registerMigrate(program);
   registerUi(program);
+  registerOperatorActions(program);
   // Subcommands inherit the override so usage errors anywhere reach run()'s mapping.
   for (const c of program.commands) c.exitOverride();
   return program;

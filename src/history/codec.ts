@@ -15,6 +15,7 @@ import {
   type ExecutorKind,
   type FailureInfo,
   type HistoryEvent,
+  type OperatorActionKind,
   type Payload,
   type RetryPolicy,
   type StateDelta,
@@ -233,6 +234,11 @@ function eventToProto(e: HistoryEvent): Record<string, unknown> {
       return { eventId, timeMs, generation, inputQueued: { inputId: e.inputId, input: payloadToProto(e.input), steering: e.steering } };
     case 'InputWithdrawn':
       return { eventId, timeMs, generation, inputWithdrawn: { inputId: e.inputId, reason: e.reason } };
+    case 'OperatorAction':
+      return {
+        eventId, timeMs, generation,
+        operatorAction: { action: e.action, by: e.by, reason: e.reason, turn: e.turn, inputId: e.inputId, newInputId: e.newInputId },
+      };
     case 'TurnStarted':
       return {
         eventId, timeMs, generation,
@@ -533,6 +539,13 @@ function failureOf(m: FailureMsg | null | undefined, at: Origin): FailureInfo {
   return failureFromProto(m);
 }
 
+const OPERATOR_ACTIONS: readonly OperatorActionKind[] = ['cancel-task', 'cancel-turn', 'withdraw', 'resend', 'resume'];
+
+function operatorActionKind(s: string, at: Origin): OperatorActionKind {
+  if ((OPERATOR_ACTIONS as readonly string[]).includes(s)) return s as OperatorActionKind;
+  throw new HistoryFormatError(at.taskId, at.eventId, HISTORY_FORMAT_VERSION, `unknown operator action ${JSON.stringify(s)}`);
+}
+
 /** Maps a decoded protobuf message to the TS event. */
 function eventFromProto(m: EventMsg, taskId: string): HistoryEvent {
   const eventId = m.eventId;
@@ -569,6 +582,19 @@ function eventFromProto(m: EventMsg, taskId: string): HistoryEvent {
       };
     case 'inputWithdrawn':
       return { type: 'InputWithdrawn', eventId, time, generation, inputId: a.inputId, reason: a.reason };
+    case 'operatorAction':
+      return {
+        type: 'OperatorAction',
+        eventId,
+        time,
+        generation,
+        action: operatorActionKind(a.action, at),
+        by: a.by,
+        reason: a.reason,
+        turn: a.turn,
+        inputId: a.inputId,
+        newInputId: a.newInputId,
+      };
     case 'turnStarted':
       return {
         type: 'TurnStarted',

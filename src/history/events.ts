@@ -235,6 +235,21 @@ export interface LeaseClaimed extends EventBase {
   reason: string;
   expiresAt: number;
 }
+/** Operator actions recorded by the CLI (docs/cli.md#operator-actions). */
+export type OperatorActionKind = 'cancel-task' | 'cancel-turn' | 'withdraw' | 'resend' | 'resume';
+/** Who did what from the CLI; appended with the action's effect, changes no state by itself. */
+export interface OperatorAction extends EventBase {
+  type: 'OperatorAction';
+  action: OperatorActionKind;
+  by: string;
+  reason: string;
+  /** The turn it targets; 0 for none. */
+  turn: number;
+  /** The input it targets; '' for none. */
+  inputId: string;
+  /** resend/resume: the input it queued; '' for none. */
+  newInputId: string;
+}
 export interface TaskCompleted extends EventBase {
   type: 'TaskCompleted';
   outcome: TaskOutcome;
@@ -273,7 +288,8 @@ export type HistoryEvent =
   | TurnExitedForRecovery
   | LeaseClaimed
   | TaskCompleted
-  | HistoryCompacted;
+  | HistoryCompacted
+  | OperatorAction;
 
 export type EventType = HistoryEvent['type'];
 
@@ -327,6 +343,7 @@ export const ALL_EVENT_TYPES = [
   'LeaseClaimed',
   'TaskCompleted',
   'HistoryCompacted',
+  'OperatorAction',
 ] as const satisfies readonly EventType[];
 
 /** A lease record: who may write a task now. */

@@ -34,6 +34,7 @@ const STRING_FIELDS: { [T in EventType]: { ids: Fields<T>; text: Fields<T> } } =
   TurnExitedForRecovery: { ids: [], text: ['reason'] },
   LeaseClaimed: { ids: ['owner', 'instance'], text: ['reason'] },
   TaskCompleted: { ids: [], text: [] },
+  OperatorAction: { ids: ['inputId', 'newInputId'], text: ['by', 'reason'] },
 };
 
 const PAYLOAD_FIELDS = ['input', 'result', 'data', 'output', 'state'] as const;
@@ -90,6 +91,8 @@ function allWellFormed(e: HistoryEvent): boolean {
       return ok(e.inputId) && payloadOk(e.input);
     case 'InputWithdrawn':
       return ok(e.inputId) && ok(e.reason);
+    case 'OperatorAction':
+      return ok(e.inputId) && ok(e.newInputId) && ok(e.by) && ok(e.reason);
     case 'TurnStarted':
       return listOk(e.inputIds) && ok(e.owner) && ok(e.instance);
     case 'StepCompleted':

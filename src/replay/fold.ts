@@ -202,6 +202,9 @@ function apply(s: TaskState, e: HistoryEvent): void {
     case 'InputWithdrawn':
       takeFromQueue(s, e, [e.inputId]);
       break;
+    case 'OperatorAction':
+      // A record of who acted; the action's effect is its own events (docs/cli.md#operator-actions).
+      break;
     case 'TurnStarted':
       turnStarted(s, e);
       break;

@@ -15,7 +15,8 @@ import {
   TurnlogError,
   invalidArgument,
 } from '../errors.js';
-import { HISTORY_FORMAT_VERSION, type ExecutorKind, type HistoryEvent, type Payload } from '../history/events.js';
+import { HISTORY_FORMAT_VERSION, type ExecutorKind, type HistoryEvent, type OperatorActionKind, type Payload } from '../history/events.js';
+import type { TaskState } from '../history/state.js';
 import { payloadSize } from '../history/payload.js';
 import { encodeHistoryFile, type HistoryFileFormat } from '../history/history-file.js';
 import { illFormedText } from '../history/well-formed.js';
@@ -32,7 +33,8 @@ import type { PayloadMode } from '../workflow/json.js';
 import { TaskHandle } from '../client/task-handle.js';
 import type { SendOptions, StartOptions, TaskClient, TaskDescription, TurnResult } from '../client/task-client.js';
 import { Appender } from './appender.js';
-import { cancelDraft } from './drafts.js';
+import { cancelDraft, type Draft } from './drafts.js';
+import { failedTurnInputs, operatorDraft, type ActionArgs } from './operator.js';
 import { Driver } from './driver.js';
 import { FaultInjector } from './fault.js';
 import { checkId, isCaptureMode, resolveOptions, type ActivateOptions, type EngineOptions, type EngineSettings } from './options.js';
@@ -45,11 +47,25 @@ import { Scanner } from './scanner.js';
 import { Supervisor } from './supervisor.js';
 import { TaskCache, type TaskEntry } from './task-cache.js';
 import { noteEngineActivation } from './work-log.js';
+import { startInspection } from './inspection.js';
+import type { InspectServer } from '../inspect/server.js';
 
 /** The owner of the void lease a fork leaves on the new task (the first claim takes a new generation). */
 const FORK_LEASE_OWNER = 'turnlog-fork';
 
 export type { SendOptions, StartOptions, TaskDescription } from '../client/task-client.js';
+
+/** What an operator action did (the CLI prints `message`; `--json` prints the whole object). */
+export interface OperatorResult {
+  action: OperatorActionKind;
+  taskId: string;
+  /** False when there was nothing to do (a cancel of a task that already ended). */
+  done: boolean;
+  message: string;
+  /** resend/resume: the turn re-sent and the new inputs' ids. */
+  turn?: number;
+  inputIds?: string[];
+}
 export { isCaptureMode, type ActivateOptions, type EngineOptions } from './options.js';
 
 /**
@@ -79,6 +95,8 @@ export class Engine implements TaskClient {
   #state: 'inactive' | 'activating' | 'open' | 'quiescing' | 'closed' = 'inactive';
   /** The recovery pass this activation started at open. */
   #recovery: Promise<void> = Promise.resolve();
+  /** The live-inspection socket while open (docs/cli.md#live-inspection). */
+  #inspection: InspectServer | undefined;
 
   private constructor(options: EngineOptions) {
     const o = (this.#o = resolveOptions(options));
@@ -200,6 +218,7 @@ export class Engine implements TaskClient {
         this.#o.log.error('task isolated: its stored history cannot be read', { taskId: m.taskId, key: m.key, error: m.message });
       }
       this.#state = 'open';
+      this.#inspection = await startInspection(this.#rt, this.#o.inspect, (op, args) => this.#operatorAction(op, args));
       // Scanner before recovery: every phase that can fail runs before any turn starts, so a
       // rolled-back activation never ran (nor interrupted) a handler (test: lifecycle "scanner fails twice").
       await phase('scanner');
@@ -293,6 +312,11 @@ export class Engine implements TaskClient {
     const inputId = options.inputId ?? `in-${nanoid(12)}`;
     checkId('inputId', inputId);
     const payload = this.#inputPayload(t.id, inputId, input);
+    return this.#queue(t, wf, inputId, payload, options, []);
+  }
+
+  /** Queues a prepared input under the task's lock; `before` drafts go into the same append. */
+  async #queue(t: TaskEntry, wf: Workflow<any, any, any, any>, inputId: string, payload: Payload, options: SendOptions, before: Draft[]): Promise<string> {
     return this.#cache.mutate(t, async (t, retry) => {
       // A lost race after this input was written (the turn start lost it): decide again, no second copy.
       if (retry > 0 && t.state && (await this.#hasInput(t, inputId))) {
@@ -326,7 +350,7 @@ export class Engine implements TaskClient {
         }
         if (t.state!.queue.length >= wf.policy.steeringMaxQueued) throw new SteeringQueueFullError(t.id, wf.policy.steeringMaxQueued);
       }
-      await this.#driver.drive(t, [{ type: 'InputQueued', inputId, input: payload, steering: busy }]);
+      await this.#driver.drive(t, [...before, { type: 'InputQueued', inputId, input: payload, steering: busy }]);
       return inputId;
     });
   }
@@ -357,27 +381,38 @@ export class Engine implements TaskClient {
 
   /** Cancels a task: the open turn is cancelled (cooperatively, then by force after the grace), the task completes as cancelled. */
   async cancel(taskId: string, reason = 'cancelled by caller', scope: 'task' | 'turn' = 'task'): Promise<void> {
+    await this.#cancel(taskId, reason, scope);
+  }
+
+  /** Cancels; `record` (an operator action) goes into the same append. False when there was nothing to cancel. */
+  async #cancel(taskId: string, reason: string, scope: 'task' | 'turn', record?: (s: TaskState) => Draft): Promise<boolean> {
     this.#assertOpen('cancel');
     const t = await this.#cache.load(taskId);
-    await this.#cache.mutate(t, async (t) => {
+    return this.#cache.mutate(t, async (t) => {
       const s = t.state;
       if (!s) throw notFound(taskId);
-      const draft = cancelDraft(s, scope, reason);
-      if (!draft) return;
+      const cancel = cancelDraft(s, scope, reason);
+      if (!cancel) return false;
+      const drafts = record ? [record(s), cancel] : [cancel];
       const active = t.active;
       if (active) {
-        await this.#appender.append(t, [draft]);
+        await this.#appender.append(t, drafts);
         this.#supervisor.cancelAttempt(active, 'cancel', reason);
         const grace = s.policy.graceMs;
         this.#supervisor.armCancelGrace(t, active, grace);
       } else {
-        await this.#driver.drive(t, [draft]);
+        await this.#driver.drive(t, drafts);
       }
+      return true;
     });
   }
 
   /** Withdraws a queued input that no turn has taken yet. */
   async withdraw(taskId: string, inputId: string, reason = 'withdrawn by caller'): Promise<void> {
+    await this.#withdraw(taskId, inputId, reason, []);
+  }
+
+  async #withdraw(taskId: string, inputId: string, reason: string, before: Draft[]): Promise<void> {
     this.#assertOpen('withdraw');
     const t = await this.#cache.load(taskId);
     await this.#cache.mutate(t, async (t) => {
@@ -387,7 +422,7 @@ export class Engine implements TaskClient {
         throw new TurnlogError('TURNLOG_INPUT_NOT_FOUND', `Task ${taskId} has no queued input ${inputId} (it may have been taken by a turn already).`);
       }
       // Its waiters are told by the seam (results.ts afterAppend), with the reason as stored.
-      await this.#appender.append(t, [{ type: 'InputWithdrawn', inputId, reason }]);
+      await this.#appender.append(t, [...before, { type: 'InputWithdrawn', inputId, reason }]);
     });
   }
 
@@ -591,6 +626,8 @@ export class Engine implements TaskClient {
     this.#state = 'quiescing';
     this.#hub.close();
     this.#hub = new StreamHub(this.#streamSource, { bufferItems: this.#o.streamBufferItems });
+    await this.#inspection?.close();
+    this.#inspection = undefined;
     await this.#scanner.stop();
     await this.#supervisor.stopAll(graceMs);
     await Promise.all([...this.#cache.entries()].map((t) => t.chain.catch(() => undefined)));
@@ -601,6 +638,81 @@ export class Engine implements TaskClient {
     for (const ex of new Set(this.#executors.values())) await ex.close().catch((err) => this.#o.log.warn('executor close failed', { error: err }));
     if (this.#store && typeof this.#o.storeSpec === 'string') await this.#store.close();
     this.#store = undefined;
+  }
+
+  /** Operator actions the inspection socket forwards (docs/cli.md#operator-actions). */
+  #operatorAction(op: string, raw: Record<string, unknown>): Promise<unknown> | undefined {
+    const text = (k: string, required = true): string | undefined => {
+      const v = raw[k];
+      if (v === undefined && !required) return undefined;
+      if (typeof v !== 'string' || v === '') throw invalidArgument(`Operator action ${op} needs a non-empty ${k}.`);
+      return v;
+    };
+    const run = async (): Promise<unknown> => {
+      const reason = text('reason', false);
+      const args: ActionArgs = { taskId: text('taskId')!, by: text('by')!, ...(reason === undefined ? {} : { reason }) };
+      return this.operatorAction(op as OperatorActionKind, args, raw);
+    };
+    return op === 'cancel' || op === 'withdraw' || op === 'resend' || op === 'resume' ? run() : undefined;
+  }
+
+  /**
+   * @internal An operator action (the CLI's `cancel`, `withdraw`, `resend`, `resume`), recorded
+   * in the history as an `OperatorAction` event with `by`, in the same append as its effect.
+   */
+  async operatorAction(op: string, args: ActionArgs, extra: Record<string, unknown> = {}): Promise<OperatorResult> {
+    const { taskId, by } = args;
+    const why = args.reason ?? `${op} by ${by} (turnlog CLI)`;
+    switch (op) {
+      case 'cancel': {
+        const scope = extra['scope'] === 'turn' ? 'turn' : 'task';
+        const kind: OperatorActionKind = scope === 'turn' ? 'cancel-turn' : 'cancel-task';
+        const done = await this.#cancel(taskId, why, scope, (s) => operatorDraft(kind, args, { turn: s.openTurn?.turn ?? 0 }));
+        const summary = await this.store.getSummary(taskId);
+        return done
+          ? { action: kind, taskId, done, message: `cancel of task ${taskId}${scope === 'turn' ? `'s open turn` : ''} recorded (by ${by})` }
+          : { action: kind, taskId, done, message: `nothing to cancel: task ${taskId} is ${summary?.status ?? 'unknown'}${scope === 'turn' ? ' with no open turn' : ''}, or a cancel is already pending` };
+      }
+      case 'withdraw': {
+        const inputId = extra['inputId'];
+        if (typeof inputId !== 'string' || inputId === '') throw invalidArgument('Operator action withdraw needs an inputId.');
+        await this.#withdraw(taskId, inputId, why, [operatorDraft('withdraw', args, { inputId })]);
+        return { action: 'withdraw', taskId, done: true, message: `input ${inputId} of task ${taskId} withdrawn (by ${by})` };
+      }
+      case 'resend':
+      case 'resume': {
+        const turn = typeof extra['turn'] === 'number' ? extra['turn'] : undefined;
+        return this.#resend(op, args, op === 'resend' ? turn : undefined);
+      }
+      default:
+        throw invalidArgument(`Unknown operator action ${op}: use cancel, withdraw, resend or resume.`);
+    }
+  }
+
+  /** Queues a failed turn's inputs again as a new turn (resend), or the last failed turn's (resume). */
+  async #resend(kind: 'resend' | 'resume', args: ActionArgs, turn: number | undefined): Promise<OperatorResult> {
+    this.#assertOpen(kind);
+    const { taskId } = args;
+    const t = await this.#cache.load(taskId);
+    const s = t.state;
+    if (!s) throw notFound(taskId);
+    const found = failedTurnInputs(taskId, await this.store.readEvents(taskId), turn);
+    const wf = this.#workflow(s.workflow);
+    const decode = this.#o.codec?.decode ?? ((p: Payload) => p);
+    const ids: string[] = [];
+    for (const [i, q] of found.inputs.entries()) {
+      const newId = `in-${nanoid(12)}`;
+      const before = i === 0 ? [operatorDraft(kind, args, { turn: found.turn, inputId: q.inputId, newInputId: newId })] : [];
+      ids.push(await this.#queue(t, wf, newId, decode(q.input), {}, before));
+    }
+    return {
+      action: kind,
+      taskId,
+      done: true,
+      turn: found.turn,
+      inputIds: ids,
+      message: `turn ${found.turn}'s input${ids.length > 1 ? 's' : ''} (${found.inputs.map((q) => q.inputId).join(', ')}) re-sent as ${ids.join(', ')} (by ${args.by})`,
+    };
   }
 
   async #checkExecutors(): Promise<void> {

@@ -11,7 +11,7 @@ import type { Executor } from '../executor/executor.js';
 import type { HistoryStore } from '../store/history-store.js';
 import type { Workflow } from '../workflow/define-workflow.js';
 import { isWorkflow, workflowList, type WorkflowSource } from '../workflow/workflow-source.js';
-import { consoleLogger, type Logger } from '../logger.js';
+import { defaultLogger, type LogFormat, type Logger } from '../logger.js';
 import { systemClock, type Clock } from './clock.js';
 import type { EngineObserver } from './observe.js';
 
@@ -59,6 +59,12 @@ export interface EngineOptions {
   encodeFailureAttributes?: boolean;
   /** Executor for workflows that do not name one. Default `inline`. */
   defaultExecutor?: ExecutorKind;
+  /**
+   * Live inspection (docs/cli.md#live-inspection): on a LevelDB store, answer the CLI's reading
+   * commands and operator actions over `<store>/turnlog.sock` (mode 0600) while the engine holds
+   * the store. Default true; false serves no socket (the CLI then exits 4 on the held store).
+   */
+  inspect?: boolean;
   /** Executors by kind; `inline` is built in. */
   executors?: Partial<Record<ExecutorKind, Executor>>;
   /** Write a folded-state snapshot every N events so recovery reads only the tail. Default 1000. */
@@ -68,6 +74,11 @@ export interface EngineOptions {
    * other than success is logged once with taskId, turn, attempt and code (docs/workflows.md#logging).
    */
   logger?: Logger;
+  /**
+   * The default logger's format when no `logger` is given: `'json'` writes one JSON object per
+   * line to stderr, info and above (docs/observability.md#logs). Default `$TURNLOG_LOG`, else `'text'`.
+   */
+  logFormat?: LogFormat;
   /** Idle tasks kept in memory. Default 10,000. */
   maxCachedTasks?: number;
   /**
@@ -164,6 +175,7 @@ export interface EngineSettings {
   readonly recoveryConcurrency: number;
   readonly log: Logger;
   readonly defaultExecutor: ExecutorKind;
+  readonly inspect: boolean;
   readonly limits: Readonly<PayloadLimits>;
   readonly observerOption: readonly EngineObserver[];
   readonly streamBufferItems: number;
@@ -216,8 +228,9 @@ export function resolveOptions(options: EngineOptions): EngineSettings {
     maxCached: options.maxCachedTasks ?? 10_000,
     retentionMs: options.retentionMs === undefined ? undefined : positive('retentionMs', options.retentionMs),
     recoveryConcurrency: positiveInteger('recoveryConcurrency', options.recoveryConcurrency ?? 64),
-    log: options.logger ?? consoleLogger,
+    log: options.logger ?? defaultLogger(options.logFormat),
     defaultExecutor: options.defaultExecutor ?? 'inline',
+    inspect: options.inspect ?? true,
     limits: resolveLimits(options.limits),
     observerOption: resolveObservers(options.observers),
     streamBufferItems: positiveInteger('streamBufferItems', options.streamBufferItems ?? 1000),

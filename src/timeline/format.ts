@@ -143,6 +143,8 @@ export function describeEvent(e: HistoryEvent, max: number, converter?: PayloadC
       return `input ${e.inputId} queued${e.steering ? ' (steering)' : ''}: ${pv(e.input)}`;
     case 'InputWithdrawn':
       return `input ${e.inputId} withdrawn: ${e.reason}`;
+    case 'OperatorAction':
+      return `operator ${e.by}: ${e.action}${e.turn > 0 ? ` turn ${e.turn}` : ''}${e.inputId ? ` input ${e.inputId}` : ''}${e.newInputId ? ` → new input ${e.newInputId}` : ''}${e.reason ? `: ${e.reason}` : ''}`;
     case 'TurnStarted':
       return `turn ${e.turn} attempt ${e.attempt} started (${e.entryMode}${e.steered ? ', steered' : ''}) with ${e.inputIds.length === 0 ? 'no input' : 'input ' + e.inputIds.join(', ')}; ${e.pid > 0 ? `${e.executor} pid ${e.pid}` : `${e.executor} worker`}, ${e.owner}/${e.instance}, deadline ${isoTime(e.deadline)}`;
     case 'StepCompleted':

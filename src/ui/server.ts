@@ -6,7 +6,8 @@
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { isHistoryUnreadable } from '../errors.js';
-import type { HistoryEvent, Lease, TaskStatus } from '../history/events.js';
+import type { HistoryEvent, Lease, TaskStatus, TaskSummary } from '../history/events.js';
+import { summarize } from '../history/summary.js';
 import type { PayloadConverter } from '../history/payload.js';
 import type { HistoryStore, ListOptions } from '../store/history-store.js';
 import { taskTimeline } from '../timeline/build.js';
@@ -63,9 +64,34 @@ async function listTasks(store: HistoryStore, params: URLSearchParams): Promise<
   return { tasks, next: page.next ?? null };
 }
 
+/**
+ * The task's summary; one whose record cannot be read is rebuilt from the history (summaries are
+ * derived, invariant 1) and shown as corrupt, never as a server error.
+ */
+async function summaryOf(store: HistoryStore, taskId: string): Promise<TaskSummary | undefined> {
+  try {
+    return await store.getSummary(taskId);
+  } catch (err) {
+    if (!isHistoryUnreadable(err)) throw err;
+    const e = err as Error & { code: string; key?: string };
+    const corrupt = { key: e.key ?? `summary/${taskId}`, code: e.code, message: e.message };
+    const events: HistoryEvent[] = [];
+    try {
+      for await (const ev of store.iterateEvents(taskId)) events.push(ev);
+    } catch (inner) {
+      if (!isHistoryUnreadable(inner)) throw inner;
+    }
+    if (events.length > 0) return { ...summarize(taskId, undefined, events), corrupt };
+    return { taskId, workflow: '', kind: 'one-shot', status: 'pending', lastEventId: 0, turn: 0, queued: 0, createdAt: 0, updatedAt: 0, corrupt };
+  }
+}
+
 async function showTask(store: HistoryStore, decodeEvent: (e: HistoryEvent) => HistoryEvent, taskId: string, converter?: PayloadConverter): Promise<unknown> {
-  const task = await store.getSummary(taskId);
+  const task = await summaryOf(store, taskId);
   if (!task) throw new HttpError(404, 'TURNLOG_TASK_NOT_FOUND', `Task ${taskId} is not in store ${store.location}. Pick a task from the list.`);
+  // A task the engine isolated carries its mark, as in the list.
+  const mark = task.corrupt ? undefined : (await store.listCorrupt()).find((m) => m.taskId === taskId);
+  if (mark) task.corrupt = { key: mark.key, code: mark.code, message: mark.message };
   const events: HistoryEvent[] = [];
   let unreadable: { code: string; message: string } | null = null;
   try {

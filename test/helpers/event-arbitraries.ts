@@ -76,6 +76,16 @@ export function eventArbitraries(unit: fc.Arbitrary<string> | 'grapheme' = 'grap
     }),
     InputQueued: fc.record({ type: fc.constant('InputQueued'), ...base, inputId: str, input: payload, steering: fc.boolean() }),
     InputWithdrawn: fc.record({ type: fc.constant('InputWithdrawn'), ...base, inputId: str, reason: str }),
+    OperatorAction: fc.record({
+      type: fc.constant('OperatorAction'),
+      ...base,
+      action: fc.constantFrom('cancel-task', 'cancel-turn', 'withdraw', 'resend', 'resume'),
+      by: str,
+      reason: str,
+      turn: u32,
+      inputId: str,
+      newInputId: str,
+    }),
     TurnStarted: fc.record({
       type: fc.constant('TurnStarted'),
       ...base,

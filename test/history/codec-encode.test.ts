@@ -64,6 +64,16 @@ const arbitraries: { [T in EventType]: fc.Arbitrary<Extract<HistoryEvent, { type
   TaskCreated: fc.record({ type: fc.constant('TaskCreated'), ...base, workflow: str, kind: fc.constantFrom('one-shot', 'multi-turn'), policy, formatVersion: u32 }),
   InputQueued: fc.record({ type: fc.constant('InputQueued'), ...base, inputId: str, input: payload, steering: fc.boolean() }),
   InputWithdrawn: fc.record({ type: fc.constant('InputWithdrawn'), ...base, inputId: str, reason: str }),
+  OperatorAction: fc.record({
+    type: fc.constant('OperatorAction'),
+    ...base,
+    action: fc.constantFrom('cancel-task', 'cancel-turn', 'withdraw', 'resend', 'resume'),
+    by: str,
+    reason: str,
+    turn: u32,
+    inputId: str,
+    newInputId: str,
+  }),
   TurnStarted: fc.record({
     type: fc.constant('TurnStarted'),
     ...base,

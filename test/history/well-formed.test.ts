@@ -34,6 +34,7 @@ const ID_FIELDS: Partial<Record<EventType, string[]>> = {
   StepCompleted: ['name'],
   InputsTaken: ['inputIds'],
   LeaseClaimed: ['owner', 'instance'],
+  OperatorAction: ['inputId', 'newInputId'],
 };
 
 function hasIllFormedId(e: HistoryEvent): boolean {

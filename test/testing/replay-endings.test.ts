@@ -55,6 +55,7 @@ const ENDINGS: {
   TaskCreated: 'not an ending',
   InputQueued: 'not an ending',
   InputWithdrawn: 'not an ending',
+  OperatorAction: 'not an ending',
   TurnStarted: 'not an ending',
   StepCompleted: 'not an ending',
   InputsTaken: 'not an ending',

@@ -1,4 +1,6 @@
+import { Level } from 'level';
 import { afterEach, describe, expect, it } from 'vitest';
+import { summaryKey } from '../../src/store/keys.js';
 import { LevelHistoryStore } from '../../src/store/index.js';
 import { startUiServer, type UiServer } from '../../src/ui/server.js';
 import { appendHistory } from '../cli/run-cli.js';
@@ -64,5 +66,33 @@ describe('turnlog ui server', () => {
     const missing = await get(server, '/api/tasks/nope');
     expect([missing.status, missing.body.error.code]).toEqual([404, 'TURNLOG_TASK_NOT_FOUND']);
     expect(missing.body.error.message).toContain('Task nope');
+  });
+});
+
+describe('turnlog ui server: a task whose summary cannot be read', () => {
+  it('is served as corrupt (rebuilt from its history), not as a 500', async () => {
+    const tmp = await makeTmpDir('turnlog-ui-corrupt-');
+    const dir = tmp.path + '/s';
+    const store = new LevelHistoryStore(dir, { sync: false });
+    await store.open();
+    await appendHistory(store, 't-rich', richHistory());
+    await store.close();
+    const db = new Level<Buffer, Buffer>(dir, { keyEncoding: 'buffer', valueEncoding: 'buffer' });
+    await db.open();
+    await db.put(summaryKey('t-rich'), Buffer.from([0xff, 0xff, 0x01]));
+    await db.close();
+    await store.open();
+    const server = await startUiServer({ store });
+    try {
+      const res = await fetch(new URL('/api/tasks/t-rich', server.url));
+      expect(res.status).toBe(200);
+      const body = (await res.json()) as { task: { taskId: string; status: string; corrupt?: { key: string; code: string } }; turns: unknown[] };
+      expect(body.task).toMatchObject({ taskId: 't-rich', status: 'suspended', corrupt: { key: 'summary/t-rich', code: 'TURNLOG_HISTORY_CORRUPT' } });
+      expect(body.turns).toHaveLength(2);
+    } finally {
+      await server.close();
+      await store.close();
+      await tmp.remove();
+    }
   });
 });

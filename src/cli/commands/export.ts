@@ -94,7 +94,7 @@ export function registerExport(program: Command): void {
         const counts = await Promise.all(summaries.map((s) => storedEventCount(store, s.taskId, s.lastEventId)));
         const total = counts.reduce((n, c) => n + c, 0);
         const sources = summaries.map(
-          (s, i): HistoryFileSource => ({ taskId: s.taskId, eventCount: counts[i]!, events: store.iterateEvents(s.taskId) }),
+          (s, i): HistoryFileSource => ({ taskId: s.taskId, eventCount: counts[i]!, events: store.iterateEvents(s.taskId, { toEventId: s.lastEventId }) }),
         );
         const progress = progressReporter(total);
         const opts = progress.onProgress ? { format, onProgress: progress.onProgress } : { format };
@@ -102,7 +102,7 @@ export function registerExport(program: Command): void {
         if (flags.output === undefined) {
           // Stdout cannot be taken back: read every event once first, so an unreadable one fails
           // the export before a byte is written (no truncated file, one --json document).
-          for (const s of summaries) for await (const _ of store.iterateEvents(s.taskId));
+          for (const s of summaries) for await (const _ of store.iterateEvents(s.taskId, { toEventId: s.lastEventId }));
           await writeHistoryFile(streamSink(process.stdout), input, opts);
           progress.done();
           return;

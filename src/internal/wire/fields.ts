@@ -73,8 +73,10 @@ export const LeaseClaimed = { owner: 10, instance: 18, generation: 24, previousG
 export const TaskCompleted = { outcome: 8 } as const;
 /** turnlog.v1.HistoryCompacted */
 export const HistoryCompacted = { throughEventId: 8, state: 18, turns: 24, droppedEvents: 32 } as const;
+/** turnlog.v1.OperatorAction */
+export const OperatorAction = { action: 10, by: 18, reason: 26, turn: 32, inputId: 42, newInputId: 50 } as const;
 /** turnlog.v1.HistoryEvent */
-export const HistoryEvent = { eventId: 8, timeMs: 17, generation: 24, taskCreated: 82, inputQueued: 90, inputWithdrawn: 98, turnStarted: 106, stepCompleted: 114, checkpointed: 122, timeoutCancelRequested: 130, cancelRequested: 138, workerKilled: 146, workerCrashed: 154, turnCompleted: 162, turnFailed: 170, turnSuspended: 178, turnCancelled: 186, turnTimedOut: 194, turnExitedForRecovery: 202, leaseClaimed: 210, taskCompleted: 218, inputsTaken: 226, historyCompacted: 266 } as const;
+export const HistoryEvent = { eventId: 8, timeMs: 17, generation: 24, taskCreated: 82, inputQueued: 90, inputWithdrawn: 98, turnStarted: 106, stepCompleted: 114, checkpointed: 122, timeoutCancelRequested: 130, cancelRequested: 138, workerKilled: 146, workerCrashed: 154, turnCompleted: 162, turnFailed: 170, turnSuspended: 178, turnCancelled: 186, turnTimedOut: 194, turnExitedForRecovery: 202, leaseClaimed: 210, taskCompleted: 218, inputsTaken: 226, historyCompacted: 266, operatorAction: 290 } as const;
 /** turnlog.v1.HistoryFileHeader */
 export const HistoryFileHeader = { magic: 10, formatVersion: 16, taskId: 26, eventCount: 32 } as const;
 /** turnlog.v1.SnapshotInput */

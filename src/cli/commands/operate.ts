@@ -1,0 +1,113 @@
+/**
+ * Operator actions (docs/cli.md#operator-actions): `cancel`, `withdraw`, `resend` and `resume`
+ * against the running engine that holds a LevelDB store (over its inspection socket). Each asks
+ * for confirmation unless `--yes` (and refuses without a terminal), and the engine records it in
+ * the history as an `OperatorAction` event naming `--by` (default: the OS user).
+ */
+import { userInfo } from 'node:os';
+import { createInterface } from 'node:readline/promises';
+import type { Command } from 'commander';
+import { TurnlogError } from '../../errors.js';
+import { isPostgresUrl } from '../../store/postgres-store.js';
+import { CliError, EXIT, connectLiveEngine, globals, positiveInt, printJSON, printText, usageError } from '../context.js';
+
+interface ActionFlags {
+  by?: string;
+  reason?: string;
+  yes?: boolean;
+}
+
+function defaultBy(): string {
+  try {
+    return userInfo().username;
+  } catch {
+    return process.env['USER'] ?? 'unknown';
+  }
+}
+
+/** Asks on the terminal; without one, refuses unless `--yes` (a script must say so). */
+async function confirm(question: string, flags: ActionFlags): Promise<void> {
+  if (flags.yes) return;
+  if (!process.stdin.isTTY || !process.stderr.isTTY) {
+    throw usageError(`${question} needs confirmation, and there is no terminal to ask on. Pass --yes to confirm in a script.`);
+  }
+  const rl = createInterface({ input: process.stdin, output: process.stderr });
+  try {
+    const answer = (await rl.question(`${question} [y/N] `)).trim().toLowerCase();
+    if (answer !== 'y' && answer !== 'yes') throw new CliError('ABORTED', 'Not confirmed; nothing was done.', EXIT.error);
+  } finally {
+    rl.close();
+  }
+}
+
+/** Sends one action to the engine holding the store and prints what it did. */
+async function act(cmd: Command, question: string, op: 'cancel' | 'withdraw' | 'resend' | 'resume', args: Record<string, unknown>, flags: ActionFlags): Promise<void> {
+  const g = globals(cmd);
+  if (isPostgresUrl(g.store)) {
+    throw usageError(`Operator actions on a PostgreSQL store go through a running engine's API (engine.cancel, engine.withdraw, …); this CLI reaches engines over a LevelDB store's inspection socket only.`);
+  }
+  const by = flags.by ?? defaultBy();
+  if (by === '') throw usageError('--by must not be empty.');
+  const engine = await connectLiveEngine(g.store);
+  if (!engine) {
+    throw new TurnlogError(
+      'TURNLOG_INSPECT_SOCKET',
+      `No running engine answers on store ${g.store}: operator actions are carried out by the engine that holds the store, so its history gets one writer. Start the engine (with inspect on, the default) and run this again.`,
+    );
+  }
+  try {
+    await confirm(question, flags);
+    const result = await engine.action<{ message: string; done: boolean }>(op, { ...args, by, ...(flags.reason === undefined ? {} : { reason: flags.reason }) });
+    if (g.json) await printJSON(result);
+    else await printText(result.message);
+  } finally {
+    engine.close();
+  }
+}
+
+function common(c: Command): Command {
+  return c
+    .option('--by <who>', 'who is acting, recorded in the history (default: the OS user)')
+    .option('--reason <text>', 'why, recorded in the history')
+    .option('-y, --yes', 'do not ask for confirmation (required without a terminal)');
+}
+
+/** Registers `cancel`, `withdraw`, `resend` and `resume` on the program. */
+export function registerOperatorActions(program: Command): void {
+  common(
+    program
+      .command('cancel')
+      .description('cancel a task (or, with --turn, only its open turn) in the running engine')
+      .argument('<task>', 'task id')
+      .option('--turn', 'cancel only the open turn; a multi-turn task stays open for more input'),
+  ).action(async (taskId: string, flags: ActionFlags & { turn?: boolean }, cmd: Command) => {
+    const scope = flags.turn ? 'turn' : 'task';
+    await act(cmd, scope === 'turn' ? `Cancel the open turn of task ${taskId}?` : `Cancel task ${taskId}? It will never run again.`, 'cancel', { taskId, scope }, flags);
+  });
+  common(
+    program
+      .command('withdraw')
+      .description('withdraw a queued input that no turn has taken yet')
+      .argument('<task>', 'task id')
+      .argument('<input>', 'the queued input id (turnlog show lists the queue)'),
+  ).action(async (taskId: string, inputId: string, flags: ActionFlags, cmd: Command) => {
+    await act(cmd, `Withdraw input ${inputId} of task ${taskId}?`, 'withdraw', { taskId, inputId }, flags);
+  });
+  common(
+    program
+      .command('resend')
+      .description("re-send a failed (or timed-out) turn's input as a new turn")
+      .argument('<task>', 'task id')
+      .argument('<turn>', 'the turn number', positiveInt),
+  ).action(async (taskId: string, turn: number, flags: ActionFlags, cmd: Command) => {
+    await act(cmd, `Re-send the input of turn ${turn} of task ${taskId} as a new turn?`, 'resend', { taskId, turn }, flags);
+  });
+  common(
+    program
+      .command('resume')
+      .description("resume a task whose last turn failed (e.g. NonDeterminismError after a code change): run that turn's input again on the code now deployed")
+      .argument('<task>', 'task id'),
+  ).action(async (taskId: string, flags: ActionFlags, cmd: Command) => {
+    await act(cmd, `Resume task ${taskId} by running its last failed turn's input again?`, 'resume', { taskId }, flags);
+  });
+}

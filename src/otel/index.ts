@@ -1,0 +1,241 @@
+/**
+ * `turnlog/otel`: OpenTelemetry traces and metrics as an {@link EngineObserver}
+ * (docs/observability.md). Only this entry point imports `@opentelemetry/api` (an optional peer
+ * dependency): an app that never imports it loads none of it. With no SDK registered the API
+ * hands out non-recording spans and no-op instruments, so the cost is a few map operations.
+ */
+import {
+  ROOT_CONTEXT,
+  SpanStatusCode,
+  context,
+  createNoopMeter,
+  isSpanContextValid,
+  metrics,
+  trace,
+  type Attributes,
+  type Counter,
+  type Histogram,
+  type Link,
+  type Meter,
+  type MeterProvider,
+  type Span,
+  type SpanContext,
+  type Tracer,
+  type TracerProvider,
+  type UpDownCounter,
+} from '@opentelemetry/api';
+import type { HistoryEvent, TurnStarted } from '../history/events.js';
+import { setLogTraceSource } from '../logger.js';
+import type { AttemptEndedEvent, AttemptStartedEvent, EngineObserver, EventsAppendedEvent } from '../runtime/observe.js';
+
+export interface OpenTelemetryOptions {
+  /** Default: the global provider (`trace.getTracerProvider()`); a no-op until an SDK registers one. */
+  tracerProvider?: TracerProvider;
+  /** Default: the global provider (`metrics.getMeterProvider()`). */
+  meterProvider?: MeterProvider;
+  /** Put the active span's `traceId`/`spanId` on JSON log lines (docs/observability.md#logs). Default true. */
+  logTraceIds?: boolean;
+}
+
+const NAME = 'turnlog';
+/** Callers' contexts waiting for their input's turn; bounded so an input never taken cannot leak. */
+const MAX_PENDING_CALLERS = 10_000;
+
+/** The outcome attribute of each turn terminal. */
+const OUTCOME: Partial<Record<HistoryEvent['type'], string>> = {
+  TurnCompleted: 'completed',
+  TurnFailed: 'failed',
+  TurnSuspended: 'suspended',
+  TurnCancelled: 'cancelled',
+  TurnTimedOut: 'timed_out',
+};
+
+interface OpenAttempt {
+  span: Span;
+  attempt: number;
+}
+
+/**
+ * Spans for turns (`turnlog.turn`), attempts (`turnlog.attempt`) and steps (`turnlog.step`), and
+ * the metrics of docs/observability.md, from the engine's observation seam.
+ * @example
+ * import { openTelemetry } from 'turnlog/otel';
+ * const engine = await Engine.open({ workflows, observers: [openTelemetry()] });
+ */
+export function openTelemetry(options: OpenTelemetryOptions = {}): EngineObserver {
+  const tracer: Tracer = (options.tracerProvider ?? trace.getTracerProvider()).getTracer(NAME);
+  const meter: Meter = (options.meterProvider ?? metrics.getMeterProvider()).getMeter(NAME);
+  // A no-op meter (no SDK when the observer was made) records nothing: skip building attributes.
+  const metered = meter.constructor !== createNoopMeter().constructor;
+  const m = instruments(meter);
+  if (options.logTraceIds !== false) setLogTraceSource(activeIds);
+
+  const callers = new Map<string, SpanContext>();
+  const pendingStarts = new Map<string, TurnStarted>();
+  const turns = new Map<string, Span>();
+  const attempts = new Map<string, OpenAttempt>();
+  /** The last ended attempt of a turn, for the link from the attempt that replaces it. */
+  const replaced = new Map<string, SpanContext>();
+  const workflows = new Map<string, string>();
+
+  const endAttempt = (key: string, attrs: Attributes, time: number, error?: string): void => {
+    const a = attempts.get(key);
+    if (!a) return;
+    attempts.delete(key);
+    a.span.setAttributes(attrs);
+    if (error !== undefined) a.span.setStatus({ code: SpanStatusCode.ERROR, message: error });
+    a.span.end(time);
+    replaced.set(key, a.span.spanContext());
+  };
+
+  const onEvent = (taskId: string, e: HistoryEvent): void => {
+    switch (e.type) {
+      case 'TaskCreated':
+        workflows.set(taskId, e.workflow);
+        return;
+      case 'InputQueued': {
+        m.queueDepth.add(1);
+        const sc = trace.getSpanContext(context.active());
+        if (sc && isSpanContextValid(sc)) {
+          if (callers.size >= MAX_PENDING_CALLERS) callers.delete(callers.keys().next().value!);
+          callers.set(`${taskId}\0${e.inputId}`, sc);
+        }
+        return;
+      }
+      case 'InputWithdrawn':
+        m.queueDepth.add(-1);
+        return;
+      case 'InputsTaken':
+        m.queueDepth.add(-e.inputIds.length);
+        attempts.get(`${taskId}\0${e.turn}`)?.span.addEvent('inputs taken', { 'turnlog.input_ids': e.inputIds }, e.time);
+        return;
+      case 'TurnStarted':
+        if (e.attempt === 1) m.queueDepth.add(-e.inputIds.length);
+        // The spans start in attemptStarted, which knows the workflow (a recovered task's
+        // TaskCreated was appended by another engine).
+        pendingStarts.set(`${taskId}\0${e.turn}`, e);
+        return;
+      case 'StepCompleted': {
+        const key = `${taskId}\0${e.turn}`;
+        const parent = attempts.get(key)?.span ?? turns.get(key);
+        const workflow = workflows.get(taskId);
+        if (metered) m.stepDuration.record(e.durationMs, { 'turnlog.workflow': workflow ?? '', 'turnlog.step.name': e.name, 'turnlog.step.outcome': e.failure ? 'failed' : 'ok' });
+        // No recording parent: no SDK was registered when the attempt started, so no step span either.
+        if (parent !== undefined && !parent.isRecording()) return;
+        const attrs: Attributes = { 'turnlog.task_id': taskId, 'turnlog.turn': e.turn, 'turnlog.attempt': e.attempt, 'turnlog.step.name': e.name, 'turnlog.step.seq': e.seq, 'turnlog.step.outcome': e.failure ? 'failed' : 'ok' };
+        if (workflow) attrs['turnlog.workflow'] = workflow;
+        const ctx = parent ? trace.setSpan(ROOT_CONTEXT, parent) : ROOT_CONTEXT;
+        const span = tracer.startSpan(`turnlog.step ${e.name}`, { startTime: e.time - e.durationMs, attributes: attrs }, ctx);
+        if (e.failure) {
+          span.setStatus({ code: SpanStatusCode.ERROR, message: e.failure.message });
+          if (e.failure.code) span.setAttribute('turnlog.failure.code', e.failure.code);
+        }
+        span.end(e.time);
+        return;
+      }
+      case 'TimeoutCancelRequested':
+        turns.get(`${taskId}\0${e.turn}`)?.addEvent('timeout marker', { 'turnlog.grace_until': e.graceUntil }, e.time);
+        return;
+      case 'CancelRequested':
+        turns.get(`${taskId}\0${e.turn}`)?.addEvent('cancel requested', { 'turnlog.cancel.scope': e.scope, 'turnlog.cancel.reason': e.reason }, e.time);
+        return;
+      case 'OperatorAction':
+        turns.get(`${taskId}\0${e.turn}`)?.addEvent('operator action', { 'turnlog.operator.action': e.action, 'turnlog.operator.by': e.by }, e.time);
+        return;
+      case 'WorkerKilled':
+        m.kills.add(1, { 'turnlog.workflow': workflows.get(taskId) ?? '' });
+        attempts.get(`${taskId}\0${e.turn}`)?.span.addEvent('worker killed', { 'turnlog.worker.pid': e.pid, 'turnlog.kill.signal': e.signal, 'turnlog.kill.reason': e.reason }, e.time);
+        return;
+      case 'WorkerCrashed':
+        endAttempt(`${taskId}\0${e.turn}`, { 'turnlog.attempt.outcome': 'crashed', 'turnlog.worker.pid': e.pid }, e.time, e.message);
+        return;
+      case 'TurnExitedForRecovery':
+        endAttempt(`${taskId}\0${e.turn}`, { 'turnlog.attempt.outcome': 'exit-for-recovery' }, e.time);
+        return;
+      default: {
+        const outcome = OUTCOME[e.type];
+        if (outcome === undefined || !('turn' in e)) return;
+        const key = `${taskId}\0${e.turn}`;
+        const attrs: Attributes = { 'turnlog.outcome': outcome };
+        let error: string | undefined;
+        if (e.type === 'TurnFailed') {
+          error = e.failure.message;
+          attrs['turnlog.failure.code'] = e.failure.code ?? 'TURNLOG_TURN_FAILED';
+        } else if (e.type === 'TurnTimedOut') {
+          error = `timed out (${e.cause})`;
+          attrs['turnlog.timeout.cause'] = e.cause;
+          if (e.cause === 'recovery_marker' || e.cause === 'recovery_backstop') m.recoveries.add(1, { 'turnlog.recovery.rule': e.cause === 'recovery_marker' ? 'marker' : 'backstop' });
+        }
+        endAttempt(key, { 'turnlog.attempt.outcome': outcome }, e.time, error);
+        const span = turns.get(key);
+        turns.delete(key);
+        replaced.delete(key);
+        pendingStarts.delete(key);
+        m.turnsEnded.add(1, { 'turnlog.workflow': workflows.get(taskId) ?? '', 'turnlog.outcome': outcome });
+        if (!span) return;
+        span.setAttributes(attrs);
+        if (error !== undefined) span.setStatus({ code: SpanStatusCode.ERROR, message: error });
+        span.end(e.time);
+      }
+    }
+  };
+
+  return {
+    eventsAppended(e: EventsAppendedEvent) {
+      for (const ev of e.events) onEvent(e.taskId, ev);
+    },
+    attemptStarted(a: AttemptStartedEvent) {
+      const key = `${a.taskId}\0${a.turn}`;
+      workflows.set(a.taskId, a.workflow);
+      const started = pendingStarts.get(key);
+      pendingStarts.delete(key);
+      const base: Attributes = { 'turnlog.task_id': a.taskId, 'turnlog.workflow': a.workflow, 'turnlog.turn': a.turn, 'turnlog.executor': a.executor };
+      let turnSpan = turns.get(key);
+      if (!turnSpan) {
+        // The caller's context when its input was sent is the turn's parent (same engine).
+        const caller = started?.inputIds.map((id) => callers.get(`${a.taskId}\0${id}`)).find((c) => c !== undefined);
+        const parent = caller ? trace.setSpanContext(ROOT_CONTEXT, caller) : ROOT_CONTEXT;
+        turnSpan = tracer.startSpan(`turnlog.turn ${a.workflow}`, { startTime: started?.turnStartedAt ?? a.time, attributes: { ...base, 'turnlog.input_ids': started?.inputIds ?? [] } }, parent);
+        turns.set(key, turnSpan);
+        if (a.attempt === 1) m.turnsStarted.add(1, { 'turnlog.workflow': a.workflow });
+      }
+      for (const id of started?.inputIds ?? []) callers.delete(`${a.taskId}\0${id}`);
+      if (a.entryMode === 'recovered') m.recoveries.add(1, { 'turnlog.recovery.rule': 'rerun' });
+      const prev = replaced.get(key);
+      const links: Link[] = prev ? [{ context: prev, attributes: { 'turnlog.link': 'replaces' } }] : [];
+      const attrs: Attributes = { ...base, 'turnlog.attempt': a.attempt, 'turnlog.entry_mode': a.entryMode, 'turnlog.replayed_calls': a.replayedCalls };
+      if (started && started.pid > 0) attrs['turnlog.worker.pid'] = started.pid;
+      if (a.entryMode === 'recovered') attrs['turnlog.recovery.rule'] = 'rerun';
+      const span = tracer.startSpan(`turnlog.attempt ${a.workflow}`, { startTime: started?.time ?? a.time, attributes: attrs, links }, trace.setSpan(ROOT_CONTEXT, turnSpan));
+      attempts.set(key, { span, attempt: a.attempt });
+    },
+    attemptEnded(a: AttemptEndedEvent) {
+      // An attempt whose end wrote no event (a fenced zombie): close its span here.
+      const key = `${a.taskId}\0${a.turn}`;
+      if (attempts.get(key)?.attempt === a.attempt) endAttempt(key, { 'turnlog.attempt.outcome': a.outcome.kind }, a.time);
+    },
+  };
+}
+
+function instruments(meter: Meter): {
+  turnsStarted: Counter;
+  turnsEnded: Counter;
+  stepDuration: Histogram;
+  queueDepth: UpDownCounter;
+  recoveries: Counter;
+  kills: Counter;
+} {
+  return {
+    turnsStarted: meter.createCounter('turnlog.turns.started', { description: 'Turns started (first attempts).' }),
+    turnsEnded: meter.createCounter('turnlog.turns.ended', { description: 'Turns ended, by outcome.' }),
+    stepDuration: meter.createHistogram('turnlog.step.duration', { description: 'Step latency as recorded.', unit: 'ms' }),
+    queueDepth: meter.createUpDownCounter('turnlog.steering.queue_depth', { description: 'Inputs queued and not yet taken by a turn (this engine).' }),
+    recoveries: meter.createCounter('turnlog.recoveries', { description: 'Recovery decisions carried out, by rule.' }),
+    kills: meter.createCounter('turnlog.worker.kills', { description: 'Workers SIGKILLed at the hard cap.' }),
+  };
+}
+
+function activeIds(): { traceId: string; spanId: string } | undefined {
+  const sc = trace.getSpanContext(context.active());
+  return sc && isSpanContextValid(sc) ? { traceId: sc.traceId, spanId: sc.spanId } : undefined;
+}
