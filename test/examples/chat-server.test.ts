@@ -60,7 +60,8 @@ describeBrowser('examples/chat-server (headless Chromium)', () => {
   it('streams tokens, survives a reload and a SIGKILL of the server, and refunds once', async () => {
     const data = await makeTmpDir('turnlog-chat-');
     const port = await freePort();
-    const env = { CHAT_DATA: data.path, PORT: String(port), CHAT_TOKEN_MS: '80' };
+    // Slow tokens: the reload, the steering message and the kill must all land mid-answer, also on a loaded machine.
+    const env = { CHAT_DATA: data.path, PORT: String(port), CHAT_TOKEN_MS: '300' };
     const first = await startServer(env, children);
     browser = await launchBrowser();
     const page = await browser.context.newPage();
