@@ -8,6 +8,7 @@ import { encodeEvent } from '../../src/history/codec.js';
 import type { HistoryEvent, TaskSummary } from '../../src/history/events.js';
 import type { HistoryStore } from '../../src/store/history-store.js';
 import { createPostgresStore, type PostgresHistoryStore } from '../../src/store/postgres-store.js';
+import { MIGRATIONS, SCHEMA_VERSION } from '../../src/store/postgres-migrations.js';
 import { PG_URL, describePg, dropSchema, uniqueSchema, withClient } from '../helpers/postgres.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
 import { created, step } from '../store/events.js';
@@ -62,10 +63,11 @@ describePg('turnlog on PostgreSQL', () => {
   it('turnlog migrate creates the schema, and is a no-op the second time', async () => {
     const first = await cliJSON(['migrate', '--store', url]);
     expect(first.code).toBe(0);
-    expect(first.json).toMatchObject({ schema, applied: [1, 2], version: 2 });
+    expect(first.json).toMatchObject({ schema, applied: MIGRATIONS.map((m) => m.version), version: SCHEMA_VERSION });
+    expect(SCHEMA_VERSION).toBe(3); // 3: large payloads by reference (docs/history.md)
     const again = await cli(['migrate'], { TURNLOG_STORE: url });
     expect(again.code).toBe(0);
-    expect(again.stdout).toContain('already at version 2; nothing to do');
+    expect(again.stdout).toContain(`already at version ${SCHEMA_VERSION}; nothing to do`);
     const level = await cli(['migrate', '--store', join(tmp.path, 'x')]);
     expect(level.code).toBe(2);
   });
