@@ -263,6 +263,8 @@ function eventToProto(e: HistoryEvent): Record<string, unknown> {
       return { eventId, timeMs, generation, inputsTaken: { turn: e.turn, seq: e.seq, inputIds: e.inputIds } };
     case 'Checkpointed':
       return { eventId, timeMs, generation, checkpointed: { turn: e.turn, seq: e.seq, data: payloadToProto(e.data) } };
+    case 'PatchMarked':
+      return { eventId, timeMs, generation, patchMarked: { turn: e.turn, seq: e.seq, patchId: e.patchId, deprecated: e.deprecated } };
     case 'TimeoutCancelRequested':
       return { eventId, timeMs, generation, timeoutCancelRequested: { turn: e.turn, atMs: e.at, graceUntilMs: e.graceUntil } };
     case 'CancelRequested':
@@ -562,6 +564,8 @@ function eventFromProto(m: EventMsg, taskId: string): HistoryEvent {
     }
     case 'inputsTaken':
       return { type: 'InputsTaken', eventId, time, generation, turn: a.turn, seq: a.seq, inputIds: a.inputIds };
+    case 'patchMarked':
+      return { type: 'PatchMarked', eventId, time, generation, turn: a.turn, seq: a.seq, patchId: a.patchId, deprecated: a.deprecated === true };
     case 'checkpointed':
       return {
         type: 'Checkpointed',

@@ -130,6 +130,15 @@ export interface Checkpointed extends EventBase {
   seq: number;
   data: Payload;
 }
+/** ctx.patched(id) / ctx.deprecatePatch(id) took the new branch at this position (docs/versioning.md). */
+export interface PatchMarked extends EventBase {
+  type: 'PatchMarked';
+  turn: number;
+  seq: number;
+  patchId: string;
+  /** Written by deprecatePatch. */
+  deprecated: boolean;
+}
 /** The timeout marker: appended before the cooperative cancel is sent. */
 export interface TimeoutCancelRequested extends EventBase {
   type: 'TimeoutCancelRequested';
@@ -216,6 +225,7 @@ export type HistoryEvent =
   | StepCompleted
   | InputsTaken
   | Checkpointed
+  | PatchMarked
   | TimeoutCancelRequested
   | CancelRequested
   | WorkerKilled
@@ -260,6 +270,7 @@ export const ALL_EVENT_TYPES = [
   'StepCompleted',
   'InputsTaken',
   'Checkpointed',
+  'PatchMarked',
   'TimeoutCancelRequested',
   'CancelRequested',
   'WorkerKilled',
