@@ -245,6 +245,7 @@ function eventToProto(e: HistoryEvent): Record<string, unknown> {
           pid: e.pid,
           turnStartedAtMs: e.turnStartedAt,
           deadlineMs: e.deadline,
+          workflowVersion: e.workflowVersion,
         },
       };
     case 'StepCompleted': {
@@ -406,6 +407,7 @@ function writeEventFast(w: Writer, e: HistoryEvent): boolean {
       w.uint32Field(F.pid, e.pid);
       w.doubleField(F.turnStartedAtMs, e.turnStartedAt);
       w.doubleField(F.deadlineMs, e.deadline);
+      w.uint32Field(F.workflowVersion, e.workflowVersion ?? 0);
       break;
     }
     case 'InputQueued': {
@@ -528,8 +530,8 @@ function eventFromProto(m: EventMsg, taskId: string): HistoryEvent {
       };
     case 'inputWithdrawn':
       return { type: 'InputWithdrawn', eventId, time, generation, inputId: a.inputId, reason: a.reason };
-    case 'turnStarted':
-      return {
+    case 'turnStarted': {
+      const e: HistoryEvent = {
         type: 'TurnStarted',
         eventId,
         time,
@@ -546,6 +548,9 @@ function eventFromProto(m: EventMsg, taskId: string): HistoryEvent {
         turnStartedAt: a.turnStartedAtMs,
         deadline: a.deadlineMs,
       };
+      if (a.workflowVersion) e.workflowVersion = a.workflowVersion;
+      return e;
+    }
     case 'stepCompleted': {
       const e: HistoryEvent = {
         type: 'StepCompleted',

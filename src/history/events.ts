@@ -106,6 +106,8 @@ export interface TurnStarted extends EventBase {
   turnStartedAt: number;
   /** turnStartedAt + turnTimeoutMs. */
   deadline: number;
+  /** `defineWorkflow({ version })` of the code that ran this attempt; absent when it set none (docs/versioning.md). */
+  workflowVersion?: number;
 }
 export interface StepCompleted extends EventBase {
   type: 'StepCompleted';

@@ -57,6 +57,11 @@ export interface WorkflowOptions<I, O, S, P extends PayloadMode = 'json'> {
   steering?: { maxQueued?: number } | false;
   /** Where turns run. Default: the engine's `defaultExecutor` (itself `inline` by default). */
   executor?: ExecutorKind;
+  /**
+   * The code's version, a positive integer you raise on a deploy: recorded on every TurnStarted
+   * (`workflowVersion`), so a history says which code ran each attempt (docs/versioning.md).
+   */
+  version?: number;
 }
 
 /** A defined workflow. Pass it to `Engine.open({ workflows })` and `engine.start()`. */
@@ -69,6 +74,8 @@ export interface Workflow<I = unknown, O = unknown, S = unknown, P extends Paylo
   readonly steerable: boolean;
   /** `executor` is undefined when the workflow leaves it to the engine default. */
   readonly policy: Omit<TurnPolicy, 'executor'> & { executor: ExecutorKind | undefined };
+  /** `WorkflowOptions.version`, when set. */
+  readonly version?: number;
   /** Phantom fields for type inference only. */
   readonly __types?: { input: I; output: O; state: S };
 }
@@ -120,7 +127,11 @@ export function defineWorkflow<I = unknown, O = unknown, S = unknown, P extends 
   if (options.executor !== undefined && options.executor !== 'inline' && options.executor !== 'process') {
     throw invalid(name, `executor must be 'inline' or 'process', got ${String(options.executor)}`);
   }
+  if (options.version !== undefined && (!Number.isInteger(options.version) || options.version < 1 || options.version > 0xffffffff)) {
+    throw invalid(name, `version must be a positive integer, got ${String(options.version)}`);
+  }
   return Object.freeze({
+    ...(options.version !== undefined ? { version: options.version } : {}),
     name,
     kind,
     turn: options.turn,

@@ -78,7 +78,8 @@ export function eventArbitraries(unit: fc.Arbitrary<string> | 'grapheme' = 'grap
       pid: u32,
       turnStartedAt: ms,
       deadline: ms,
-    }),
+      workflowVersion: fc.integer({ min: 1, max: 0xffffffff }),
+    }, { requiredKeys: ['type', 'eventId', 'time', 'generation', 'turn', 'attempt', 'inputIds', 'entryMode', 'steered', 'owner', 'instance', 'executor', 'pid', 'turnStartedAt', 'deadline'] }),
     StepCompleted: fc
       .tuple(
         fc.record({ type: fc.constant('StepCompleted'), ...base, turn: small, attempt: small, seq: small, name: str, durationMs: dbl }),

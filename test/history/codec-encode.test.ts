@@ -78,7 +78,8 @@ const arbitraries: { [T in EventType]: fc.Arbitrary<Extract<HistoryEvent, { type
     pid: u32,
     turnStartedAt: dbl,
     deadline: dbl,
-  }),
+    workflowVersion: fc.integer({ min: 1, max: 0xffffffff }),
+  }, { requiredKeys: ['type', 'eventId', 'time', 'generation', 'turn', 'attempt', 'inputIds', 'entryMode', 'steered', 'owner', 'instance', 'executor', 'pid', 'turnStartedAt', 'deadline'] }),
   StepCompleted: fc
     .tuple(
       fc.record({ type: fc.constant('StepCompleted'), ...base, turn: u32, attempt: u32, seq: u32, name: str, durationMs: dbl }),

@@ -73,14 +73,15 @@ describe('ctx.patched', () => {
       history = await engine.history('old-1');
     }
     const done = history.find((e) => e.type === 'TurnCompleted');
-    expect(done?.type === 'TurnCompleted' && JSON.parse(new TextDecoder().decode(done.output.data))).toBe('v1:o-2');
+    expect(done?.type === 'TurnCompleted' && JSON.parse(new TextDecoder().decode(done.output!.data))).toBe('v1:o-2');
     expect(ran).toEqual([]);
     expect(history.some((e) => e.type === 'PatchMarked')).toBe(false);
   });
 
   it('refuses an empty or non-string patch id with TURNLOG_INVALID_ARGUMENT', async () => {
     const bad = defineWorkflow({ name: 'refund', turn: async (ctx) => ctx.patched('') });
-    const engine = await engineWith(new MemoryHistoryStore(), bad);
+    const engine = await Engine.open({ store: new MemoryHistoryStore(), workflows: [bad], logger: silentLogger, scanIntervalMs: 0 });
+    cleanups.push(() => engine.shutdown({ graceMs: 100 }));
     const err = await (await engine.start(bad, null)).result().catch((e: unknown) => e);
     expect(isTurnlogError(err, 'TURNLOG_TURN_FAILED')).toBe(true);
     expect((err as Error).message).toMatch(/ctx\.patched\(\) needs a non-empty string patch id/);

@@ -34,7 +34,7 @@ export const InputQueued = { inputId: 10, input: 18, steering: 24 } as const;
 /** turnlog.v1.InputWithdrawn */
 export const InputWithdrawn = { inputId: 10, reason: 18 } as const;
 /** turnlog.v1.TurnStarted */
-export const TurnStarted = { turn: 8, attempt: 16, inputIds: 26, entryMode: 32, steered: 40, owner: 50, instance: 58, executor: 64, pid: 72, turnStartedAtMs: 81, deadlineMs: 89 } as const;
+export const TurnStarted = { turn: 8, attempt: 16, inputIds: 26, entryMode: 32, steered: 40, owner: 50, instance: 58, executor: 64, pid: 72, turnStartedAtMs: 81, deadlineMs: 89, workflowVersion: 96 } as const;
 /** turnlog.v1.StepCompleted */
 export const StepCompleted = { turn: 8, attempt: 16, seq: 24, name: 34, result: 42, failure: 50, durationMs: 57 } as const;
 /** turnlog.v1.InputsTaken */
