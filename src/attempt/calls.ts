@@ -21,12 +21,14 @@ export interface CallIntents {
   step: { kind: 'step'; name: string };
   checkpoint: { kind: 'checkpoint' };
   'take-inputs': { kind: 'take-inputs' };
+  patch: { kind: 'patch'; patchId: string };
 }
 /** A new call as the host records it (the body of a worker's Record frame). */
 export interface CallRecords {
   step: { kind: 'step'; seq: number; name: string; result?: Payload; failure?: FailureInfo; durationMs: number };
   checkpoint: { kind: 'checkpoint'; seq: number; data: Payload };
   'take-inputs': { kind: 'take-inputs'; seq: number };
+  patch: { kind: 'patch'; seq: number; patchId: string; deprecated: boolean };
 }
 /** An input handed to the handler by takeInputs(). */
 export interface TakenInput {
@@ -38,12 +40,15 @@ export interface CallReplies {
   step: undefined;
   checkpoint: undefined;
   'take-inputs': TakenInput[];
+  patch: undefined;
 }
 /** What a recorded call gives back to a later attempt. */
 export interface CallResults {
   step: Payload;
   checkpoint: Payload;
   'take-inputs': Payload[];
+  /** A marker at this position: the new branch. */
+  patch: true;
 }
 
 export type CallIntent = CallIntents[CallKind];
@@ -299,6 +304,55 @@ export const CALLS: { readonly [K in CallKind]: CallSpec<K> } = {
         reply: () => queue.map((q) => ({ inputId: q.inputId, input: env.decode(q.input) })),
       };
     },
+  },
+
+  patch: {
+    kind: 'patch',
+    describe: (c) => `patched("${c.patchId}")`,
+    matches: (r, i) => r.patchId === i.patchId,
+    result: () => true,
+    decoded: (c) => c,
+    record: {
+      tag: REC.patch,
+      noun: 'patch record',
+      write: (w, c) => {
+        w.stringField(pb.WorkerFrame_Record_Patch.patchId, c.patchId);
+        w.boolField(pb.WorkerFrame_Record_Patch.deprecated, c.deprecated);
+      },
+      read: (r, seq, bad) => {
+        const c: CallRecords['patch'] = { kind: 'patch', seq, patchId: '', deprecated: false };
+        fields(r, (t) => {
+          if (t === pb.WorkerFrame_Record_Patch.patchId) c.patchId = r.string();
+          else if (t === pb.WorkerFrame_Record_Patch.deprecated) c.deprecated = r.bool();
+          else return false;
+          return true;
+        });
+        if (!c.patchId) bad(`patch record ${seq} has no patch id`);
+        return c;
+      },
+    },
+    reply: null,
+    recorded: {
+      tag: CALL.patch,
+      write: (w, c) => {
+        w.stringField(pb.EngineFrame_PatchCall.patchId, c.patchId);
+        w.boolField(pb.EngineFrame_PatchCall.deprecated, c.deprecated);
+      },
+      read: (r, { seq, eventId }) => {
+        const c: Recorded<'patch'> = { kind: 'patch', seq, eventId, patchId: '', deprecated: false };
+        fields(r, (t) => {
+          if (t === pb.EngineFrame_PatchCall.patchId) c.patchId = r.string();
+          else if (t === pb.EngineFrame_PatchCall.deprecated) c.deprecated = r.bool();
+          else return false;
+          return true;
+        });
+        return c;
+      },
+    },
+    append: (rec, env) => ({
+      events: () => [{ type: 'PatchMarked', turn: env.turn, seq: rec.seq, patchId: rec.patchId, deprecated: rec.deprecated }],
+      reply: () => undefined,
+    }),
   },
 };
 

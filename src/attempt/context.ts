@@ -70,6 +70,8 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
   #cancelKind: CancelKind | undefined;
   #fenced: string | undefined;
   #tooLarge: PayloadTooLargeError | undefined;
+  /** Patch ids answered in this attempt, and how (one answer per id). */
+  #patches = new Map<string, Promise<boolean>>();
   // Records land in seq order even when steps run in parallel: each call reserves its slot
   // when it is made, and its record waits for the slot before it (test: parallel steps).
   #recordTail: Promise<void> = Promise.resolve();
@@ -251,6 +253,58 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     while (options.wait && this.#host.pendingInputCount() === 0) await this.#host.sleep(INPUT_POLL_MS, this.signal);
     const taken = await this.#reserve().record(() => this.#host.record({ kind: 'take-inputs', seq }));
     return taken.map((q) => this.#converter.fromPayload<T>(q.input));
+  }
+
+  async patched(patchId: string): Promise<boolean> {
+    return this.#patch(patchId, false);
+  }
+
+  async deprecatePatch(patchId: string): Promise<void> {
+    await this.#patch(patchId, true);
+  }
+
+  /**
+   * @internal True when the record goes on past the recorded calls (the replay tester of a turn
+   * whose end is recorded): a patch absent there ran old-way, like one absent among the calls.
+   */
+  protected get recordContinues(): boolean {
+    return false;
+  }
+
+  /** @internal Which branch a patch took in this attempt (the replay tester reports old-way ones). */
+  protected patchTaken(_patchId: string, _newBranch: boolean): void {}
+
+  #patch(patchId: string, deprecated: boolean): Promise<boolean> {
+    const api = deprecated ? 'deprecatePatch' : 'patched';
+    if (typeof patchId !== 'string' || patchId === '') throw invalidArgument(`Task ${this.taskId}: ctx.${api}() needs a non-empty string patch id, got ${typeof patchId === 'string' ? '""' : typeof patchId}.`);
+    if (!patchId.isWellFormed()) throw invalidArgument(`Task ${this.taskId}: ctx.${api}() ${illFormedText('patch id', patchId)}.`);
+    // One answer per id and attempt; a second call waits for the first one's marker to be durable.
+    let answer = this.#patches.get(patchId);
+    if (!answer) this.#patches.set(patchId, (answer = this.#patchOnce(patchId, deprecated)));
+    return answer;
+  }
+
+  async #patchOnce(patchId: string, deprecated: boolean): Promise<boolean> {
+    const next = this.#spec.calls[this.#seq];
+    if (next || this.recordContinues) {
+      // Replaying: a marker for this id here means the new branch; anything else, the old one
+      // (the turn ran before the patch), and the patch takes no position.
+      const taken = next?.kind === 'patch' && next.patchId === patchId;
+      if (taken) {
+        const stopped = this.intercept({ kind: 'patch', patchId });
+        if (stopped) return stopped;
+        ++this.#seq;
+      }
+      this.patchTaken(patchId, taken);
+      return taken;
+    }
+    const stopped = this.intercept({ kind: 'patch', patchId });
+    if (stopped) return stopped;
+    this.#checkFenced();
+    const seq = ++this.#seq;
+    await this.#reserve().record(() => this.#host.record({ kind: 'patch', seq, patchId, deprecated }));
+    this.patchTaken(patchId, true);
+    return true;
   }
 
   suspend<O>(reason: string, output?: O): Suspension<O> {

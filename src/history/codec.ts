@@ -254,6 +254,7 @@ function eventToProto(e: HistoryEvent): Record<string, unknown> {
           pid: e.pid,
           turnStartedAtMs: e.turnStartedAt,
           deadlineMs: e.deadline,
+          workflowVersion: e.workflowVersion,
         },
       };
     case 'StepCompleted': {
@@ -272,6 +273,8 @@ function eventToProto(e: HistoryEvent): Record<string, unknown> {
       return { eventId, timeMs, generation, inputsTaken: { turn: e.turn, seq: e.seq, inputIds: e.inputIds } };
     case 'Checkpointed':
       return { eventId, timeMs, generation, checkpointed: { turn: e.turn, seq: e.seq, data: payloadToProto(e.data) } };
+    case 'PatchMarked':
+      return { eventId, timeMs, generation, patchMarked: { turn: e.turn, seq: e.seq, patchId: e.patchId, deprecated: e.deprecated } };
     case 'TimeoutCancelRequested':
       return { eventId, timeMs, generation, timeoutCancelRequested: { turn: e.turn, atMs: e.at, graceUntilMs: e.graceUntil } };
     case 'CancelRequested':
@@ -448,6 +451,7 @@ function writeEventFast(w: Writer, e: HistoryEvent): boolean {
       w.uint32Field(F.pid, e.pid);
       w.doubleField(F.turnStartedAtMs, e.turnStartedAt);
       w.doubleField(F.deadlineMs, e.deadline);
+      w.uint32Field(F.workflowVersion, e.workflowVersion ?? 0);
       break;
     }
     case 'InputQueued': {
@@ -595,8 +599,8 @@ function eventFromProto(m: EventMsg, taskId: string): HistoryEvent {
         inputId: a.inputId,
         newInputId: a.newInputId,
       };
-    case 'turnStarted':
-      return {
+    case 'turnStarted': {
+      const e: HistoryEvent = {
         type: 'TurnStarted',
         eventId,
         time,
@@ -613,6 +617,9 @@ function eventFromProto(m: EventMsg, taskId: string): HistoryEvent {
         turnStartedAt: a.turnStartedAtMs,
         deadline: a.deadlineMs,
       };
+      if (a.workflowVersion) e.workflowVersion = a.workflowVersion;
+      return e;
+    }
     case 'stepCompleted': {
       const e: HistoryEvent = {
         type: 'StepCompleted',
@@ -631,6 +638,8 @@ function eventFromProto(m: EventMsg, taskId: string): HistoryEvent {
     }
     case 'inputsTaken':
       return { type: 'InputsTaken', eventId, time, generation, turn: a.turn, seq: a.seq, inputIds: a.inputIds };
+    case 'patchMarked':
+      return { type: 'PatchMarked', eventId, time, generation, turn: a.turn, seq: a.seq, patchId: a.patchId, deprecated: a.deprecated === true };
     case 'checkpointed':
       return {
         type: 'Checkpointed',

@@ -117,6 +117,8 @@ export interface TurnStarted extends EventBase {
   turnStartedAt: number;
   /** turnStartedAt + turnTimeoutMs. */
   deadline: number;
+  /** `defineWorkflow({ version })` of the code that ran this attempt; absent when it set none (docs/versioning.md). */
+  workflowVersion?: number;
 }
 export interface StepCompleted extends EventBase {
   type: 'StepCompleted';
@@ -140,6 +142,15 @@ export interface Checkpointed extends EventBase {
   turn: number;
   seq: number;
   data: Payload;
+}
+/** ctx.patched(id) / ctx.deprecatePatch(id) took the new branch at this position (docs/versioning.md). */
+export interface PatchMarked extends EventBase {
+  type: 'PatchMarked';
+  turn: number;
+  seq: number;
+  patchId: string;
+  /** Written by deprecatePatch. */
+  deprecated: boolean;
 }
 /** The timeout marker: appended before the cooperative cancel is sent. */
 export interface TimeoutCancelRequested extends EventBase {
@@ -276,6 +287,7 @@ export type HistoryEvent =
   | StepCompleted
   | InputsTaken
   | Checkpointed
+  | PatchMarked
   | TimeoutCancelRequested
   | CancelRequested
   | WorkerKilled
@@ -330,6 +342,7 @@ export const ALL_EVENT_TYPES = [
   'StepCompleted',
   'InputsTaken',
   'Checkpointed',
+  'PatchMarked',
   'TimeoutCancelRequested',
   'CancelRequested',
   'WorkerKilled',

@@ -78,6 +78,8 @@ function callMsg(c: RecordedCall): Msg {
       return { seq: c.seq, eventId: c.eventId, checkpoint: { data: payloadMsg(c.data) } };
     case 'take-inputs':
       return { seq: c.seq, eventId: c.eventId, takeInputs: { inputIds: c.inputIds } };
+    case 'patch':
+      return { seq: c.seq, eventId: c.eventId, patch: { patchId: c.patchId, deprecated: c.deprecated } };
   }
 }
 
@@ -210,6 +212,8 @@ class Reader {
         return { kind: 'checkpoint', seq, eventId, data: payloadOf(m['checkpoint']['data'] ?? {}) };
       case 'takeInputs':
         return { kind: 'take-inputs', seq, eventId, inputIds: [...(m['takeInputs']['inputIds'] as string[])] };
+      case 'patch':
+        return { kind: 'patch', seq, eventId, patchId: m['patch']['patchId'], deprecated: m['patch']['deprecated'] === true };
       default:
         throw new HistoryFormatError(this.taskId, this.eventId, SNAPSHOT_VERSION, 'snapshot has a recorded call of unknown kind');
     }

@@ -36,7 +36,8 @@ export type RecordedCall =
       durationMs: number;
     }
   | { kind: 'checkpoint'; seq: number; eventId: number; data: Payload }
-  | { kind: 'take-inputs'; seq: number; eventId: number; inputIds: string[] };
+  | { kind: 'take-inputs'; seq: number; eventId: number; inputIds: string[] }
+  | { kind: 'patch'; seq: number; eventId: number; patchId: string; deprecated: boolean };
 
 export interface OpenTurn {
   turn: number;

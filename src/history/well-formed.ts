@@ -22,6 +22,7 @@ const STRING_FIELDS: { [T in EventType]: { ids: Fields<T>; text: Fields<T> } } =
   StepCompleted: { ids: ['name'], text: [] },
   InputsTaken: { ids: ['inputIds'], text: [] },
   Checkpointed: { ids: [], text: [] },
+  PatchMarked: { ids: ['patchId'], text: [] },
   TimeoutCancelRequested: { ids: [], text: [] },
   CancelRequested: { ids: [], text: ['reason'] },
   WorkerKilled: { ids: [], text: ['signal', 'reason'] },
@@ -101,6 +102,8 @@ function allWellFormed(e: HistoryEvent): boolean {
       return listOk(e.inputIds);
     case 'Checkpointed':
       return payloadOk(e.data);
+    case 'PatchMarked':
+      return ok(e.patchId);
     case 'CancelRequested':
     case 'TurnCancelled':
     case 'TurnExitedForRecovery':

@@ -242,6 +242,13 @@ function apply(s: TaskState, e: HistoryEvent): void {
       t.checkpoint = e.data;
       break;
     }
+    case 'PatchMarked': {
+      const t = openTurnFor(s, e);
+      requireRunning(s, t, e);
+      nextSeq(s, t, e);
+      t.calls.push({ kind: 'patch', seq: e.seq, eventId: e.eventId, patchId: e.patchId, deprecated: e.deprecated });
+      break;
+    }
     case 'TimeoutCancelRequested': {
       const t = openTurnFor(s, e);
       // The first marker is the one that counts (non-resurrection); a repeat changes nothing.

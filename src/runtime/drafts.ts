@@ -84,6 +84,8 @@ export interface AttemptStart {
   /** The lease this attempt runs under (from `nextLease`), and the one cached before it. */
   lease: Lease;
   previous: Lease | undefined;
+  /** `defineWorkflow({ version })` of the code starting the attempt, if it set one. */
+  workflowVersion?: number | undefined;
 }
 
 /** A `start-turn` or `rerun` decision as drafts: `pending`, LeaseClaimed if the lease changed, TurnStarted. */
@@ -115,6 +117,7 @@ export function turnStartDrafts(d: Extract<Decision, { kind: 'rerun' | 'start-tu
       pid: a.pid,
       turnStartedAt: open!.turnStartedAt,
       deadline: open!.deadline,
+      ...(a.workflowVersion !== undefined ? { workflowVersion: a.workflowVersion } : {}),
     });
   } else {
     drafts.push({
@@ -130,6 +133,7 @@ export function turnStartDrafts(d: Extract<Decision, { kind: 'rerun' | 'start-tu
       pid: a.pid,
       turnStartedAt: a.now,
       deadline: a.now + a.turnTimeoutMs,
+      ...(a.workflowVersion !== undefined ? { workflowVersion: a.workflowVersion } : {}),
     });
   }
   return drafts;

@@ -124,6 +124,7 @@ export class Driver {
       turnTimeoutMs: policy.turnTimeoutMs,
       lease,
       previous: t.lease,
+      workflowVersion: this.#rt.workflows.get(preview.workflow)?.version,
     });
     try {
       await this.#appender.append(t, drafts, lease, now);

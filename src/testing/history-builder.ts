@@ -273,6 +273,11 @@ export class HistoryBuilder {
     return this.raw({ type: 'Checkpointed', turn: o.turn ?? this.#turn, seq: o.seq ?? ++this.#seq, data: payload(value) });
   }
 
+  /** `ctx.patched(patchId)` (or `deprecatePatch`) took the new branch: its marker. */
+  patch(patchId: string, o: { deprecated?: boolean; seq?: number; turn?: number } = {}): this {
+    return this.raw({ type: 'PatchMarked', turn: o.turn ?? this.#turn, seq: o.seq ?? ++this.#seq, patchId, deprecated: o.deprecated ?? false });
+  }
+
   /** `ctx.takeInputs()`: takes the given (default: all) queued inputs into the open turn. */
   take(inputIds?: string[], o: { seq?: number; turn?: number } = {}): this {
     const ids = inputIds ?? this.#queue.map((q) => q.id);

@@ -83,6 +83,11 @@ export interface TurnReplayResult {
   calls: number;
   /** How the replayed handler ended; undefined when it was stopped at the end of a cut-off record. */
   outcome: AttemptOutcome['kind'] | undefined;
+  /**
+   * Patch ids whose `ctx.patched()` took the old branch in this turn (no marker where the code
+   * asked): the turn ran before the patch. docs/versioning.md#when-is-deprecatepatch-safe
+   */
+  oldPatches: string[];
 }
 
 /** What {@link replayHistory} replayed. */
@@ -93,6 +98,11 @@ export interface ReplayReport {
   /** Number of turns replayed. */
   turns: number;
   results: TurnReplayResult[];
+  /**
+   * Every patch id some turn of this history took old-way, sorted: while a fixture lists an id,
+   * its old branch is still needed to replay it (`deprecatePatch` would fail it).
+   */
+  oldPatches: string[];
 }
 
 /**
@@ -397,7 +407,8 @@ async function replayTracked(
     }
   }
   if (s === undefined) s = fold(taskId, events);
-  return { taskId, workflow: s.workflow, events: events.length, turns: results.length, results };
+  const oldPatches = [...new Set(results.flatMap((r) => r.oldPatches))].sort();
+  return { taskId, workflow: s.workflow, events: events.length, turns: results.length, results, oldPatches };
 }
 
 function lookupWorkflow(workflows: ReadonlyMap<string, Workflow<any, any, any, any>>, s: TaskState): Workflow<any, any, any, any> {
@@ -475,14 +486,14 @@ async function replayTurn(t: TurnInput): Promise<TurnReplayResult> {
     Atomics.store(t.progress, 1, t.lastStartEventId);
     Atomics.store(t.progress, 2, 0);
   }
-  const ctx = new ReplayContext(spec, host, converter, t.wf.initialState, aborts.filter((a) => a.eventId > t.lastStartEventId), t.progress);
+  const ctx = new ReplayContext(spec, host, converter, t.wf.initialState, aborts.filter((a) => a.eventId > t.lastStartEventId), t.progress, !t.cutOff && terminal !== undefined);
   ctxRef = ctx;
   const outcome = await settleTurn(t, ctx, eventId);
   const stop = ctx.stop;
   const endOfTurn = `the end of the turn (${terminal?.type ?? 'history ends'}) after ${ot.calls.length} call${ot.calls.length === 1 ? '' : 's'}`;
   if (stop) {
     if (stop.diverged) throw stop.diverged;
-    if (t.cutOff) return { ...base, status: 'cut-off', outcome: undefined };
+    if (t.cutOff) return { ...base, status: 'cut-off', outcome: undefined, oldPatches: ctx.oldPatches };
     throw new NonDeterminismError(s.taskId, ot.turn, eventId, endOfTurn, stop.actual);
   }
   const o = outcome as AttemptOutcome;
@@ -490,10 +501,10 @@ async function replayTurn(t: TurnInput): Promise<TurnReplayResult> {
   if (missing) {
     throw new NonDeterminismError(s.taskId, ot.turn, missing.eventId, `${describeCall(missing)} at position ${missing.seq}`, `end the turn after ${ctx.callsMade} call${ctx.callsMade === 1 ? '' : 's'} (${describeOutcome(o, converter)})`);
   }
-  if (t.cutOff || !terminal) return { ...base, status: 'cut-off', outcome: o.kind };
+  if (t.cutOff || !terminal) return { ...base, status: 'cut-off', outcome: o.kind, oldPatches: ctx.oldPatches };
   const mismatch = compareOutcome(terminal, o, converter);
   if (mismatch) throw new NonDeterminismError(s.taskId, ot.turn, terminal.eventId, mismatch.expected, mismatch.actual);
-  return { ...base, status: 'ok', outcome: o.kind };
+  return { ...base, status: 'ok', outcome: o.kind, oldPatches: ctx.oldPatches };
 }
 
 /** Runs the handler until it ends or leaves the recorded path; rejects when it never can. */
@@ -554,6 +565,9 @@ class ReplayContext<I, S> extends TurnContextImpl<I, S> {
   readonly #calls: readonly RecordedCall[];
   readonly #aborts: PendingAbort[];
   readonly #progress: ReplayProgress | undefined;
+  /** The turn's end is recorded: past the calls, the record goes on (a patch absent there ran old-way). */
+  readonly #ended: boolean;
+  readonly #oldPatches: string[] = [];
   #made = 0;
   #stop: Stop | undefined;
   #resolveStopped!: () => void;
@@ -567,8 +581,10 @@ class ReplayContext<I, S> extends TurnContextImpl<I, S> {
     initialState: (() => S) | undefined,
     aborts: PendingAbort[],
     progress: ReplayProgress | undefined,
+    ended: boolean,
   ) {
     super(spec, host, converter, initialState);
+    this.#ended = ended;
     this.#calls = spec.calls;
     this.#aborts = aborts;
     this.#progress = progress;
@@ -601,6 +617,17 @@ class ReplayContext<I, S> extends TurnContextImpl<I, S> {
     else if (quiet) this.#deliverAborts(this.#aborts[0]!.eventId + 1);
     else return false;
     return true;
+  }
+
+  /** Patch ids that took the old branch, in call order. */
+  get oldPatches(): string[] {
+    return [...this.#oldPatches];
+  }
+  protected override get recordContinues(): boolean {
+    return this.#ended;
+  }
+  protected override patchTaken(patchId: string, newBranch: boolean): void {
+    if (!newBranch && !this.#stop) this.#oldPatches.push(patchId);
   }
 
   /** Checks each call against the record before it runs (the context's one replay check). */

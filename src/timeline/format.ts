@@ -155,6 +155,8 @@ export function describeEvent(e: HistoryEvent, max: number, converter?: PayloadC
       return `call ${e.seq}: took steering input ${e.inputIds.join(', ')}`;
     case 'Checkpointed':
       return `call ${e.seq}: checkpoint ${pv(e.data)}`;
+    case 'PatchMarked':
+      return `call ${e.seq}: patch ${e.patchId} taken (new branch)${e.deprecated ? ', deprecated' : ''}`;
     case 'TimeoutCancelRequested':
       return `timeout marker: turn ${e.turn} timed out, cancel sent at ${isoTime(e.at)}, grace until ${isoTime(e.graceUntil)}`;
     case 'CancelRequested':

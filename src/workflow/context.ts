@@ -78,6 +78,20 @@ export interface TurnContext<I = unknown, S = unknown, P extends PayloadMode = '
    */
   emit<T>(chunk: T & Payloadable<NoInfer<T>, P>): void;
   emit(chunk: JsonValue): void;
+  /**
+   * Versioning (docs/versioning.md): true when this turn takes the new branch of patch `patchId`.
+   * A turn that runs it for the first time records a marker and gets true; a turn replaying a
+   * history recorded before the patch existed (no marker at this position) gets false, so it
+   * keeps the old branch. The same answer for every call with the same id within an attempt.
+   * @example if (await ctx.patched('refund-v2')) await ctx.step('refund', refundV2); else await ctx.step('refund', refundV1);
+   */
+  patched(patchId: string): Promise<boolean>;
+  /**
+   * The cleanup step after `patched(patchId)`: the old branch is gone from the code. Records the
+   * same marker for new turns (so code that still has `patched(patchId)` can replay them), and
+   * accepts histories with or without it.
+   */
+  deprecatePatch(patchId: string): Promise<void>;
   /** `return ctx.suspend(reason, output)` ends a multi-turn turn as suspended (waiting for input). */
   suspend<O>(reason: string, output?: O): Suspension<O>;
   /** `return ctx.exitForRecovery()` while shutting down: the next engine re-runs this turn. */

@@ -63,6 +63,11 @@ export interface WorkflowOptions<I, O, S, P extends PayloadMode = 'json'> {
    * lost: docs/history.md#compaction.
    */
   compaction?: { keepTurns: number };
+  /**
+   * The code's version, a positive integer you raise on a deploy: recorded on every TurnStarted
+   * (`workflowVersion`), so a history says which code ran each attempt (docs/versioning.md).
+   */
+  version?: number;
 }
 
 /** A defined workflow. Pass it to `Engine.open({ workflows })` and `engine.start()`. */
@@ -77,6 +82,8 @@ export interface Workflow<I = unknown, O = unknown, S = unknown, P extends Paylo
   readonly compaction: { readonly keepTurns: number } | undefined;
   /** `executor` is undefined when the workflow leaves it to the engine default. */
   readonly policy: Omit<TurnPolicy, 'executor'> & { executor: ExecutorKind | undefined };
+  /** `WorkflowOptions.version`, when set. */
+  readonly version?: number;
   /** Phantom fields for type inference only. */
   readonly __types?: { input: I; output: O; state: S };
 }
@@ -128,6 +135,9 @@ export function defineWorkflow<I = unknown, O = unknown, S = unknown, P extends 
   if (options.executor !== undefined && options.executor !== 'inline' && options.executor !== 'process') {
     throw invalid(name, `executor must be 'inline' or 'process', got ${String(options.executor)}`);
   }
+  if (options.version !== undefined && (!Number.isInteger(options.version) || options.version < 1 || options.version > 0xffffffff)) {
+    throw invalid(name, `version must be a positive integer, got ${String(options.version)}`);
+  }
   const compaction = options.compaction;
   if (compaction !== undefined) {
     if (kind !== 'multi-turn') throw invalid(name, 'compaction is for multi-turn workflows');
@@ -135,6 +145,7 @@ export function defineWorkflow<I = unknown, O = unknown, S = unknown, P extends 
     if (!Number.isInteger(compaction.keepTurns)) throw invalid(name, `compaction.keepTurns must be an integer, got ${compaction.keepTurns}`);
   }
   return Object.freeze({
+    ...(options.version !== undefined ? { version: options.version } : {}),
     name,
     kind,
     turn: options.turn,

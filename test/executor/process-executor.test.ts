@@ -355,6 +355,16 @@ describe('ProcessExecutor: broken workers', () => {
     expect(of(hist, 'WorkerCrashed')).toMatchObject([{ attempt: 1, exitCode: 3 }]);
   });
 
+  it('records a patch marker from a worker; the attempt after a crash replays it (new branch, one marker)', async () => {
+    const engine = await open(executor());
+    const h = await engine.start(fixtures.patchThenCrash, null);
+    expect(await h.result()).toEqual({ v2: true, charged: { attempt: 2 }, again: true });
+    const hist = await h.history();
+    expect(of(hist, 'PatchMarked')).toMatchObject([{ turn: 1, seq: 1, patchId: 'charge-v2', deprecated: false }]);
+    expect(of(hist, 'StepCompleted')).toMatchObject([{ seq: 2, name: 'charge-v2', attempt: 2 }]);
+    expectBefore(hist, 'PatchMarked', 'WorkerCrashed');
+  });
+
   it('keeps a step recorded before a kill', async () => {
     const engine = await open(executor());
     const h = await engine.start(fixtures.stepThenHang, null);

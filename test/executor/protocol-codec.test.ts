@@ -57,6 +57,7 @@ const call: fc.Arbitrary<RecordedCall> = fc.oneof(
   rec<Extract<RecordedCall, { kind: 'step' }>>({ kind: fc.constant('step' as const), seq: u32, name: str, eventId: u32, attempt: u32, result: payload, failure, durationMs: dbl }, ['result', 'failure']),
   fc.record({ kind: fc.constant('checkpoint' as const), seq: u32, eventId: u32, data: payload }),
   fc.record({ kind: fc.constant('take-inputs' as const), seq: u32, eventId: u32, inputIds: fc.array(str, { maxLength: 3 }) }),
+  fc.record({ kind: fc.constant('patch' as const), seq: u32, eventId: u32, patchId: str, deprecated: bool }),
 );
 const taken: fc.Arbitrary<QueuedInput> = fc.record({ inputId: str, input: payload, steering: bool, eventId: u32, time: dbl });
 const retry: fc.Arbitrary<RetryPolicy> = fc.record({
@@ -123,6 +124,7 @@ const workerMessage: fc.Arbitrary<WorkerMessage> = fc.oneof(
   fc.record({ type: fc.constant('record' as const), call: stepRecord }),
   fc.record({ type: fc.constant('record' as const), call: fc.record({ kind: fc.constant('checkpoint' as const), seq: u32, data: payload }) }),
   fc.record({ type: fc.constant('record' as const), call: fc.record({ kind: fc.constant('take-inputs' as const), seq: u32 }) }),
+  fc.record({ type: fc.constant('record' as const), call: fc.record({ kind: fc.constant('patch' as const), seq: u32, patchId: str, deprecated: bool }) }),
   fc.constant({ type: 'heartbeat' as const }),
   fc.record({ type: fc.constant('terminal' as const), outcome }),
   fc.record({

@@ -130,6 +130,8 @@ function callOut(c: RecordedCall): Msg {
       return { ...base, checkpoint: { data: payloadOut(c.data) } };
     case 'take-inputs':
       return { ...base, takeInputs: { inputIds: c.inputIds } };
+    case 'patch':
+      return { ...base, patch: { patchId: c.patchId, deprecated: c.deprecated } };
   }
 }
 
@@ -186,6 +188,7 @@ function callIn(c: Msg): RecordedCall {
   }
   if (c.checkpoint) return { kind: 'checkpoint', seq, eventId, data: payloadIn(c.checkpoint.data)! };
   if (c.takeInputs) return { kind: 'take-inputs', seq, eventId, inputIds: c.takeInputs.inputIds ?? [] };
+  if (c.patch) return { kind: 'patch', seq, eventId, patchId: c.patch.patchId ?? '', deprecated: c.patch.deprecated ?? false };
   throw new WorkerProtocolError(`recorded call ${seq} has no kind`);
 }
 
@@ -230,6 +233,8 @@ function recordOut(c: CallRecord): Msg {
       return { seq: c.seq, checkpoint: { data: payloadOut(c.data) } };
     case 'take-inputs':
       return { seq: c.seq, takeInputs: {} };
+    case 'patch':
+      return { seq: c.seq, patch: { patchId: c.patchId, deprecated: c.deprecated } };
   }
 }
 
@@ -285,6 +290,11 @@ export function reflectedDecodeWorkerMessage(bytes: Uint8Array): WorkerMessage {
       return { type: 'record', call: { kind: 'checkpoint', seq, data: payloadIn(rec.checkpoint.data)! } };
     }
     if (rec.takeInputs) return { type: 'record', call: { kind: 'take-inputs', seq: positiveSeq(seq0, 'take-inputs') } };
+    if (rec.patch) {
+      const seq = positiveSeq(seq0, 'patch record');
+      if (!rec.patch.patchId) throw new WorkerProtocolError(`patch record ${seq} has no patch id`);
+      return { type: 'record', call: { kind: 'patch', seq, patchId: rec.patch.patchId, deprecated: rec.patch.deprecated ?? false } };
+    }
     throw new WorkerProtocolError(`record ${seq0} carries no call`);
   }
   if (f.heartbeat) return { type: 'heartbeat' };

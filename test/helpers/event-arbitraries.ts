@@ -100,7 +100,8 @@ export function eventArbitraries(unit: fc.Arbitrary<string> | 'grapheme' = 'grap
       pid: u32,
       turnStartedAt: ms,
       deadline: ms,
-    }),
+      workflowVersion: fc.integer({ min: 1, max: 0xffffffff }),
+    }, { requiredKeys: ['type', 'eventId', 'time', 'generation', 'turn', 'attempt', 'inputIds', 'entryMode', 'steered', 'owner', 'instance', 'executor', 'pid', 'turnStartedAt', 'deadline'] }),
     StepCompleted: fc
       .tuple(
         fc.record({ type: fc.constant('StepCompleted'), ...base, turn: small, attempt: small, seq: small, name: str, durationMs: dbl }),
@@ -109,6 +110,7 @@ export function eventArbitraries(unit: fc.Arbitrary<string> | 'grapheme' = 'grap
       .map(([e, outcome]) => ({ ...e, ...outcome })),
     InputsTaken: fc.record({ type: fc.constant('InputsTaken'), ...base, turn: small, seq: small, inputIds: ids }),
     Checkpointed: fc.record({ type: fc.constant('Checkpointed'), ...base, turn: small, seq: small, data: payload }),
+    PatchMarked: fc.record({ type: fc.constant('PatchMarked'), ...base, turn: small, seq: small, patchId: str, deprecated: fc.boolean() }),
     TimeoutCancelRequested: fc.record({ type: fc.constant('TimeoutCancelRequested'), ...base, turn: small, at: ms, graceUntil: ms }),
     CancelRequested: fc.record({ type: fc.constant('CancelRequested'), ...base, scope: fc.constantFrom('task', 'turn'), turn: small, reason: str }),
     WorkerKilled: fc.record({ type: fc.constant('WorkerKilled'), ...base, turn: small, pid: u32, signal: str, reason: str }),

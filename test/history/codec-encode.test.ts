@@ -88,7 +88,8 @@ const arbitraries: { [T in EventType]: fc.Arbitrary<Extract<HistoryEvent, { type
     pid: u32,
     turnStartedAt: dbl,
     deadline: dbl,
-  }),
+    workflowVersion: fc.integer({ min: 1, max: 0xffffffff }),
+  }, { requiredKeys: ['type', 'eventId', 'time', 'generation', 'turn', 'attempt', 'inputIds', 'entryMode', 'steered', 'owner', 'instance', 'executor', 'pid', 'turnStartedAt', 'deadline'] }),
   StepCompleted: fc
     .tuple(
       fc.record({ type: fc.constant('StepCompleted'), ...base, turn: u32, attempt: u32, seq: u32, name: str, durationMs: dbl }),
@@ -98,6 +99,7 @@ const arbitraries: { [T in EventType]: fc.Arbitrary<Extract<HistoryEvent, { type
     .map(([e, outcome]) => ({ ...e, ...outcome })),
   InputsTaken: fc.record({ type: fc.constant('InputsTaken'), ...base, turn: u32, seq: u32, inputIds: ids }),
   Checkpointed: fc.record({ type: fc.constant('Checkpointed'), ...base, turn: u32, seq: u32, data: payload }),
+  PatchMarked: fc.record({ type: fc.constant('PatchMarked'), ...base, turn: u32, seq: u32, patchId: str, deprecated: fc.boolean() }),
   TimeoutCancelRequested: fc.record({ type: fc.constant('TimeoutCancelRequested'), ...base, turn: u32, at: dbl, graceUntil: dbl }),
   CancelRequested: fc.record({ type: fc.constant('CancelRequested'), ...base, scope: fc.constantFrom('task', 'turn'), turn: u32, reason: str }),
   WorkerKilled: fc.record({ type: fc.constant('WorkerKilled'), ...base, turn: u32, pid: u32, signal: str, reason: str }),

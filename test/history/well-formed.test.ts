@@ -33,6 +33,7 @@ const ID_FIELDS: Partial<Record<EventType, string[]>> = {
   TurnStarted: ['inputIds', 'owner', 'instance'],
   StepCompleted: ['name'],
   InputsTaken: ['inputIds'],
+  PatchMarked: ['patchId'],
   LeaseClaimed: ['owner', 'instance'],
   OperatorAction: ['inputId', 'newInputId'],
 };

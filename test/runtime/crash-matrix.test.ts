@@ -1,6 +1,6 @@
 /**
  * The crash matrix (issue 4's core acceptance test). A child engine runs a scripted support
- * conversation (steps, checkpoints, a steering input taken mid-turn, a cancel) and is
+ * conversation (steps, checkpoints, a steering input taken mid-turn, a patched branch, a cancel) and is
  * SIGKILLed after its N-th append, for every N from 1 to the last; a second run finishes the
  * script. For every N: the conversation equals the uninterrupted run's, each recorded step was
  * replayed and never re-run, each turn has exactly one terminal, no input is lost or run twice.
@@ -60,6 +60,13 @@ function checkInvariants(events: HistoryEvent[], effectsLog: string): void {
   const started = new Set(events.filter((e) => e.type === 'TurnStarted').map((e) => (e as { turn: number }).turn));
   for (const turn of started) {
     expect(events.filter((e) => isTurnTerminal(e) && e.turn === turn), `terminals of turn ${turn}`).toHaveLength(1);
+  }
+  // The patched branch: every completed turn recorded its marker once and took the new branch.
+  for (const turn of events.filter((e) => e.type === 'TurnCompleted').map((e) => (e as { turn: number }).turn)) {
+    const marks = events.filter((e) => e.type === 'PatchMarked' && e.turn === turn);
+    expect(marks.map((e) => (e as { patchId: string }).patchId), `patch markers of turn ${turn}`).toEqual(['reply-v2']);
+    const replies = events.filter((e) => e.type === 'StepCompleted' && e.turn === turn && e.name.startsWith('reply'));
+    expect(replies.map((e) => (e as { name: string }).name), `reply steps of turn ${turn}`).toEqual(['reply-v2']);
   }
   // Every input runs in exactly one turn: taken at attempt 1 of a turn, or by takeInputs.
   const consumers = new Map<string, number[]>();

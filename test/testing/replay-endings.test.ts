@@ -60,6 +60,7 @@ const ENDINGS: {
   StepCompleted: 'not an ending',
   InputsTaken: 'not an ending',
   Checkpointed: 'not an ending',
+  PatchMarked: 'not an ending',
   TimeoutCancelRequested: 'not an ending',
   CancelRequested: 'not an ending',
   LeaseClaimed: 'not an ending',
