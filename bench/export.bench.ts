@@ -10,23 +10,15 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { finished } from 'node:stream/promises';
 import { decodeEvent, encodeEvent } from '../src/history/codec.js';
-import type { HistoryEvent, TurnPolicy } from '../src/history/events.js';
+import type { HistoryEvent } from '../src/history/events.js';
 import { writeHistoryFile, type ByteSink, type HistoryFileFormat } from '../src/history/history-file.js';
 import { defaultPayloadConverter } from '../src/history/payload.js';
 import { LevelHistoryStore } from '../src/store/index.js';
+import { POLICY } from '../src/testing/store-events.js';
 
 const N = 100_000;
 const RUNS = 3;
 
-const POLICY: TurnPolicy = {
-  turnTimeoutMs: 60_000,
-  graceMs: 5_000,
-  maxRecoveries: 3,
-  maxWorkerCrashes: 2,
-  steeringMaxQueued: 9,
-  executor: 'inline',
-  stepRetry: { maxAttempts: 3, initialIntervalMs: 100, backoffCoefficient: 2, maxIntervalMs: 1_000, nonRetryableTypes: [] },
-};
 
 /** A long agent turn: TaskCreated, an input, TurnStarted, then steps with ~60-byte JSON results. */
 function history(n: number): HistoryEvent[] {

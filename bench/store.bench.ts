@@ -9,19 +9,11 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Level } from 'level';
 import { decodeEvent, encodeEvent, encodeEventGeneric } from '../src/history/codec.js';
-import type { HistoryEvent, TurnPolicy } from '../src/history/events.js';
+import type { HistoryEvent } from '../src/history/events.js';
 import { eventKey } from '../src/store/keys.js';
 import { LevelHistoryStore } from '../src/store/level-store.js';
+import { POLICY } from '../src/testing/store-events.js';
 
-const POLICY: TurnPolicy = {
-  turnTimeoutMs: 60_000,
-  graceMs: 5_000,
-  maxRecoveries: 3,
-  maxWorkerCrashes: 2,
-  steeringMaxQueued: 9,
-  executor: 'inline',
-  stepRetry: { maxAttempts: 3, initialIntervalMs: 100, backoffCoefficient: 2, maxIntervalMs: 1_000, nonRetryableTypes: [] },
-};
 const enc = new TextEncoder();
 
 function created(): HistoryEvent {

@@ -147,9 +147,10 @@ export class Engine implements TaskClient {
   }
 
   /**
-   * Opens the store, recovers at once (an exclusive store's lock proves earlier owners dead; on
-   * a shared store such as PostgreSQL, tasks under a live lease wait for it to expire, then a
-   * periodic scan recovers them), and starts the periodic scanner. In capture mode (`capture: true` or
+   * Opens the store, starts the periodic scanner and starts recovery, and returns without waiting
+   * for it: `await engine.recovered()` waits until every task due at open is decided (an exclusive
+   * store's lock proves earlier owners dead; on a shared store such as PostgreSQL, tasks under a
+   * live lease wait for it to expire, then a periodic scan recovers them). In capture mode (`capture: true` or
    * `TURNLOG_SNAPSHOT_CAPTURE=true`) it opens nothing: call `activate()` after restore.
    */
   static async open(options: EngineOptions): Promise<Engine> {
@@ -191,7 +192,8 @@ export class Engine implements TaskClient {
   }
 
   /**
-   * Activates the engine: open the store, arm one periodic scanner, recover at once.
+   * Activates the engine: open the store, arm one periodic scanner, start recovery (in the
+   * background; `recovered()` waits for it).
    * On failure everything it did is rolled back and the engine stays inactive (retry allowed).
    * A no-op on an active engine.
    */
@@ -224,8 +226,11 @@ export class Engine implements TaskClient {
       await phase('scanner');
       this.#scanner.arm();
       await phase('recovery');
-      this.#recovery = this.recover();
-      await this.#recovery;
+      // Recovery runs in the background: open returns at once and serves new work meanwhile
+      // (docs/recovery.md "What Engine.open waits for"); `recovered()` waits for this pass.
+      const pass = this.recover();
+      pass.catch((err: unknown) => this.#o.log.error('recovery at open failed; the periodic scan retries', { error: err }));
+      this.#recovery = pass;
     } catch (err) {
       await this.#quiesce(0).catch((e) => this.#o.log.warn('rollback after failed activation failed', { error: e }));
       this.#state = 'inactive';

@@ -1,13 +1,10 @@
 /** Event builders for the store tests: the minimum each event needs, ids chosen by the caller. */
 import type { HistoryEvent, TurnPolicy, WorkflowKind } from '../history/events.js';
+import { DEFAULT_POLICY } from './history-builder.js';
 
+/** The history builder's policy with step retries on (3 attempts from 100 ms). */
 export const POLICY: TurnPolicy = {
-  turnTimeoutMs: 60_000,
-  graceMs: 5_000,
-  maxRecoveries: 3,
-  maxWorkerCrashes: 2,
-  steeringMaxQueued: 9,
-  executor: 'inline',
+  ...DEFAULT_POLICY,
   stepRetry: { maxAttempts: 3, initialIntervalMs: 100, backoffCoefficient: 2, maxIntervalMs: 1_000, nonRetryableTypes: [] },
 };
 

@@ -4,17 +4,14 @@
  */
 import { defaultPayloadConverter } from '../../src/history/payload.js';
 import type { HistoryEvent, NewEvent, TurnPolicy, WorkflowKind } from '../../src/history/events.js';
+import { POLICY as STORE_POLICY } from '../../src/testing/store-events.js';
 
 export const T0 = Date.UTC(2025, 0, 2, 3, 4, 5);
 
 export const POLICY: TurnPolicy = {
-  turnTimeoutMs: 60_000,
-  graceMs: 5_000,
-  maxRecoveries: 3,
-  maxWorkerCrashes: 2,
-  steeringMaxQueued: 9,
+  ...STORE_POLICY,
   executor: 'process',
-  stepRetry: { maxAttempts: 3, initialIntervalMs: 100, backoffCoefficient: 2, maxIntervalMs: 1000, nonRetryableTypes: ['TypeError'] },
+  stepRetry: { ...STORE_POLICY.stepRetry, maxIntervalMs: 1000, nonRetryableTypes: ['TypeError'] },
 };
 
 export const p = (v: unknown) => defaultPayloadConverter.toPayload(v);

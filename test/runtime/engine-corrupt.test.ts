@@ -102,6 +102,7 @@ describe('recovery at open isolates a corrupt task', () => {
       const log = recordingLogger();
       const engine = await Engine.open({ store: dir, workflows: [chat], logger: log, scanIntervalMs: 0 });
       engines.push(engine);
+      await engine.recovered(); // the pass at open finds it (open does not wait for the pass)
 
       // Logged once, naming the key and the task.
       const isolated = log.errors.filter((e) => e.message.includes('isolated'));
@@ -155,6 +156,7 @@ describe('recovery at open with an unreadable summary', () => {
     const log = recordingLogger();
     const engine = await Engine.open({ store: dir, workflows: [chat], logger: log, scanIntervalMs: 0 });
     engines.push(engine);
+    await engine.recovered();
     expect(log.errors.map((e) => e.message)).not.toContain('recovery could not claim every due task');
     // `bad` was left in progress by the first engine and is re-run (it no longer hangs).
     const bad = engine.task<string, string>('bad');
@@ -225,6 +227,7 @@ describe('the periodic scan isolates a corrupt task', () => {
     const log = recordingLogger();
     const engine = await Engine.open({ store, workflows: [chat], logger: log, clock, scanIntervalMs: 1000 });
     engines.push(engine);
+    await engine.recovered();
     expect(log.errors).toEqual([]);
 
     reveal = true;

@@ -811,6 +811,7 @@ describe('recovery with a task that cannot be loaded', () => {
     const logger = { ...silentLogger, error: (_m: string, f: Record<string, unknown> = {}) => void errors.push(f) };
     const next = await open({ store: unreadable, workflows: [wf], instance: 'next', logger });
     expect(await next.turnResult('b-good', good.inputId!)).toMatchObject({ status: 'completed', output: 'recovered' });
+    await next.recovered();
     expect(errors).toEqual([expect.objectContaining({ taskId: 'a-bad' })]);
   });
 });

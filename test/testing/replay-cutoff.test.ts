@@ -31,6 +31,7 @@ describe('review: replay of turns ended by recovery', () => {
     for (let i = 0; i < 50 && !(await h.history()).some((e) => e.type === 'StepCompleted'); i++) await new Promise((r) => setTimeout(r, 2));
     await e1.shutdown({ graceMs: 0 });
     const e2 = await Engine.open({ store, workflows: [agent], logger: silentLogger, scanIntervalMs: 0, clock });
+    await e2.recovered(); // open does not wait for the recovery pass
     const events = await e2.history('chat');
     await e2.shutdown({ graceMs: 0 });
     const failed = events.find((e) => e.type === 'TurnFailed');
