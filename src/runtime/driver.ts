@@ -5,7 +5,7 @@
  * timers from the supervisor. Every entry point holds the task's lock (a LockedTask).
  */
 import { FencedError, TurnlogError, isTurnlogError } from '../errors.js';
-import { isTurnTerminal, type ExecutorKind } from '../history/events.js';
+import { isTurnTerminal, type ExecutorKind, type Lease } from '../history/events.js';
 import { errorToFailure } from '../history/failure.js';
 import { nextLease } from '../history/lease.js';
 import type { TaskState } from '../history/state.js';
@@ -48,6 +48,7 @@ export class Driver {
   /** Appends `pre` (if any) together with whatever the replayer decides next. Holds the lock. */
   async drive(t: LockedTask, pre: Draft[] = []): Promise<void> {
     let pending = pre;
+    let leaseRead = false;
     for (;;) {
       if (t.active || !this.#rt.open) {
         if (pending.length) await this.#appender.append(t, pending);
@@ -55,7 +56,13 @@ export class Driver {
       }
       const preview = pending.length ? this.#appender.preview(t, pending) : t.state;
       if (!preview) return;
-      const decision = decide(preview, undefined, this.#rt.clock.now());
+      let decision = decide(preview, this.#foreignLease(t), this.#rt.clock.now());
+      if (decision.kind === 'rerun' && !this.#rt.store.exclusive && !leaseRead) {
+        // On a shared store the cached lease may be old: another engine may run the turn now.
+        leaseRead = true;
+        t.lease = await this.#rt.store.getLease(t.id);
+        decision = decide(preview, this.#foreignLease(t), this.#rt.clock.now());
+      }
       switch (decision.kind) {
         case 'none':
           if (pending.length) await this.#appender.append(t, pending);
@@ -96,7 +103,7 @@ export class Driver {
     const policy = preview.policy;
     // An exclusive store proves other instances dead: their leases count as expired.
     const current = t.lease && this.#rt.store.exclusive && t.lease.instance !== this.#rt.instance ? { ...t.lease, expiresAt: 0 } : t.lease;
-    const lease = nextLease(t.id, current, { owner: this.#rt.owner, instance: this.#rt.instance, durationMs: this.#rt.leaseMs, now }, preview.highestGeneration || 1);
+    const lease = nextLease(t.id, current, { owner: this.#rt.owner, instance: this.#rt.instance, durationMs: this.#rt.leaseMs, now }, preview.highestGeneration || 1, !this.#rt.store.exclusive);
     // Throws before anything is written when the workflow's executor is not configured.
     const executor = this.#executorFor(policy.executor);
     // A worker taken now lets TurnStarted name its pid (0: it waits for a free worker).
@@ -236,6 +243,15 @@ export class Driver {
     if (drafts.some(isTurnTerminal)) this.#results.afterTerminal(t, s);
     else if (ended.kind === 'exit-for-recovery') this.#results.deferWaiters(t, s);
     await this.drive(t);
+  }
+
+  /**
+   * The lease that can block a re-run (decision rule 3): another instance's, on a shared store.
+   * An exclusive store proved every other instance dead, so none blocks there.
+   */
+  #foreignLease(t: TaskEntry): Lease | undefined {
+    if (this.#rt.store.exclusive || !t.lease || t.lease.instance === this.#rt.instance) return undefined;
+    return t.lease;
   }
 
   #executorFor(kind: ExecutorKind): Executor {

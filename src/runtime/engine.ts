@@ -39,6 +39,7 @@ import type { Runtime } from './runtime.js';
 import { Scanner } from './scanner.js';
 import { Supervisor } from './supervisor.js';
 import { TaskCache, type TaskEntry } from './task-cache.js';
+import { Watcher } from './watcher.js';
 import { noteEngineActivation } from './work-log.js';
 
 export type { SendOptions, StartOptions, TaskDescription } from '../client/task-client.js';
@@ -65,6 +66,7 @@ export class Engine implements TaskClient {
   readonly #supervisor: Supervisor;
   readonly #driver: Driver;
   readonly #scanner: Scanner;
+  readonly #watcher: Watcher;
   #state: 'inactive' | 'activating' | 'open' | 'quiescing' | 'closed' = 'inactive';
 
   private constructor(options: EngineOptions) {
@@ -96,7 +98,8 @@ export class Engine implements TaskClient {
     );
     this.#supervisor = new Supervisor(this.#rt, this.#cache, this.#results, this.#appender, (t) => this.#driver.drive(t));
     this.#driver = new Driver(this.#rt, this.#executors, this.#cache, this.#appender, this.#results, this.#supervisor);
-    this.#scanner = new Scanner(this.#rt, this.#cache, this.#driver);
+    this.#watcher = new Watcher(this.#rt, this.#cache, this.#appender, this.#results);
+    this.#scanner = new Scanner(this.#rt, this.#cache, this.#driver, () => this.#watcher.poll());
     this.#executors.set('inline', new InlineExecutor(o.workflows, o.converter));
     for (const [kind, ex] of Object.entries(options.executors ?? {})) if (ex) this.#executors.set(kind as ExecutorKind, ex);
   }
@@ -173,6 +176,7 @@ export class Engine implements TaskClient {
         this.#o.log.error('task isolated: its stored history cannot be read', { taskId: m.taskId, key: m.key, error: m.message });
       }
       this.#state = 'open';
+      this.#watcher.start();
       // Scanner before recovery: every phase that can fail runs before any turn starts, so a
       // rolled-back activation never ran (nor interrupted) a handler (test: lifecycle "scanner fails twice").
       await phase('scanner');
@@ -487,6 +491,7 @@ export class Engine implements TaskClient {
   /** Stops everything this activation started; leaves history and leases for recovery. */
   async #quiesce(graceMs: number): Promise<void> {
     this.#state = 'quiescing';
+    this.#watcher.stop();
     await this.#scanner.stop();
     await this.#supervisor.stopAll(graceMs);
     await Promise.all([...this.#cache.entries()].map((t) => t.chain.catch(() => undefined)));

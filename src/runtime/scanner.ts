@@ -16,11 +16,14 @@ export class Scanner {
   readonly #driver: Driver;
   #timer: Timer | undefined;
   #scanning: Promise<void> | undefined;
+  /** The watcher's polling fallback (other engines' appends to tasks held here). */
+  readonly #poll: () => Promise<void>;
 
-  constructor(rt: Runtime, cache: TaskCache, driver: Driver) {
+  constructor(rt: Runtime, cache: TaskCache, driver: Driver, poll: () => Promise<void> = async () => undefined) {
     this.#rt = rt;
     this.#cache = cache;
     this.#driver = driver;
+    this.#poll = poll;
   }
 
   /** Runs one recovery pass now (it also runs at open and every `scanIntervalMs`). */
@@ -32,6 +35,7 @@ export class Scanner {
   }
 
   async #recoverPass(): Promise<void> {
+    if (!this.#rt.store.exclusive) await this.#poll();
     const now = this.#rt.clock.now();
     const ids = new Set(await this.#rt.store.listRecoverable(now, this.#rt.instance));
     for (const status of ['suspended', 'pending'] as const) {

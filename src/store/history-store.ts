@@ -70,6 +70,12 @@ export interface CorruptMark {
   time: number;
 }
 
+/**
+ * What a shared store tells its watchers: a task's history grew to `lastEventId` (an append
+ * committed, by any engine), or `resync`: notices may have been missed, re-read what you hold.
+ */
+export type AppendNotice = { taskId: string; lastEventId: number; resync?: undefined } | { resync: true };
+
 export interface HistoryStore {
   /** Directory or URL, for messages. */
   readonly location: string;
@@ -116,4 +122,11 @@ export interface HistoryStore {
   markCorrupt(mark: CorruptMark): Promise<void>;
   /** Every task marked corrupt, by task id. */
   listCorrupt(): Promise<CorruptMark[]>;
+
+  /**
+   * Optional, for stores shared by many engines: calls `listener` after every committed append
+   * (any engine's, this one's included) and with `resync` after notices may have been lost.
+   * Returns the unsubscribe function. Engines poll when a store has no `watch`.
+   */
+  watch?(listener: (notice: AppendNotice) => void): () => void;
 }

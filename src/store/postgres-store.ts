@@ -9,6 +9,7 @@ import { decodeEvent, encodeEvent } from '../history/codec.js';
 import type { HistoryEvent, Lease, TaskOutcome, TaskStatus, TaskSummary, WorkflowKind } from '../history/events.js';
 import type { LeaseRequest } from '../history/lease.js';
 import type {
+  AppendNotice,
   CorruptMark,
   AppendOptions,
   AppendResult,
@@ -20,6 +21,7 @@ import type {
 } from './history-store.js';
 import { checkTaskId } from './keys.js';
 import { decodeCursor, encodeCursor, pageLimit, iterateInPages, readBounds } from './paging.js';
+import { PgListener, encodeNotice, noticeChannel } from './postgres-listener.js';
 import { SCHEMA_VERSION, appliedVersions, migrate, quoteSchema, type SqlClient } from './postgres-migrations.js';
 import { applyAppend, applyClaim, applyRelease, applyRenew, withMark, type TaskHead } from './task-head.js';
 
@@ -155,6 +157,10 @@ export class PostgresHistoryStore implements HistoryStore {
   #appliedOnOpen: number[] = [];
   /** Per task, the tail of this store's writes: one process's writes to a task run in call order. */
   readonly #queues = new Map<string, Promise<unknown>>();
+  /** The LISTEN connection, made on the first `watch()`. */
+  #listener: PgListener | undefined;
+  /** The NOTIFY channel of this schema (docs/scale-out.md#notify). */
+  readonly channel: string;
 
   constructor(options: PostgresStoreOptions) {
     if (!options || (options.connectionString === undefined) === (options.pool === undefined)) {
@@ -162,6 +168,7 @@ export class PostgresHistoryStore implements HistoryStore {
     }
     this.schema = options.schema ?? 'turnlog';
     this.#s = quoteSchema(this.schema);
+    this.channel = noticeChannel(this.schema);
     this.#options = options;
     this.location = `${options.connectionString ? redact(options.connectionString) : 'postgres (pool)'}#${this.schema}`;
   }
@@ -257,6 +264,8 @@ export class PostgresHistoryStore implements HistoryStore {
     // Writes already called finish first, as the Level store drains its group commit.
     await Promise.all([...this.#queues.values()]);
     this.#state = 'closed';
+    await this.#listener?.stop();
+    this.#listener = undefined;
     const pool = this.#pool;
     this.#pool = undefined;
     if (pool && this.#ownsPool) await pool.end();
@@ -275,7 +284,7 @@ export class PostgresHistoryStore implements HistoryStore {
    * Runs `fn` in one transaction. A unique violation means a concurrent creator won the
    * insert race: retry, so the loser re-reads the head and fails with the contract's error.
    */
-  async #tx<T>(fn: (c: PgClientLike) => Promise<T>, sync = true): Promise<T> {
+  async #tx<T>(fn: (c: PgClientLike) => Promise<T>, sync = true, notice?: (out: T) => string): Promise<T> {
     const pool = this.#checkedPool();
     for (let attempt = 1; ; attempt++) {
       const client = await pool.connect();
@@ -300,7 +309,8 @@ export class PostgresHistoryStore implements HistoryStore {
       try {
         const out = await fn(tx);
         if (begin !== undefined) return out; // fn wrote nothing: no transaction was opened
-        await client.query('COMMIT');
+        // The notice rides with COMMIT (one round trip); PostgreSQL delivers it only if the commit lands.
+        await client.query(notice ? `SELECT pg_notify('${this.channel}', ${quoteLiteral(notice(out))}); COMMIT` : 'COMMIT');
         return out;
       } catch (err) {
         await client.query('ROLLBACK').catch((e: Error) => {
@@ -367,7 +377,7 @@ export class PostgresHistoryStore implements HistoryStore {
     return this.#serial(taskId, () => this.#tx(async (c) => {
       const locked = await this.#lockHead(c, taskId);
       const clock = new ClockFrame(locked.dbNow, callerNow);
-      const next = applyAppend(taskId, clock.headToCaller(locked.head), events, options);
+      const next = applyAppend(taskId, clock.headToCaller(locked.head), events, options, true);
       const ids = events.map((e) => e.eventId);
       const bytes = events.map((e) => asBuffer(encodeEvent(e)));
       const s = next.summary!;
@@ -388,7 +398,7 @@ export class PostgresHistoryStore implements HistoryStore {
         values,
       );
       return { lastEventId: next.lastEventId, summary: { ...s } };
-    }, options.sync ?? this.#options.sync ?? true)).catch((err: unknown) => {
+    }, options.sync ?? this.#options.sync ?? true, (r) => encodeNotice(taskId, r.lastEventId))).catch((err: unknown) => {
       throw this.#raceError(err, taskId, options.expectedLastEventId);
     });
   }
@@ -423,7 +433,7 @@ export class PostgresHistoryStore implements HistoryStore {
   }
 
   async claimLease(taskId: string, request: LeaseRequest): Promise<Lease> {
-    return (await this.#leaseOp(taskId, request.now, (h) => applyClaim(taskId, h, request)))!;
+    return (await this.#leaseOp(taskId, request.now, (h) => applyClaim(taskId, h, request, true)))!;
   }
 
   async renewLease(taskId: string, lease: Lease, durationMs: number, now: number): Promise<Lease> {
@@ -617,6 +627,27 @@ export class PostgresHistoryStore implements HistoryStore {
   async listRecoverable(_now: number, _instance: string): Promise<string[]> {
     const rows = await this.#query(recoverableSql(this.#s), []);
     return rows.map((r: { task_id: string }) => r.task_id);
+  }
+
+  /**
+   * Calls `listener` after every append committed to this schema, by any engine (LISTEN/NOTIFY on
+   * one connection taken from the pool for good; it reconnects, then reports `resync`).
+   */
+  watch(listener: (notice: AppendNotice) => void): () => void {
+    const pool = this.#checkedPool();
+    this.#listener ??= new PgListener(() => pool.connect(), this.channel);
+    return this.#listener.subscribe(listener);
+  }
+
+  /** Resolves once the LISTEN connection listens (tests; `watch` works without awaiting it). */
+  async listening(): Promise<boolean> {
+    await this.#listener?.ready();
+    return this.#listener?.listening ?? false;
+  }
+
+  /** How many times the LISTEN connection has connected (1, then one more per reconnect). */
+  listenerConnects(): number {
+    return this.#listener?.connects ?? 0;
   }
 
   /** Bytes the store's tables use on the server, with indexes and TOAST (`turnlog stats`). */

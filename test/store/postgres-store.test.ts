@@ -242,7 +242,8 @@ describePg('PostgresHistoryStore', () => {
         const a = await open();
         const b = await open();
         await a.append('t1', [created(1), queued(2, 'in')], { expectedLastEventId: 0, generation: 1 });
-        const mine = await a.claimLease('t1', { owner: 'engine', instance: 'ia', durationMs: 60_000, now: 0 });
+        // Expired at once: a shared store lets another instance (same owner) take only a dead lease.
+        const mine = await a.claimLease('t1', { owner: 'engine', instance: 'ia', durationMs: 0, now: 0 });
         const theirs = await b.claimLease('t1', { owner: 'engine', instance: 'ib', durationMs: 60_000, now: 0 });
         expect(theirs.generation).toBe(mine.generation + 1);
         await rejectsWith(a.append('t1', [step(3, 1)], { expectedLastEventId: 2, generation: mine.generation }), 'TURNLOG_STALE_GENERATION');
