@@ -35,6 +35,12 @@ export class Driver {
   readonly #appender: Appender;
   readonly #results: TurnResults;
   readonly #supervisor: Supervisor;
+  /** Entries that started an attempt here; pruned of ended ones when counted (maxRunningTurns). */
+  readonly #running = new Set<TaskEntry>();
+  /** Tasks due to run a turn that found every slot taken, first come first served. */
+  readonly #waiting = new Set<string>();
+  /** Attempts between the cap check and `t.active` being set. */
+  #starting = 0;
 
   constructor(rt: Runtime, executors: ReadonlyMap<ExecutorKind, Executor>, cache: TaskCache, appender: Appender, results: TurnResults, supervisor: Supervisor) {
     this.#rt = rt;
@@ -87,7 +93,20 @@ export class Driver {
             this.#rt.log.warn('task left waiting: its workflow is not registered with this engine', { taskId: t.id, workflow: preview.workflow });
             return;
           }
-          await this.#startAttempt(t, decision, pending, preview);
+          if (this.running() >= this.#rt.maxRunningTurns) {
+            // At the cap: the input is durably queued; a slot freed here (or another engine) runs it.
+            if (pending.length) await this.#appender.append(t, pending);
+            this.#waiting.add(t.id);
+            return;
+          }
+          this.#waiting.delete(t.id);
+          // The slot is taken before the first await, so concurrent drives never overshoot the cap.
+          this.#starting++;
+          try {
+            await this.#startAttempt(t, decision, pending, preview);
+          } finally {
+            this.#starting--;
+          }
           return;
       }
     }
@@ -129,6 +148,7 @@ export class Driver {
     const ot = s.openTurn!;
     const active: ActiveAttempt = { turn: ot.turn, attempt: ot.attempt, finalized: false, timers: [], renewFailures: 0, done: Promise.resolve() };
     t.active = active;
+    this.#running.add(t);
     const spec = turnSpecFor(s, this.#rt.converter.toPayload(undefined), this.#rt.codec);
     this.#supervisor.armDeadline(t, active, ot.deadline - now);
     this.#supervisor.armRenewal(t, active);
@@ -155,6 +175,34 @@ export class Driver {
     await this.#cache.withLock(t, (t) => this.#finishAttempt(t, active, outcome)).catch((err) =>
       logFailure(this.#rt.log, 'finishing a turn failed', { taskId: t.id, turn: active.turn }, err),
     );
+    this.#startWaiting();
+  }
+
+  /** Turns running in this engine now (an entry whose attempt ended, however, no longer counts). */
+  running(): number {
+    for (const t of this.#running) if (!t.active) this.#running.delete(t);
+    return this.#running.size + this.#starting;
+  }
+
+  /** Tasks waiting for a slot. */
+  get waiting(): number {
+    return this.#waiting.size;
+  }
+
+  /** A slot may be free: drive waiting tasks, oldest first, while slots last. */
+  #startWaiting(): void {
+    if (!this.#rt.open) return;
+    let free = this.#rt.maxRunningTurns - this.running();
+    for (const id of this.#waiting) {
+      if (free-- <= 0) return;
+      this.#waiting.delete(id);
+      void this.#cache
+        .load(id)
+        .then((t) => this.#cache.withLock(t, (t) => this.drive(t)))
+        .catch((err) => logFailure(this.#rt.log, 'starting a queued turn failed', { taskId: id }, err))
+        // It may not have needed the slot (another engine ran it): offer the slot on.
+        .finally(() => this.#startWaiting());
+    }
   }
 
   #host(t: TaskEntry, active: ActiveAttempt): TurnHost {
