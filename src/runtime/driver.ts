@@ -136,8 +136,10 @@ export class Driver {
       now,
       turnTimeoutMs: policy.turnTimeoutMs,
       lease,
-      previous: t.lease,
+      // A claimed orphan already holds this lease: the takeover is from the dead one it replaced.
+      previous: t.claim ? t.claim.previous : t.lease,
     });
+    t.claim = undefined;
     try {
       await this.#appender.append(t, drafts, lease, now);
     } catch (err) {

@@ -4,6 +4,9 @@
  * deletes old completed histories. Runs at open, every `scanIntervalMs`, and on `recover()`.
  */
 import { isHistoryUnreadable as isUnreadable } from '../errors.js';
+import type { Lease } from '../history/events.js';
+import type { HistoryStore } from '../store/history-store.js';
+import type { OrphanClaim, ClaimedOrphan } from '../store/postgres-store.js';
 import type { Timer } from './clock.js';
 import { logFailure } from './appender.js';
 import type { Driver } from './driver.js';
@@ -37,7 +40,9 @@ export class Scanner {
   async #recoverPass(): Promise<void> {
     if (!this.#rt.store.exclusive) await this.#poll();
     const now = this.#rt.clock.now();
-    const ids = new Set(await this.#rt.store.listRecoverable(now, this.#rt.instance));
+    const claimed = new Map<string, Lease | undefined>();
+    const store = this.#rt.store;
+    const ids = new Set(canClaimOrphans(store) ? await this.#claimOrphans(store, claimed) : await store.listRecoverable(now, this.#rt.instance));
     for (const status of ['suspended', 'pending'] as const) {
       let cursor: string | undefined;
       try {
@@ -67,7 +72,20 @@ export class Scanner {
         continue;
       }
       if (t.active) continue;
-      await this.#cache.withLock(t, (t) => this.#driver.drive(t)).catch((err) => logFailure(this.#rt.log, 'recovery failed', { taskId: id }, err));
+      await this.#cache
+        .withLock(t, async (t) => {
+          if (!claimed.has(id)) return this.#driver.drive(t);
+          const mine = (t.lease = (await this.#rt.store.getLease(id)) ?? t.lease);
+          t.claim = { previous: claimed.get(id) };
+          try {
+            await this.#driver.drive(t);
+          } finally {
+            t.claim = undefined;
+            // Claimed but not run here (nothing to do, not our workflow): free it for the others.
+            if (!t.active && mine && t.lease === mine) await this.#rt.store.releaseLease(id, mine, this.#rt.clock.now());
+          }
+        })
+        .catch((err) => logFailure(this.#rt.log, 'recovery failed', { taskId: id }, err));
     }
     if (this.#rt.retentionMs !== undefined && this.#rt.open) {
       const purged = await this.#rt.store.purgeCompleted(this.#rt.retentionMs, this.#rt.clock.now()).catch((err: unknown) => {
@@ -78,6 +96,23 @@ export class Scanner {
       for (const id of purged) this.#cache.forgetIdle(id);
       if (purged.length) this.#rt.log.info('retention deleted completed tasks', { count: purged.length });
     }
+  }
+
+  /**
+   * A shared store that claims: orphans are taken `FOR UPDATE SKIP LOCKED` with this engine's
+   * lease, at most as many as it has free turn slots, so engines never fight over one and the
+   * work spreads over engines with capacity (docs/scale-out.md#orphans).
+   */
+  async #claimOrphans(store: HistoryStore & OrphanClaimer, claimed: Map<string, Lease | undefined>): Promise<string[]> {
+    const cap = this.#rt.maxRunningTurns;
+    for (;;) {
+      const free = Math.min(cap - this.#driver.running() - claimed.size, ORPHAN_BATCH);
+      if (free <= 0 || !this.#rt.open) break;
+      const batch = await store.claimOrphans({ owner: this.#rt.owner, instance: this.#rt.instance, durationMs: this.#rt.leaseMs, limit: free });
+      for (const o of batch) claimed.set(o.taskId, o.previous);
+      if (batch.length < free) break;
+    }
+    return [...claimed.keys()];
   }
 
   arm(): void {
@@ -97,4 +132,15 @@ export class Scanner {
     this.#timer = undefined;
     await this.#scanning?.catch(() => undefined);
   }
+}
+
+const ORPHAN_BATCH = 100;
+
+interface OrphanClaimer {
+  claimOrphans(request: OrphanClaim): Promise<ClaimedOrphan[]>;
+}
+
+/** A shared store that can claim orphans (the PostgreSQL store). */
+function canClaimOrphans(store: HistoryStore): store is HistoryStore & OrphanClaimer {
+  return !store.exclusive && typeof (store as Partial<OrphanClaimer>).claimOrphans === 'function';
 }

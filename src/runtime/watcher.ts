@@ -44,7 +44,15 @@ export class Watcher {
     }
     const t = this.#cache.get(n.taskId);
     // Our own appends are notified too: the cached state already has them.
-    if (t && (t.state?.lastEventId ?? 0) < n.lastEventId) void this.#refresh(t, n.lastEventId);
+    if (t) {
+      if ((t.state?.lastEventId ?? 0) < n.lastEventId) void this.#refresh(t, n.lastEventId);
+      return;
+    }
+    // A load in flight may have read the history before this append: check once it is cached.
+    void this.#cache.loading(n.taskId)?.then(
+      (t) => void this.#refresh(t, n.lastEventId),
+      () => undefined,
+    );
   }
 
   /**

@@ -37,6 +37,23 @@ export interface PgPoolLike {
   end(): Promise<void>;
 }
 
+/** What {@link PostgresHistoryStore.claimOrphans} claims, and for whom. */
+export interface OrphanClaim {
+  owner: string;
+  instance: string;
+  /** The claimed lease's duration, from the database clock at the claim. */
+  durationMs: number;
+  /** At most this many tasks (the engine's free turn slots). */
+  limit: number;
+}
+
+/** A task claimed by {@link PostgresHistoryStore.claimOrphans}: its new lease and the dead one it replaced. */
+export interface ClaimedOrphan {
+  taskId: string;
+  lease: Lease;
+  previous?: Lease;
+}
+
 /** Options of {@link createPostgresStore}. Give `connectionString` or `pool`. */
 export interface PostgresStoreOptions {
   /** `postgres://user@host:5432/db`; the store creates (and ends) its own pool. */
@@ -643,6 +660,51 @@ export class PostgresHistoryStore implements HistoryStore {
   async listening(): Promise<boolean> {
     await this.#listener?.ready();
     return this.#listener?.listening ?? false;
+  }
+
+  /**
+   * Claims up to `limit` orphaned tasks (in progress, lease missing or expired on the database
+   * clock) for `instance`: the summaries are locked `FOR UPDATE SKIP LOCKED`, so engines claiming
+   * at once get disjoint tasks, and each claimed task gets this instance's lease (generation + 1).
+   * Returns each task with the lease it had, so the engine can record the takeover.
+   */
+  async claimOrphans(request: OrphanClaim): Promise<ClaimedOrphan[]> {
+    this.#checkedPool();
+    if (!Number.isInteger(request.limit) || request.limit < 1) {
+      throw invalidArgument(`claimOrphans limit ${String(request.limit)} must be a positive integer.`);
+    }
+    return this.#tx(async (c) => {
+      const locked = await c.query(`${recoverableSql(this.#s)} LIMIT $1 FOR UPDATE OF s SKIP LOCKED`, [request.limit]);
+      const ids = locked.rows.map((r: { task_id: string }) => r.task_id);
+      if (ids.length === 0) return [];
+      // Re-read under the locks: a renewal committed after this transaction's first snapshot counts.
+      const heads = await c.query(
+        `SELECT s.task_id, s.max_generation, row_to_json(l) AS l, ${DB_NOW} AS now FROM ${this.#s}.summaries s
+           LEFT JOIN (SELECT task_id, owner, instance, generation, expires_at FROM ${this.#s}.leases) l ON l.task_id = s.task_id
+          WHERE s.task_id = ANY($1::text[]) ORDER BY s.task_id`,
+        [ids],
+      );
+      const out: ClaimedOrphan[] = [];
+      for (const r of heads.rows as { task_id: string; max_generation: number; l: LeaseRow | null; now: number }[]) {
+        const previous = r.l ? toLease(r.l) : undefined;
+        const head: TaskHead = { lastEventId: 0, maxGeneration: Number(r.max_generation), lease: previous, summary: undefined };
+        const req = { owner: request.owner, instance: request.instance, durationMs: request.durationMs, now: Number(r.now) };
+        try {
+          const lease = applyClaim(r.task_id, head, req, true);
+          out.push(previous ? { taskId: r.task_id, lease, previous } : { taskId: r.task_id, lease });
+        } catch {
+          // Renewed meanwhile (LeaseHeldError): its holder is alive, leave it.
+        }
+      }
+      if (out.length) {
+        await c.query(
+          `INSERT INTO ${this.#s}.leases (task_id, owner, instance, generation, expires_at)
+           SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[])${LEASE_UPSERT}`,
+          [out.map((o) => o.taskId), out.map((o) => o.lease.owner), out.map((o) => o.lease.instance), out.map((o) => o.lease.generation), out.map((o) => o.lease.expiresAt)],
+        );
+      }
+      return out;
+    });
   }
 
   /** How many times the LISTEN connection has connected (1, then one more per reconnect). */

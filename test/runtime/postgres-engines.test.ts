@@ -127,6 +127,54 @@ describePg('many engines on one PostgreSQL schema', () => {
   });
 });
 
+describePg('orphans spread across engines with free slots', () => {
+  const cleanups: (() => Promise<unknown>)[] = [];
+  afterEach(async () => {
+    for (const c of cleanups.splice(0).reverse()) await c().catch(() => undefined);
+  });
+
+  it('three engines capped at 2 turns each claim six orphaned turns two apiece, each re-run exactly once', async () => {
+    const schema = uniqueSchema('turnlog_orphans');
+    cleanups.push(() => dropSchema(schema));
+    const gates: (() => void)[] = [];
+    const orphan = defineWorkflow({
+      name: 'pg-orphan',
+      turn: async (ctx) => {
+        // Attempt 1 never ends (its engine "dies"); the recovered attempt holds its slot until released.
+        if (ctx.attempt === 1) await new Promise<never>(() => undefined);
+        await new Promise<void>((r) => gates.push(r));
+        return ctx.attempt;
+      },
+    });
+    const open = async (name: string, extra: { leaseMs: number; maxRunningTurns?: number }) => {
+      const store = createPostgresStore({ connectionString: PG_URL, schema, max: 4 });
+      cleanups.push(() => store.close());
+      const e = await Engine.open({ store, workflows: [orphan], logger: silentLogger, owner: name, instance: name, scanIntervalMs: 0, shutdownGraceMs: 0, ...extra });
+      cleanups.push(() => e.shutdown({ graceMs: 0 }));
+      return { e, store };
+    };
+    const dying = await open('dying', { leaseMs: 300 });
+    for (let i = 0; i < 6; i++) await dying.e.start(orphan, null, { taskId: `o${i}` });
+    // Shutdown leaves the turns in progress, as a crash would; their leases lapse 300 ms later.
+    await dying.e.shutdown({ graceMs: 0 });
+    await until(async () => (await dying.store.listRecoverable(0, 'x')).length === 6, 'the leases to expire');
+    const live = [await open('a', { leaseMs: 60_000, maxRunningTurns: 2 }), await open('b', { leaseMs: 60_000, maxRunningTurns: 2 }), await open('c', { leaseMs: 60_000, maxRunningTurns: 2 })];
+    await Promise.all(live.map(({ e }) => e.recover()));
+    await until(() => gates.length === 6, 'six recovered attempts');
+    const ran = new Map<string, number>();
+    for (let i = 0; i < 6; i++) {
+      const h = await live[0]!.e.history(`o${i}`);
+      const starts = of(h, 'TurnStarted');
+      expect(starts.map((x) => x.attempt)).toEqual([1, 2]);
+      expect(of(h, 'LeaseClaimed').at(-1)).toMatchObject({ reason: 'recovery', previousGeneration: 1, instance: starts[1]!.instance });
+      ran.set(starts[1]!.instance, (ran.get(starts[1]!.instance) ?? 0) + 1);
+    }
+    expect(Object.fromEntries(ran)).toEqual({ a: 2, b: 2, c: 2 });
+    for (const g of gates.splice(0)) g();
+    for (let i = 0; i < 6; i++) expect(await live[1]!.e.task(`o${i}`).result()).toBe(2);
+  });
+});
+
 describe('notice payloads', () => {
   it('round-trip task ids with colons; garbage is ignored', async () => {
     const { decodeNotice, encodeNotice, noticeChannel } = await import('../../src/store/postgres-listener.js');

@@ -383,6 +383,55 @@ describePg('PostgresHistoryStore', () => {
         expect(stored.expiresAt).toBeLessThanOrEqual((await s.databaseNow()) + 30_000);
       });
     });
+
+    describe('claiming orphans (FOR UPDATE SKIP LOCKED)', () => {
+      /** `n` in-progress tasks whose lease (instance `dead`) expired at once. */
+      async function orphans(s: PostgresHistoryStore, n: number): Promise<string[]> {
+        const ids = Array.from({ length: n }, (_, i) => `o${String(i).padStart(2, '0')}`);
+        for (const id of ids) {
+          await s.append(id, [created(1), queued(2, 'in'), started(3, 1)], { expectedLastEventId: 0, generation: 1 });
+          await s.claimLease(id, { owner: 'engine', instance: 'dead', durationMs: 0, now: 0 });
+        }
+        return ids;
+      }
+
+      it('engines claiming at once get disjoint tasks, each under its own lease one generation up; a live claim is not claimed again', async () => {
+        const stores = [await open(), await open(), await open()];
+        const ids = await orphans(stores[0]!, 24);
+        const batches = await Promise.all(stores.map((s, i) => s.claimOrphans({ owner: `e${i}`, instance: `i${i}`, durationMs: 60_000, limit: 10 })));
+        const all = batches.flat().map((o) => o.taskId);
+        expect(new Set(all).size).toBe(all.length);
+        expect([...all].sort()).toEqual(ids);
+        for (const [i, batch] of batches.entries()) {
+          expect(batch.length).toBeLessThanOrEqual(10);
+          for (const o of batch) {
+            expect(o.previous).toMatchObject({ instance: 'dead', generation: 1 });
+            expect(o.lease).toMatchObject({ owner: `e${i}`, instance: `i${i}`, generation: 2 });
+            expect(await stores[0]!.getLease(o.taskId)).toEqual(o.lease);
+          }
+        }
+        expect(await stores[1]!.claimOrphans({ owner: 'late', instance: 'late', durationMs: 60_000, limit: 50 })).toEqual([]);
+        expect(await stores[1]!.listRecoverable(0, 'late')).toEqual([]);
+      });
+
+      it('skips a task whose row another transaction holds, and takes it once free', async () => {
+        const s = await open();
+        const [busy, free] = await orphans(s, 2);
+        await withClient(async (c) => {
+          await c.query('BEGIN');
+          await c.query(`SELECT 1 FROM "${schema}".summaries WHERE task_id = $1 FOR UPDATE`, [busy]);
+          const got = await s.claimOrphans({ owner: 'e', instance: 'i', durationMs: 60_000, limit: 5 });
+          expect(got.map((o) => o.taskId)).toEqual([free]);
+          await c.query('COMMIT');
+        });
+        expect((await s.claimOrphans({ owner: 'e', instance: 'i', durationMs: 60_000, limit: 5 })).map((o) => o.taskId)).toEqual([busy]);
+      });
+
+      it('a limit that is not a positive integer is TURNLOG_INVALID_ARGUMENT', async () => {
+        const s = await open();
+        await rejectsWith(s.claimOrphans({ owner: 'e', instance: 'i', durationMs: 1, limit: 0 }), 'TURNLOG_INVALID_ARGUMENT');
+      });
+    });
   });
 });
 
