@@ -21,6 +21,7 @@ import type {
 } from './history-store.js';
 import { checkTaskId } from './keys.js';
 import { decodeCursor, encodeCursor, pageLimit, iterateInPages, readBounds } from './paging.js';
+import { Batcher } from './batcher.js';
 import { PgListener, encodeNotice, noticeChannel } from './postgres-listener.js';
 import { SCHEMA_VERSION, appliedVersions, migrate, quoteSchema, type SqlClient } from './postgres-migrations.js';
 import { applyAppend, applyClaim, applyRelease, applyRenew, withMark, type TaskHead } from './task-head.js';
@@ -73,6 +74,22 @@ export interface PostgresStoreOptions {
   readOnly?: boolean;
   /** Durable commit before an append resolves (default true); false is `synchronous_commit = off`. */
   sync?: boolean;
+  /**
+   * Group commit across tasks (default true): appends to different tasks that arrive while
+   * earlier ones are being written share one transaction and one commit (docs/scale-out.md#group-commit).
+   */
+  groupCommit?: boolean;
+}
+
+/** An append waiting for its batch. */
+interface PendingAppend {
+  taskId: string;
+  events: readonly HistoryEvent[];
+  options: AppendOptions;
+  /** The latest event time: the caller's clock, rebased onto the database's for leases. */
+  callerNow: number;
+  resolve(r: AppendResult): void;
+  reject(err: unknown): void;
 }
 
 // The database clock in ms, as bigint so comparisons with leases.expires_at can use its index.
@@ -174,6 +191,8 @@ export class PostgresHistoryStore implements HistoryStore {
   #appliedOnOpen: number[] = [];
   /** Per task, the tail of this store's writes: one process's writes to a task run in call order. */
   readonly #queues = new Map<string, Promise<unknown>>();
+  /** Group commit across tasks (`groupCommit`, default on). */
+  readonly #batcher: Batcher<PendingAppend> | undefined;
   /** The LISTEN connection, made on the first `watch()`. */
   #listener: PgListener | undefined;
   /** The NOTIFY channel of this schema (docs/scale-out.md#notify). */
@@ -186,6 +205,10 @@ export class PostgresHistoryStore implements HistoryStore {
     this.schema = options.schema ?? 'turnlog';
     this.#s = quoteSchema(this.schema);
     this.channel = noticeChannel(this.schema);
+    if (options.groupCommit !== false) {
+      // Half the pool writes batches; the rest serves lease renewals, reads and the listener.
+      this.#batcher = new Batcher((entries) => this.#appendBatch(entries), Math.max(1, Math.floor((options.max ?? 10) / 2)));
+    }
     this.#options = options;
     this.location = `${options.connectionString ? redact(options.connectionString) : 'postgres (pool)'}#${this.schema}`;
   }
@@ -301,7 +324,7 @@ export class PostgresHistoryStore implements HistoryStore {
    * Runs `fn` in one transaction. A unique violation means a concurrent creator won the
    * insert race: retry, so the loser re-reads the head and fails with the contract's error.
    */
-  async #tx<T>(fn: (c: PgClientLike) => Promise<T>, sync = true, notice?: (out: T) => string): Promise<T> {
+  async #tx<T>(fn: (c: PgClientLike) => Promise<T>, sync = true, notices?: (out: T) => string[]): Promise<T> {
     const pool = this.#checkedPool();
     for (let attempt = 1; ; attempt++) {
       const client = await pool.connect();
@@ -323,11 +346,12 @@ export class PostgresHistoryStore implements HistoryStore {
         },
         release: () => undefined,
       };
+      let notify: string[] = [];
       try {
         const out = await fn(tx);
         if (begin !== undefined) return out; // fn wrote nothing: no transaction was opened
-        // The notice rides with COMMIT (one round trip); PostgreSQL delivers it only if the commit lands.
-        await client.query(notice ? `SELECT pg_notify('${this.channel}', ${quoteLiteral(notice(out))}); COMMIT` : 'COMMIT');
+        await client.query('COMMIT');
+        notify = notices?.(out) ?? [];
         return out;
       } catch (err) {
         await client.query('ROLLBACK').catch((e: Error) => {
@@ -337,9 +361,24 @@ export class PostgresHistoryStore implements HistoryStore {
         if (attempt < 4 && (code === '23505' || code === '40P01' || code === '40001')) continue;
         throw err;
       } finally {
-        client.release(broken);
+        if (notify.length) this.#notify(client, notify);
+        else client.release(broken);
       }
     }
+  }
+
+  /**
+   * Sends the notices of a committed write, in a transaction of their own, after the caller has
+   * its result. PostgreSQL serializes the commits of notifying transactions database-wide: inside
+   * the write's transaction they would serialize every engine's durable commits (measured:
+   * docs/decisions.md). Unflushed (`synchronous_commit off`): a notice is a hint, the poll is the net.
+   */
+  #notify(client: PgClientLike, payloads: string[]): void {
+    const sql = `BEGIN; SET LOCAL synchronous_commit TO off; SELECT pg_notify('${this.channel}', n) FROM unnest(ARRAY[${payloads.map(quoteLiteral).join(',')}]::text[]) n; COMMIT`;
+    client.query(sql).then(
+      () => client.release(),
+      (err: Error) => client.release(err),
+    );
   }
 
   /**
@@ -391,7 +430,99 @@ export class PostgresHistoryStore implements HistoryStore {
     if (!Array.isArray(events) || events.length === 0) throw invalidArgument(`Task ${taskId}: append needs at least one event.`);
     let callerNow = 0;
     for (const e of events) if (e.time > callerNow) callerNow = e.time;
-    return this.#serial(taskId, () => this.#tx(async (c) => {
+    const batcher = this.#batcher;
+    if (!batcher) return this.#serial(taskId, () => this.#appendOne({ taskId, events, options, callerNow }));
+    return this.#serial(taskId, () => new Promise<AppendResult>((resolve, reject) => batcher.submit({ taskId, events, options, callerNow, resolve, reject })));
+  }
+
+  /** Writes a batch of appends to distinct tasks (the per-task queue keeps one in flight per task). */
+  async #appendBatch(entries: PendingAppend[]): Promise<void> {
+    if (entries.length === 1) {
+      const e = entries[0]!;
+      return this.#appendOne(e).then(e.resolve, e.reject);
+    }
+    let results: (AppendResult | Error)[];
+    try {
+      const sync = entries.some((e) => e.options.sync ?? this.#options.sync ?? true);
+      results = await this.#tx((c) => this.#writeBatch(c, entries), sync, (out) =>
+        out.flatMap((r, i) => (r instanceof Error ? [] : [encodeNotice(entries[i]!.taskId, r.lastEventId)])),
+      );
+    } catch {
+      // The batch failed as a whole (a lost connection, a deadlock that outlived the retries):
+      // each append goes again alone, and reports its own outcome.
+      await Promise.all(entries.map((e) => this.#appendOne(e).then(e.resolve, e.reject)));
+      return;
+    }
+    results.forEach((r, i) => (r instanceof Error ? entries[i]!.reject(r) : entries[i]!.resolve(r)));
+  }
+
+  /**
+   * One transaction for many tasks' appends: lock every head (summaries then leases, each in task
+   * id order, so batches never deadlock), apply each append's rules alone (a rejection is that
+   * append's, never its neighbours'), then write all events, summaries and leases in one statement.
+   */
+  async #writeBatch(c: SqlClient, entries: PendingAppend[]): Promise<(AppendResult | Error)[]> {
+    const list = [...entries.map((e) => e.taskId)].sort().map(quoteLiteral).join(',');
+    const res = await c.query(
+      `WITH s AS (SELECT * FROM ${this.#s}.summaries WHERE task_id = ANY(ARRAY[${list}]::text[]) ORDER BY task_id FOR UPDATE),
+            l AS (SELECT task_id, owner, instance, generation, expires_at FROM ${this.#s}.leases WHERE task_id = ANY(ARRAY[${list}]::text[]) ORDER BY task_id FOR UPDATE)
+       SELECT (SELECT coalesce(json_agg(row_to_json(s)), '[]'::json) FROM s) AS s, (SELECT coalesce(json_agg(row_to_json(l)), '[]'::json) FROM l) AS l, ${DB_NOW} AS now`,
+    );
+    const row = res.rows[0] as { s: SummaryRow[]; l: (LeaseRow & { task_id: string })[]; now: number };
+    const dbNow = Number(row.now);
+    const summaries = new Map(row.s.map((r) => [r.task_id, r]));
+    const leases = new Map(row.l.map((r) => [r.task_id, r]));
+    const ev: [string[], number[], Buffer[]] = [[], [], []];
+    const ls: [string[], string[], string[], number[], number[]] = [[], [], [], [], []];
+    const sm: unknown[][] = Array.from({ length: 12 }, () => []);
+    const out: (AppendResult | Error)[] = [];
+    for (const e of entries) {
+      const sr = summaries.get(e.taskId);
+      const lr = leases.get(e.taskId);
+      const head: TaskHead = {
+        lastEventId: sr ? Number(sr.last_event_id) : 0,
+        maxGeneration: sr ? Number(sr.max_generation) : 0,
+        lease: lr ? toLease(lr) : undefined,
+        summary: sr ? toSummary(sr) : undefined,
+      };
+      const clock = new ClockFrame(dbNow, e.callerNow);
+      let next: TaskHead;
+      try {
+        next = applyAppend(e.taskId, clock.headToCaller(head), e.events, e.options, true);
+      } catch (err) {
+        out.push(err as Error);
+        continue;
+      }
+      for (const x of e.events) {
+        ev[0].push(e.taskId);
+        ev[1].push(x.eventId);
+        ev[2].push(asBuffer(encodeEvent(x)));
+      }
+      const s = next.summary!;
+      [e.taskId, s.workflow, s.kind, s.status, s.outcome ?? null, s.lastEventId, next.maxGeneration, s.turn, s.queued, s.lastInputId ?? null, s.createdAt, s.updatedAt].forEach((v, i) => sm[i]!.push(v));
+      if (e.options.lease) {
+        const l = clock.leaseToDb(next.lease!);
+        [e.taskId, l.owner, l.instance, l.generation, l.expiresAt].forEach((v, i) => (ls[i] as unknown[]).push(v));
+      }
+      out.push({ lastEventId: next.lastEventId, summary: { ...s } });
+    }
+    if (ev[0].length === 0) return out;
+    // Upserts are safe for rows this transaction did not see: a concurrent creator's event 1
+    // fails the events insert on its primary key, and #tx retries the batch against its row.
+    await c.query(
+      `WITH e AS (INSERT INTO ${this.#s}.events (task_id, event_id, data) SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[])),
+            l AS (INSERT INTO ${this.#s}.leases (task_id, owner, instance, generation, expires_at) SELECT * FROM unnest($4::text[], $5::text[], $6::text[], $7::bigint[], $8::bigint[])${LEASE_UPSERT})
+       INSERT INTO ${this.#s}.summaries (task_id, workflow, kind, status, outcome, last_event_id, max_generation, turn, queued, last_input_id, created_at, updated_at)
+       SELECT * FROM unnest($9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::bigint[], $15::bigint[], $16::bigint[], $17::bigint[], $18::text[], $19::bigint[], $20::bigint[])${SUMMARY_UPSERT}`,
+      [...ev, ...ls, ...sm],
+    );
+    return out;
+  }
+
+  /** One append in its own transaction (three round trips: BEGIN with the lock, the write, COMMIT). */
+  #appendOne(a: Omit<PendingAppend, 'resolve' | 'reject'>): Promise<AppendResult> {
+    const { taskId, events, options, callerNow } = a;
+    return this.#tx(async (c) => {
       const locked = await this.#lockHead(c, taskId);
       const clock = new ClockFrame(locked.dbNow, callerNow);
       const next = applyAppend(taskId, clock.headToCaller(locked.head), events, options, true);
@@ -415,7 +546,7 @@ export class PostgresHistoryStore implements HistoryStore {
         values,
       );
       return { lastEventId: next.lastEventId, summary: { ...s } };
-    }, options.sync ?? this.#options.sync ?? true, (r) => encodeNotice(taskId, r.lastEventId))).catch((err: unknown) => {
+    }, options.sync ?? this.#options.sync ?? true, (r) => [encodeNotice(taskId, r.lastEventId)]).catch((err: unknown) => {
       throw this.#raceError(err, taskId, options.expectedLastEventId);
     });
   }
@@ -705,6 +836,11 @@ export class PostgresHistoryStore implements HistoryStore {
       }
       return out;
     });
+  }
+
+  /** Group-commit counters: batches written and appends in them (0 and 0 with `groupCommit: false`). */
+  groupCommitStats(): { batches: number; appends: number } {
+    return { batches: this.#batcher?.batches ?? 0, appends: this.#batcher?.entries ?? 0 };
   }
 
   /** How many times the LISTEN connection has connected (1, then one more per reconnect). */
