@@ -328,6 +328,7 @@ export class PostgresHistoryStore implements HistoryStore {
     const pool = this.#checkedPool();
     for (let attempt = 1; ; attempt++) {
       const client = await pool.connect();
+      guard(client);
       let broken: Error | undefined;
       // BEGIN rides with the transaction's first statement when that one has no parameters
       // (#lockHead): a multi-statement simple query, one round trip fewer per write.
@@ -447,10 +448,16 @@ export class PostgresHistoryStore implements HistoryStore {
       results = await this.#tx((c) => this.#writeBatch(c, entries), sync, (out) =>
         out.flatMap((r, i) => (r instanceof Error ? [] : [encodeNotice(entries[i]!.taskId, r.lastEventId)])),
       );
-    } catch {
+    } catch (err) {
       // The batch failed as a whole (a lost connection, a deadlock that outlived the retries):
-      // each append goes again alone, and reports its own outcome.
-      await Promise.all(entries.map((e) => this.#appendOne(e).then(e.resolve, e.reject)));
+      // each append goes again alone, and reports its own outcome (after a lost COMMIT reply, landed).
+      const lost = isConnectionLoss(err);
+      await Promise.all(
+        entries.map(async (e) => {
+          const landed = lost ? await this.#landed(e).catch(() => undefined) : undefined;
+          return landed ?? this.#appendOne(e);
+        }).map((p, i) => p.then(entries[i]!.resolve, entries[i]!.reject)),
+      );
       return;
     }
     results.forEach((r, i) => (r instanceof Error ? entries[i]!.reject(r) : entries[i]!.resolve(r)));
@@ -519,8 +526,41 @@ export class PostgresHistoryStore implements HistoryStore {
     return out;
   }
 
+  /**
+   * One append, retried when the connection is lost: first it checks whether the lost write
+   * landed (a COMMIT whose reply never came), so a retry never writes twice.
+   */
+  async #appendOne(a: Omit<PendingAppend, 'resolve' | 'reject'>): Promise<AppendResult> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.#appendOnce(a);
+      } catch (err) {
+        if (!isConnectionLoss(err)) throw err;
+        const landed = await this.#landed(a).catch(() => null);
+        if (landed) return landed;
+        if (attempt >= CONNECTION_TRIES) {
+          throw new TurnlogError(
+            'TURNLOG_STORE_UNAVAILABLE',
+            `Store ${this.location}: task ${a.taskId}'s append lost its connection ${attempt} times (${(err as Error).message})${landed === null ? '; whether the last try landed could not be checked' : ''}. Retry once PostgreSQL is reachable.`,
+            { cause: err },
+          );
+        }
+        await new Promise((r) => setTimeout(r, 100 * 2 ** attempt));
+      }
+    }
+  }
+
+  /** The result of `a` if its events are stored exactly (a commit whose reply was lost), else undefined. */
+  async #landed(a: Omit<PendingAppend, 'resolve' | 'reject'>): Promise<AppendResult | undefined> {
+    const from = a.options.expectedLastEventId + 1;
+    const rows = await this.#query(`SELECT data FROM ${this.#s}.events WHERE task_id = $1 AND event_id BETWEEN $2 AND $3 ORDER BY event_id`, [a.taskId, from, from + a.events.length - 1]);
+    if (rows.length !== a.events.length || !rows.every((r: { data: Buffer }, i) => asBuffer(encodeEvent(a.events[i]!)).equals(r.data))) return undefined;
+    const summary = await this.getSummary(a.taskId);
+    return summary ? { lastEventId: from + a.events.length - 1, summary } : undefined;
+  }
+
   /** One append in its own transaction (three round trips: BEGIN with the lock, the write, COMMIT). */
-  #appendOne(a: Omit<PendingAppend, 'resolve' | 'reject'>): Promise<AppendResult> {
+  #appendOnce(a: Omit<PendingAppend, 'resolve' | 'reject'>): Promise<AppendResult> {
     const { taskId, events, options, callerNow } = a;
     return this.#tx(async (c) => {
       const locked = await this.#lockHead(c, taskId);
@@ -905,6 +945,23 @@ class ClockFrame {
 export function quoteLiteral(value: string): string {
   const body = value.replace(/'/g, "''");
   return body.includes('\\') ? ` E'${body.replace(/\\/g, '\\\\')}'` : `'${body}'`;
+}
+
+const CONNECTION_TRIES = 5;
+const guarded = new WeakSet<object>();
+
+/** A checked-out client's connection error rejects its query; unheard, it would crash the process. */
+function guard(client: object): void {
+  if (guarded.has(client)) return;
+  guarded.add(client);
+  (client as { on?(e: string, f: () => void): void }).on?.('error', () => undefined);
+}
+
+/** The server or the network dropped the connection (restart, pg_terminate_backend, reset). */
+export function isConnectionLoss(err: unknown): boolean {
+  const code = String((err as { code?: unknown })?.code ?? '');
+  if (/^(57P0[123]|08\d{3}|ECONNRESET|ECONNREFUSED|EPIPE|ETIMEDOUT)$/.test(code)) return true;
+  return /Connection terminated|connection error|Client was closed|timeout exceeded when trying to connect/i.test(String((err as Error)?.message ?? ''));
 }
 
 /** A Buffer view of encoded bytes, without a copy. */
