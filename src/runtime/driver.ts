@@ -20,7 +20,7 @@ import { finalizeDrafts, outcomeDrafts, oversized, turnStartDrafts, withinLimits
 import type { TurnResults } from './results.js';
 import type { Runtime } from './runtime.js';
 import type { Supervisor } from './supervisor.js';
-import type { ActiveAttempt, LockedTask, TaskCache, TaskEntry } from './task-cache.js';
+import { MAX_RACES, type ActiveAttempt, type LockedTask, type TaskCache, type TaskEntry } from './task-cache.js';
 
 /** After a ConcurrencyError (and its re-read): the history still has this attempt's turn open. */
 function stillOurs(t: TaskEntry, active: ActiveAttempt, err: unknown): boolean {
@@ -51,8 +51,24 @@ export class Driver {
     this.#supervisor = supervisor;
   }
 
-  /** Appends `pre` (if any) together with whatever the replayer decides next. Holds the lock. */
+  /**
+   * Appends `pre` (if any) together with whatever the replayer decides next. Holds the lock.
+   * A lost race (ConcurrencyError, the history re-read) once `pre` is written is decided again
+   * on the history as it now is; while `pre` is unwritten it goes to the caller, whose drafts
+   * were built on the old state (TaskCache.mutate decides those again).
+   */
   async drive(t: LockedTask, pre: Draft[] = []): Promise<void> {
+    let pending = pre;
+    for (let races = 0; ; races++) {
+      try {
+        return await this.#driveOnce(t, pending, () => (pending = []));
+      } catch (err) {
+        if (pending.length > 0 || races >= MAX_RACES || !isTurnlogError(err, 'TURNLOG_CONCURRENCY')) throw err;
+      }
+    }
+  }
+
+  async #driveOnce(t: LockedTask, pre: Draft[], written: () => void): Promise<void> {
     let pending = pre;
     let leaseRead = false;
     for (;;) {
@@ -82,6 +98,7 @@ export class Driver {
           await this.#appender.append(t, finalizeDrafts(decision, preview, pending));
           this.#results.afterTerminal(t, before);
           pending = [];
+          written();
           continue;
         }
         case 'rerun':
@@ -121,8 +138,8 @@ export class Driver {
     const now = this.#rt.clock.now();
     const policy = preview.policy;
     // An exclusive store proves other instances dead: their leases count as expired.
-    const current = t.lease && this.#rt.store.exclusive && t.lease.instance !== this.#rt.instance ? { ...t.lease, expiresAt: 0 } : t.lease;
-    const lease = nextLease(t.id, current, { owner: this.#rt.owner, instance: this.#rt.instance, durationMs: this.#rt.leaseMs, now }, preview.highestGeneration || 1, !this.#rt.store.exclusive);
+    const current = t.lease && this.#rt.store.supports.exclusive && t.lease.instance !== this.#rt.instance ? { ...t.lease, expiresAt: 0 } : t.lease;
+    const lease = nextLease(t.id, current, { owner: this.#rt.owner, instance: this.#rt.instance, durationMs: this.#rt.leaseMs, now }, preview.highestGeneration || 1, !this.#rt.store.supports.exclusive);
     // Throws before anything is written when the workflow's executor is not configured.
     const executor = this.#executorFor(policy.executor);
     // A worker taken now lets TurnStarted name its pid (0: it waits for a free worker).
@@ -221,13 +238,14 @@ export class Driver {
       throw err;
     };
     // A record does not depend on what a same-generation writer appended (a send, a withdraw): when
-    // the re-read history still has this attempt's turn open, it goes on top, once, instead of failing.
+    // the re-read history still has this attempt's turn open, it goes on top instead of failing.
     const record = async (t: LockedTask, drafts: () => Draft[]): Promise<void> => {
-      try {
-        await this.#appender.append(t, drafts());
-      } catch (err) {
-        if (t.active !== active || !stillOurs(t, active, err)) return fenced(err);
-        await this.#appender.append(t, drafts()).catch(fenced);
+      for (let races = 0; ; races++) {
+        try {
+          return await this.#appender.append(t, drafts());
+        } catch (err) {
+          if (races >= MAX_RACES || t.active !== active || !stillOurs(t, active, err)) return fenced(err);
+        }
       }
     };
     const at = `Task ${t.id}, turn ${active.turn}`;
@@ -279,16 +297,21 @@ export class Driver {
     const ended = withinLimits(this.#rt.limits, t.id, active, outcome);
     const build = (s: TaskState) => outcomeDrafts(s, active, ended, t.lease, this.#rt.clock.now(), this.#rt.encodesFailureText);
     let s = t.state!;
-    let { drafts, lease: leaseOut } = build(s);
-    try {
-      await this.#appender.append(t, drafts, leaseOut);
-    } catch (err) {
-      // Another writer appended under our generation (a withdraw on a shared store) and the re-read
-      // history still has this attempt's turn open: its outcome goes on top instead of being lost.
-      if (!stillOurs(t, active, err)) throw err;
-      s = t.state!;
-      ({ drafts, lease: leaseOut } = build(s));
-      await this.#appender.append(t, drafts, leaseOut);
+    let drafts: Draft[];
+    for (let races = 0; ; races++) {
+      const built = build(s);
+      drafts = built.drafts;
+      try {
+        await this.#appender.append(t, drafts, built.lease);
+        break;
+      } catch (err) {
+        // Another writer appended under our generation (a withdraw or a send on a shared store) and
+        // the re-read history still has this attempt's turn open: its outcome goes on top instead of
+        // being lost. When the history shows the turn ended elsewhere, decide again from there.
+        if (!isTurnlogError(err, 'TURNLOG_CONCURRENCY') || races >= MAX_RACES) throw err;
+        if (!stillOurs(t, active, err)) return this.drive(t);
+        s = t.state!;
+      }
     }
     if (drafts.some(isTurnTerminal)) this.#results.afterTerminal(t, s);
     else if (ended.kind === 'exit-for-recovery') this.#results.deferWaiters(t, s);

@@ -68,6 +68,8 @@ export class Engine implements TaskClient {
   readonly #scanner: Scanner;
   readonly #watcher: Watcher;
   #state: 'inactive' | 'activating' | 'open' | 'quiescing' | 'closed' = 'inactive';
+  /** The recovery pass this activation started at open. */
+  #recovery: Promise<void> = Promise.resolve();
 
   private constructor(options: EngineOptions) {
     const o = (this.#o = resolveOptions(options));
@@ -182,7 +184,8 @@ export class Engine implements TaskClient {
       await phase('scanner');
       this.#scanner.arm();
       await phase('recovery');
-      await this.recover();
+      this.#recovery = this.recover();
+      await this.#recovery;
     } catch (err) {
       await this.#quiesce(0).catch((e) => this.#o.log.warn('rollback after failed activation failed', { error: e }));
       this.#state = 'inactive';
@@ -259,7 +262,12 @@ export class Engine implements TaskClient {
     const inputId = options.inputId ?? `in-${nanoid(12)}`;
     checkId('inputId', inputId);
     const payload = this.#inputPayload(t.id, inputId, input);
-    return this.#cache.withLock(t, async (t) => {
+    return this.#cache.mutate(t, async (t, retry) => {
+      // A lost race after this input was written (the turn start lost it): decide again, no second copy.
+      if (retry > 0 && t.state && (await this.#hasInput(t, inputId))) {
+        await this.#driver.drive(t);
+        return inputId;
+      }
       const s = t.state;
       if (!s) {
         const policy = resolvePolicy(wf, this.#o.defaultExecutor);
@@ -320,7 +328,7 @@ export class Engine implements TaskClient {
   async cancel(taskId: string, reason = 'cancelled by caller', scope: 'task' | 'turn' = 'task'): Promise<void> {
     this.#assertOpen('cancel');
     const t = await this.#cache.load(taskId);
-    await this.#cache.withLock(t, async (t) => {
+    await this.#cache.mutate(t, async (t) => {
       const s = t.state;
       if (!s) throw notFound(taskId);
       const draft = cancelDraft(s, scope, reason);
@@ -342,7 +350,7 @@ export class Engine implements TaskClient {
   async withdraw(taskId: string, inputId: string, reason = 'withdrawn by caller'): Promise<void> {
     this.#assertOpen('withdraw');
     const t = await this.#cache.load(taskId);
-    await this.#cache.withLock(t, async (t) => {
+    await this.#cache.mutate(t, async (t) => {
       // Inputs still queued when a task completed never run, but they cannot be withdrawn either.
       const q = t.state?.status === 'completed' ? undefined : t.state?.queue.find((x) => x.inputId === inputId);
       if (!q) {
@@ -471,6 +479,15 @@ export class Engine implements TaskClient {
     return this.#results.latestTurnResult<O>(t, s);
   }
 
+
+  /**
+   * Resolves once the recovery pass that activation started has decided every task that was due
+   * at open: their turns are running again (it does not wait for them to end). Rejects if that
+   * pass failed (also logged; the periodic scan retries). See docs/recovery.md.
+   */
+  async recovered(): Promise<void> {
+    return this.#recovery;
+  }
 
   /** Runs one recovery pass now (it also runs at open and every `scanIntervalMs`). */
   async recover(): Promise<void> {

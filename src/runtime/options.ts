@@ -81,6 +81,11 @@ export interface EngineOptions {
    */
   retentionMs?: number;
   /**
+   * Tasks recovered at once: each is loaded and decided under its own lock while up to this many
+   * others are, so their appends share group commits. Default 64 (docs/recovery.md).
+   */
+  recoveryConcurrency?: number;
+  /**
    * Capture mode for memory snapshots: register workflows, open nothing. Default:
    * `TURNLOG_SNAPSHOT_CAPTURE=true` in the environment. See docs/snapshots.md.
    */
@@ -114,6 +119,11 @@ export function resolveLimits(given: Partial<PayloadLimits> | undefined): Readon
     if (!(key in DEFAULT_PAYLOAD_LIMITS)) throw invalidArgument(`limits.${key} is not a payload limit; use ${Object.keys(DEFAULT_PAYLOAD_LIMITS).join(', ')}.`);
   }
   return Object.freeze(limits);
+}
+
+function positiveInteger(name: string, v: number): number {
+  if (!Number.isInteger(v) || v < 1) throw invalidArgument(`${name} must be a positive integer, got ${String(v)}.`);
+  return v;
 }
 
 export function positive(name: string, v: number): number {
@@ -153,6 +163,7 @@ export interface EngineSettings {
   readonly maxCached: number;
   readonly maxRunningTurns: number;
   readonly retentionMs: number | undefined;
+  readonly recoveryConcurrency: number;
   readonly log: Logger;
   readonly defaultExecutor: ExecutorKind;
   readonly limits: Readonly<PayloadLimits>;
@@ -205,6 +216,7 @@ export function resolveOptions(options: EngineOptions): EngineSettings {
     maxCached: options.maxCachedTasks ?? 10_000,
     maxRunningTurns: runningCap(options.maxRunningTurns),
     retentionMs: options.retentionMs === undefined ? undefined : positive('retentionMs', options.retentionMs),
+    recoveryConcurrency: positiveInteger('recoveryConcurrency', options.recoveryConcurrency ?? 64),
     log: options.logger ?? consoleLogger,
     defaultExecutor: options.defaultExecutor ?? 'inline',
     limits: resolveLimits(options.limits),

@@ -1,17 +1,22 @@
 /**
- * The recovery scanner: one pass finds every task that needs the engine (in-progress with a
- * dead lease, queued inputs, pending) and drives it; corrupt tasks are skipped; retention
- * deletes old completed histories. Runs at open, every `scanIntervalMs`, and on `recover()`.
+ * The recovery scanner: claims due work from the store a bounded batch at a time (in progress
+ * under a dead lease, pending, queued inputs, completed past the retention) and drives each task
+ * under its lock, up to `recoveryConcurrency` at once so their appends share group commits.
+ * Corrupt tasks are skipped; retention deletes old completed histories. Runs at open (in the
+ * background), every `scanIntervalMs`, and on `recover()`.
  */
 import { isHistoryUnreadable as isUnreadable } from '../errors.js';
 import type { Lease } from '../history/events.js';
-import type { HistoryStore } from '../store/history-store.js';
+import type { DueBatch, DueTask, HistoryStore } from '../store/history-store.js';
 import type { OrphanClaim, ClaimedOrphan } from '../store/postgres-store.js';
 import type { Timer } from './clock.js';
 import { logFailure } from './appender.js';
 import type { Driver } from './driver.js';
 import type { Runtime } from './runtime.js';
 import type { TaskCache, TaskEntry } from './task-cache.js';
+
+/** Tasks asked of the store per claim. */
+export const CLAIM_BATCH = 256;
 
 export class Scanner {
   readonly #rt: Runtime;
@@ -29,7 +34,7 @@ export class Scanner {
     this.#poll = poll;
   }
 
-  /** Runs one recovery pass now (it also runs at open and every `scanIntervalMs`). */
+  /** Runs one recovery pass now, or joins the one in flight (it also runs at open and every `scanIntervalMs`). */
   async recover(): Promise<void> {
     if (!this.#rt.open) return;
     if (this.#scanning) return this.#scanning;
@@ -40,62 +45,101 @@ export class Scanner {
   async #recoverPass(): Promise<void> {
     if (!this.#rt.store.exclusive) await this.#poll();
     const now = this.#rt.clock.now();
-    const claimed = new Map<string, Lease | undefined>();
+    const retentionMs = this.#rt.retentionMs;
+    const running = new Set<Promise<void>>();
+    // A shared store that claims orphans with SKIP LOCKED: take them up to our free slots first;
+    // the in-progress tasks claimDueWork lists are then other engines' (or beyond our cap).
     const store = this.#rt.store;
-    const ids = new Set(canClaimOrphans(store) ? await this.#claimOrphans(store, claimed) : await store.listRecoverable(now, this.#rt.instance));
-    for (const status of ['suspended', 'pending'] as const) {
-      let cursor: string | undefined;
-      try {
-        do {
-          const page = await this.#rt.store.listTasks(cursor ? { status, cursor } : { status });
-          for (const s of page.tasks) if (s.queued > 0 || status === 'pending') ids.add(s.taskId);
-          cursor = page.next;
-        } while (cursor);
-      } catch (err) {
-        // An unreadable summary: recover the tasks listed so far and every in-progress one.
-        if (!isUnreadable(err)) throw err;
-        this.#rt.log.error('recovery could not list every task', { status, error: err });
+    const claiming = canClaimOrphans(store);
+    if (claiming) {
+      const claimed = new Map<string, Lease | undefined>();
+      for (const id of await this.#claimOrphans(store, claimed)) {
+        while (running.size >= this.#rt.recoveryConcurrency) await Promise.race(running);
+        const p = this.#recoverTask(id, { previous: claimed.get(id) }).finally(() => running.delete(p));
+        running.add(p);
       }
     }
-    for (const id of ids) {
-      if (!this.#rt.open) return;
-      if (this.#cache.corruptMark(id)) continue;
-      // One task that cannot be loaded (an unreadable or corrupt history, an id an older version
-      // accepted) must not stop the others' recovery, nor Engine.open (test: runtime/engine "cannot be loaded").
-      let t: TaskEntry;
-      try {
-        t = await this.#cache.load(id);
-      } catch (err) {
-        // A corrupt task was logged and marked by the cache (isolate); every other task is still served.
-        if (this.#cache.corruptMark(id)) continue;
-        this.#rt.log.error('recovery failed: the task cannot be loaded', { taskId: id, error: err });
-        continue;
-      }
-      if (t.active) continue;
-      await this.#cache
-        .withLock(t, async (t) => {
-          if (!claimed.has(id)) return this.#driver.drive(t);
-          const mine = (t.lease = (await this.#rt.store.getLease(id)) ?? t.lease);
-          t.claim = { previous: claimed.get(id) };
-          try {
-            await this.#driver.drive(t);
-          } finally {
-            t.claim = undefined;
-            // Claimed but not run here (nothing to do, not our workflow): free it for the others.
-            if (!t.active && mine && t.lease === mine) await this.#rt.store.releaseLease(id, mine, this.#rt.clock.now());
+    const purged: string[] = [];
+    let cursor: string | undefined;
+    try {
+      do {
+        const batch = await this.#rt.store
+          .claimDueWork({
+            now,
+            instance: this.#rt.instance,
+            limit: CLAIM_BATCH,
+            ...(cursor === undefined ? {} : { cursor }),
+            ...(retentionMs === undefined ? {} : { retentionMs }),
+          })
+          .catch((err: unknown) => {
+            // An unreadable record the store could not route around: what was claimed so far is recovered.
+            if (!isUnreadable(err)) throw err;
+            this.#rt.log.error('recovery could not claim every due task', { error: err });
+            return { tasks: [] as DueTask[] } as DueBatch;
+          });
+        for (const due of batch.tasks) {
+          if (!this.#rt.open) break;
+          if (claiming && due.reason === 'in-progress') continue;
+          if (due.reason === 'retention') {
+            if (await this.#purge(due.taskId)) purged.push(due.taskId);
+            continue;
           }
-        })
-        .catch((err) => logFailure(this.#rt.log, 'recovery failed', { taskId: id }, err));
+          // Bounded: wait for a slot, then start this task's recovery and claim on meanwhile.
+          while (running.size >= this.#rt.recoveryConcurrency) await Promise.race(running);
+          const p = this.#recoverTask(due.taskId).finally(() => running.delete(p));
+          running.add(p);
+        }
+        cursor = batch.next;
+      } while (cursor !== undefined && this.#rt.open);
+    } finally {
+      await Promise.all(running);
     }
-    if (this.#rt.retentionMs !== undefined && this.#rt.open) {
-      const purged = await this.#rt.store.purgeCompleted(this.#rt.retentionMs, this.#rt.clock.now()).catch((err: unknown) => {
-        if (!isUnreadable(err)) throw err;
-        this.#rt.log.error('retention skipped: a summary cannot be read', { error: err });
-        return [] as string[];
-      });
-      for (const id of purged) this.#cache.forgetIdle(id);
-      if (purged.length) this.#rt.log.info('retention deleted completed tasks', { count: purged.length });
+    if (purged.length) this.#rt.log.info('retention deleted completed tasks', { count: purged.length });
+  }
+
+  /** Loads and drives one task; never throws (one task must not stop the others, nor Engine.open). */
+  async #recoverTask(id: string, claim?: { previous: Lease | undefined }): Promise<void> {
+    if (!this.#rt.open || this.#cache.corruptMark(id)) return;
+    // One task that cannot be loaded (an unreadable or corrupt history, an id an older version
+    // accepted) must not stop the others' recovery (test: runtime/engine "cannot be loaded").
+    let t: TaskEntry;
+    try {
+      t = await this.#cache.load(id);
+    } catch (err) {
+      // A corrupt task was logged and marked by the cache (isolate); every other task is still served.
+      if (this.#cache.corruptMark(id)) return;
+      this.#rt.log.error('recovery failed: the task cannot be loaded', { taskId: id, error: err });
+      return;
     }
+    if (t.active) return;
+    await this.#cache
+      .withLock(t, async (t) => {
+        if (!claim) return this.#driver.drive(t);
+        const mine = (t.lease = (await this.#rt.store.getLease(id)) ?? t.lease);
+        t.claim = claim;
+        try {
+          await this.#driver.drive(t);
+        } finally {
+          t.claim = undefined;
+          // Claimed but not run here (nothing to do, not our workflow): free it for the others.
+          if (!t.active && mine && t.lease === mine) await this.#rt.store.releaseLease(id, mine, this.#rt.clock.now());
+        }
+      })
+      .catch((err) => logFailure(this.#rt.log, 'recovery failed', { taskId: id }, err));
+  }
+
+  /** Retention: deletes a completed task's records unless this engine still serves it. */
+  async #purge(id: string): Promise<boolean> {
+    const t = this.#cache.get(id);
+    if (t && (t.active || t.busy > 0 || t.state?.status !== 'completed')) return false;
+    try {
+      await this.#rt.store.deleteTask(id);
+    } catch (err) {
+      this.#rt.log.error('retention could not delete a task', { taskId: id, error: err });
+      return false;
+    }
+    this.#cache.forgetIdle(id);
+    return true;
   }
 
   /**

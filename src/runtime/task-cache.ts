@@ -3,7 +3,7 @@
  * and alone owns the per-task lock. Mutations take a {@link LockedTask}, which only
  * {@link TaskCache.withLock} hands out.
  */
-import { HistoryCorruptError, isHistoryUnreadable as isUnreadable, type PayloadTooLargeError } from '../errors.js';
+import { HistoryCorruptError, isHistoryUnreadable as isUnreadable, isTurnlogError, type PayloadTooLargeError } from '../errors.js';
 import type { Lease, TurnTerminalEvent } from '../history/events.js';
 import type { TaskState } from '../history/state.js';
 import { decodeState } from '../history/state-codec.js';
@@ -61,6 +61,9 @@ export class TaskEntry {
   constructor(readonly id: string) {}
 }
 
+
+/** How many lost races in a row one mutation survives before its ConcurrencyError reaches the caller. */
+export const MAX_RACES = 8;
 
 declare const lockedBrand: unique symbol;
 /** A task whose lock the holder has: the only kind that appends, drives or finishes attempts. */
@@ -207,6 +210,25 @@ export class TaskCache {
     const run = t.chain.then(() => fn(t as LockedTask)).finally(() => t.busy--);
     t.chain = run.catch(() => undefined);
     return run;
+  }
+
+  /**
+   * {@link withLock}, deciding again after a lost race: a ConcurrencyError means another writer
+   * appended first (the appender has re-read the history), so `fn` runs again on the task as it
+   * now is, up to {@link MAX_RACES} times. `fn` learns which try it is (`retry`, 0 first) to
+   * find what an earlier try already wrote (test: runtime/engine-races "lost race").
+   */
+  async mutate<T>(first: TaskEntry, fn: (task: LockedTask, retry: number) => Promise<T>): Promise<T> {
+    let t = first;
+    for (let retry = 0; ; retry++) {
+      try {
+        return await this.withLock(t, (task) => fn(task, retry));
+      } catch (err) {
+        if (retry >= MAX_RACES || !isTurnlogError(err, 'TURNLOG_CONCURRENCY')) throw err;
+        // A failed re-read dropped the entry: load it afresh.
+        t = await this.load(t.id);
+      }
+    }
   }
 }
 

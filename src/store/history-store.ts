@@ -1,6 +1,8 @@
 /**
- * The storage contract. `LevelHistoryStore` (default), `MemoryHistoryStore` and
- * `PostgresHistoryStore` implement it; test/store/contract.ts runs one suite on each.
+ * The storage contract, in roles (log, index, leases, claims, snapshots, retention) with a
+ * `supports` manifest; `HistoryStore` is all of them. `LevelHistoryStore` (default),
+ * `MemoryHistoryStore` and `PostgresHistoryStore` implement it; `storeContract` (turnlog/testing)
+ * runs one suite on each.
  * Only the engine writes a store (invariant 2).
  */
 import type { HistoryEvent, Lease, TaskStatus, TaskSummary } from '../history/events.js';
@@ -76,27 +78,94 @@ export interface CorruptMark {
  */
 export type AppendNotice = { taskId: string; lastEventId: number; resync?: undefined } | { resync: true };
 
-export interface HistoryStore {
-  /** Directory or URL, for messages. */
-  readonly location: string;
+/**
+ * What a store can do beyond the core contract. The engine, the CLI and the UI read this
+ * manifest instead of testing a store's class (`instanceof`), so a third-party store is treated
+ * by what it declares.
+ */
+export interface StoreSupports {
   /**
-   * True when opening the store proves every earlier writer dead (LevelDB's process lock,
-   * an in-memory store): leases of other instances are void at once and recovery need not wait.
+   * Opening the store proves every earlier writer dead (LevelDB's process lock, an in-memory
+   * store): leases of other instances are void at once and recovery need not wait for them.
    */
   readonly exclusive: boolean;
+  /** The store tells a caller that another writer appended (`watch`, LISTEN/NOTIFY on PostgreSQL). */
+  readonly watch: boolean;
+  /**
+   * `claimDueWork` hands a task to one caller at a time even when many engines share the store
+   * (`FOR UPDATE SKIP LOCKED`). False: the claim is a plain read, safe only with one writer or
+   * with the fencing of leases and expected ids (which every store has) to sort out a tie.
+   */
+  readonly claim: boolean;
+  /** Concurrent appends share one durable write (store/group-commit.ts). */
+  readonly groupCommit: boolean;
+}
 
+/** Why a task was handed out by {@link WorkClaims.claimDueWork}. */
+export type DueReason =
+  /** In progress, and its lease is missing or expired (exclusive stores: held by another instance). */
+  | 'in-progress'
+  /** Created, no turn started yet. */
+  | 'pending'
+  /** Suspended with queued inputs. */
+  | 'queued'
+  /** Completed longer than the retention ago, and not marked corrupt: delete it. */
+  | 'retention';
+
+export interface DueTask {
+  taskId: string;
+  reason: DueReason;
+}
+
+export interface ClaimRequest {
+  /** The caller's clock. A store on a shared clock (PostgreSQL) judges lease expiry by its own. */
+  now: number;
+  /** The claiming engine's instance; on an exclusive store every other instance's lease is void. */
+  instance: string;
+  /** At most this many tasks in the batch (≥ 1). */
+  limit: number;
+  /** Continue after the batch that returned this `next`. */
+  cursor?: string;
+  /** Also hand out completed tasks last updated at least this long before `now`. Absent: none. */
+  retentionMs?: number;
+}
+
+export interface DueBatch {
+  /** In order: in-progress, pending, queued, retention; by task id within each. */
+  tasks: DueTask[];
+  /** Pass as `cursor` for the next batch; absent once every due task was handed out. */
+  next?: string;
+}
+
+/** Opening and closing; `location` names the store in messages. */
+export interface StoreLifecycle {
+  /** Directory or URL, for messages. */
+  readonly location: string;
+  /** What the store can do; consult it instead of the store's class. */
+  readonly supports: StoreSupports;
+  /** Same as `supports.exclusive` (kept for code written before the manifest). */
+  readonly exclusive: boolean;
   open(): Promise<void>;
   close(): Promise<void>;
+}
 
+/** The log: append and read one task's events. */
+export interface EventLog {
   /** Appends events atomically (all or nothing) with the derived summary and optional lease. */
   append(taskId: string, events: readonly HistoryEvent[], options: AppendOptions): Promise<AppendResult>;
-
   readEvents(taskId: string, options?: ReadOptions): Promise<HistoryEvent[]>;
   /** Streams a long history in pages without loading it whole. */
   iterateEvents(taskId: string, options?: ReadOptions): AsyncIterable<HistoryEvent>;
+}
+
+/** Summaries (derived from histories) and listing. */
+export interface TaskIndex {
   getSummary(taskId: string): Promise<TaskSummary | undefined>;
   listTasks(options?: ListOptions): Promise<TaskPage>;
+}
 
+/** Leases: who may write a task, and fencing by generation. */
+export interface LeaseStore {
   getLease(taskId: string): Promise<Lease | undefined>;
   /** Claims with the acquisition table (history/lease.ts); LeaseHeldError for a foreign live lease. */
   claimLease(taskId: string, request: LeaseRequest): Promise<Lease>;
@@ -107,17 +176,34 @@ export interface HistoryStore {
   /**
    * In-progress tasks whose lease is missing or expired at `now` (exclusive stores: not held by
    * `instance`). A store on a shared clock (PostgreSQL) judges expiry by its own clock instead.
+   * The engine uses {@link WorkClaims.claimDueWork}; this stays for tools and older callers.
    */
   listRecoverable(now: number, instance: string): Promise<string[]>;
+}
 
+/** The claim of due work: what recovery, the periodic scan and retention act on. */
+export interface WorkClaims {
+  /**
+   * A bounded batch of tasks that need a decision: in progress under a dead lease, pending,
+   * suspended with queued inputs, and (with `retentionMs`) completed past the retention. Never a
+   * task marked corrupt for retention. A task whose summary cannot be read is handed out as
+   * `in-progress`, so the engine loads it, finds what is corrupt and isolates that one task.
+   */
+  claimDueWork(request: ClaimRequest): Promise<DueBatch>;
+}
+
+/** Snapshots: a shortcut past the start of a long history. */
+export interface SnapshotStore {
   putSnapshot(taskId: string, snapshot: StoredSnapshot): Promise<void>;
   getSnapshot(taskId: string): Promise<StoredSnapshot | undefined>;
+}
 
+/** Deleting histories, and the marks of tasks that cannot be read. */
+export interface RetentionStore {
   /** Deletes a task's history, summary, lease, snapshot and corrupt mark. */
   deleteTask(taskId: string): Promise<void>;
   /** Retention: deletes completed tasks whose last update is older than `olderThanMs` before `now`. Returns ids. Never a task marked corrupt. */
   purgeCompleted(olderThanMs: number, now: number): Promise<string[]>;
-
   /** Records that a task cannot be read; touches none of its records. `listTasks` shows it on the task's summary. */
   markCorrupt(mark: CorruptMark): Promise<void>;
   /** Every task marked corrupt, by task id. */
@@ -130,3 +216,6 @@ export interface HistoryStore {
    */
   watch?(listener: (notice: AppendNotice) => void): () => void;
 }
+
+/** The whole contract: every role. What `Engine.open({ store })` takes. */
+export interface HistoryStore extends StoreLifecycle, EventLog, TaskIndex, LeaseStore, WorkClaims, SnapshotStore, RetentionStore {}

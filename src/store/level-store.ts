@@ -18,10 +18,13 @@ import { HISTORY_FORMAT_VERSION, type HistoryEvent, type Lease, type TaskSummary
 import type { LeaseRequest } from '../history/lease.js';
 import { summarize } from '../history/summary.js';
 import { GroupCommitter, type BatchOp } from './group-commit.js';
+import { claimFromIndex, type IndexEntry } from './due-work.js';
 import type {
   CorruptMark,
   AppendOptions,
   AppendResult,
+  ClaimRequest,
+  DueBatch,
   HistoryStore,
   ListOptions,
   ReadOptions,
@@ -101,6 +104,7 @@ type State = 'new' | 'opening' | 'open' | 'closing' | 'closed';
 export class LevelHistoryStore implements HistoryStore {
   readonly location: string;
   readonly exclusive = true;
+  readonly supports = { exclusive: true, watch: false, claim: false, groupCommit: true } as const;
   // Built in open(), after the directory check: a Level opens itself (and creates its files)
   // one microtask after construction unless open() is called first.
   #db!: Level<Buffer, Buffer>;
@@ -600,6 +604,36 @@ export class LevelHistoryStore implements HistoryStore {
       out.set(taskIdOfKey(k), { ...m, taskId: taskIdOfKey(k) });
     }
     return out;
+  }
+
+  /** From the status index, a page at a time (store/due-work.ts has the rules). */
+  async claimDueWork(request: ClaimRequest): Promise<DueBatch> {
+    this.#checkOpen();
+    let marks: Map<string, CorruptMark> | undefined;
+    return claimFromIndex(request, async (status, cursor, limit) => {
+      const prefix = statusIndexPrefix(status);
+      const range = cursor === undefined ? { gte: prefix, lt: prefixEnd(prefix) } : { gt: decodeCursorBytes(cursor), lt: prefixEnd(prefix) };
+      const keys = await this.#db.keys({ ...range, limit: limit + 1 }).all();
+      const pageKeys = keys.slice(0, limit);
+      const ids = pageKeys.map(taskIdOfKey);
+      const raws = ids.length ? await this.#db.getMany(ids.map(summaryKey)) : [];
+      if (status === 'completed' && ids.length) marks ??= await this.#marks();
+      const entries = await Promise.all(
+        ids.map(async (id, i): Promise<IndexEntry> => {
+          const raw = raws[i];
+          if (raw === undefined) return { taskId: id };
+          try {
+            const summary = this.#summary(id, summaryKey(id), raw);
+            // Leases matter only to in-progress tasks; one written by an earlier process is void.
+            const lease = status === 'in_progress' ? await this.getLease(id) : undefined;
+            return { taskId: id, summary, lease, marked: marks?.has(id) ?? false };
+          } catch {
+            return { taskId: id, unreadable: true };
+          }
+        }),
+      );
+      return keys.length > limit ? { entries, next: encodeCursor(pageKeys[pageKeys.length - 1]!) } : { entries };
+    });
   }
 
   async listRecoverable(now: number, instance: string): Promise<string[]> {

@@ -9,6 +9,8 @@ import type {
   CorruptMark,
   AppendOptions,
   AppendResult,
+  ClaimRequest,
+  DueBatch,
   HistoryStore,
   ListOptions,
   ReadOptions,
@@ -29,6 +31,7 @@ import {
   type TaskHead,
 } from './task-head.js';
 import { decodeCursor, encodeCursor, pageLimit, readBounds } from './paging.js';
+import { claimFromIndex } from './due-work.js';
 
 interface MemoryTask {
   head: TaskHead;
@@ -47,6 +50,7 @@ interface MemoryTask {
 export class MemoryHistoryStore implements HistoryStore {
   readonly location: string;
   readonly exclusive = true;
+  readonly supports = { exclusive: true, watch: false, claim: false, groupCommit: false } as const;
   #tasks = new Map<string, MemoryTask>();
   #corrupt = new Map<string, CorruptMark>();
   #open = false;
@@ -178,6 +182,24 @@ export class MemoryHistoryStore implements HistoryStore {
       if (t.head.summary && isRecoverable(t.head.summary, t.head.lease, now, instance)) ids.push(id);
     }
     return ids.sort(compareBytes);
+  }
+
+  /** By task id within each status (store/due-work.ts has the rules). */
+  async claimDueWork(request: ClaimRequest): Promise<DueBatch> {
+    this.#check();
+    return claimFromIndex(request, async (status, cursor, limit) => {
+      const after = cursor === undefined ? undefined : decodeCursor(cursor);
+      const ids: string[] = [];
+      for (const [id, t] of this.#tasks) {
+        if (t.head.summary?.status === status && (after === undefined || compareBytes(id, after) > 0)) ids.push(id);
+      }
+      ids.sort(compareBytes);
+      const entries = ids.slice(0, limit).map((taskId) => {
+        const head = this.#tasks.get(taskId)!.head;
+        return { taskId, summary: { ...head.summary! }, lease: head.lease && { ...head.lease }, marked: this.#corrupt.has(taskId) };
+      });
+      return ids.length > limit ? { entries, next: encodeCursor(entries[entries.length - 1]!.taskId) } : { entries };
+    });
   }
 
   async putSnapshot(taskId: string, snapshot: StoredSnapshot): Promise<void> {

@@ -13,13 +13,17 @@ import type {
   CorruptMark,
   AppendOptions,
   AppendResult,
+  ClaimRequest,
+  DueBatch,
   HistoryStore,
   ListOptions,
   ReadOptions,
   StoredSnapshot,
+  StoreSupports,
   TaskPage,
 } from './history-store.js';
 import { checkTaskId } from './keys.js';
+import { checkClaim } from './due-work.js';
 import { decodeCursor, encodeCursor, pageLimit, iterateInPages, readBounds } from './paging.js';
 import { Batcher } from './batcher.js';
 import { PgListener, encodeNotice, noticeChannel } from './postgres-listener.js';
@@ -180,6 +184,8 @@ export function parsePostgresUrl(url: string): { connectionString: string; schem
 export class PostgresHistoryStore implements HistoryStore {
   readonly location: string;
   readonly exclusive = false;
+  /** `claim: false`: `claimDueWork` is a plain read; orphans are claimed with SKIP LOCKED by `claimOrphans`. */
+  readonly supports: StoreSupports;
   /** The PostgreSQL schema holding the tables. */
   readonly schema: string;
   readonly #s: string;
@@ -205,6 +211,7 @@ export class PostgresHistoryStore implements HistoryStore {
     this.schema = options.schema ?? 'turnlog';
     this.#s = quoteSchema(this.schema);
     this.channel = noticeChannel(this.schema);
+    this.supports = { exclusive: false, watch: true, claim: false, groupCommit: options.groupCommit !== false };
     if (options.groupCommit !== false) {
       // Half the pool writes batches; the rest serves lease renewals, reads and the listener.
       this.#batcher = new Batcher((entries) => this.#appendBatch(entries), Math.max(1, Math.floor((options.max ?? 10) / 2)));
@@ -812,6 +819,40 @@ export class PostgresHistoryStore implements HistoryStore {
    * In-progress tasks whose lease is missing or expired on the database clock. `now` and
    * `instance` are ignored: a live lease of any instance is honoured (the store is not exclusive).
    */
+  /**
+   * A plain query over the summaries (lease expiry on the database clock, retention on the
+   * caller's), ordered by phase then task id; the cursor is `<phase>.<task id>`.
+   */
+  async claimDueWork(request: ClaimRequest): Promise<DueBatch> {
+    checkClaim(request);
+    let phase = 0;
+    let after = '';
+    if (request.cursor !== undefined) {
+      const dot = request.cursor.indexOf('.');
+      phase = Number(request.cursor.slice(0, dot));
+      after = request.cursor.slice(dot + 1);
+      if (dot < 1 || !Number.isInteger(phase)) throw invalidArgument(`claimDueWork cursor ${request.cursor} is not one this store returned. Pass the \`next\` of the previous batch, or none to start over.`);
+    }
+    const retention = request.retentionMs === undefined ? null : request.now - request.retentionMs;
+    const rows = await this.#query(
+      `SELECT task_id, phase FROM (
+         SELECT s.task_id, CASE s.status WHEN 'in_progress' THEN 0 WHEN 'pending' THEN 1 WHEN 'suspended' THEN 2 ELSE 3 END AS phase
+           FROM ${this.#s}.summaries s LEFT JOIN ${this.#s}.leases l ON l.task_id = s.task_id
+          WHERE (s.status = 'in_progress' AND (l.task_id IS NULL OR l.expires_at <= ${DB_NOW}))
+             OR s.status = 'pending' OR (s.status = 'suspended' AND s.queued > 0)
+             OR ($1::bigint IS NOT NULL AND s.status = 'completed' AND s.updated_at <= $1::bigint
+                 AND NOT EXISTS (SELECT 1 FROM ${this.#s}.corrupt_marks m WHERE m.task_id = s.task_id))
+       ) d WHERE (phase, task_id) > ($2::int, $3::text COLLATE "C") ORDER BY phase, task_id LIMIT $4`,
+      [retention, phase, after, request.limit + 1],
+    );
+    const reasons = ['in-progress', 'pending', 'queued', 'retention'] as const;
+    const page = rows.slice(0, request.limit) as { task_id: string; phase: number }[];
+    const batch: DueBatch = { tasks: page.map((r) => ({ taskId: r.task_id, reason: reasons[r.phase]! })) };
+    const last = page[page.length - 1];
+    if (rows.length > request.limit && last) batch.next = `${last.phase}.${last.task_id}`;
+    return batch;
+  }
+
   async listRecoverable(_now: number, _instance: string): Promise<string[]> {
     const rows = await this.#query(recoverableSql(this.#s), []);
     return rows.map((r: { task_id: string }) => r.task_id);

@@ -32,3 +32,7 @@ export type { TestEngine, TestEngineOptions } from './test-engine.js';
 export { ManualClock } from '../runtime/clock.js';
 export { MemoryHistoryStore } from '../store/memory-store.js';
 export { NonDeterminismError, ReplayStalledError, isTurnlogError } from '../errors.js';
+
+// store contract suite (for a third-party HistoryStore)
+export { storeContract } from './store-contract.js';
+export type { StoreFixture, StoreCapabilities, ContractTestApi, ContractAssertion } from './store-contract.js';

@@ -76,7 +76,7 @@ async function showTask(store: HistoryStore, decodeEvent: (e: HistoryEvent) => H
     unreadable = { code: e.code, message: e.message };
   }
   // An exclusive store the server holds proves no engine runs: its leases are void (like `why`).
-  const lease: Lease | undefined = store.exclusive ? undefined : await store.getLease(taskId);
+  const lease: Lease | undefined = store.supports.exclusive ? undefined : await store.getLease(taskId);
   const clocked = store as { databaseNow?: () => Promise<number> };
   const now = clocked.databaseNow ? await clocked.databaseNow() : Date.now();
   return { ...taskTimeline(task, events, lease, now, 0, converter), unreadable };

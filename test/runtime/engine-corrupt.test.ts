@@ -11,7 +11,7 @@ import type { HistoryEvent } from '../../src/history/events.js';
 import { ManualClock } from '../../src/runtime/clock.js';
 import { Engine } from '../../src/runtime/engine.js';
 import type { Logger } from '../../src/logger.js';
-import type { HistoryStore } from '../../src/store/history-store.js';
+import type { ClaimRequest, HistoryStore } from '../../src/store/history-store.js';
 import { eventKey, summaryKey } from '../../src/store/keys.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
 import { LevelHistoryStore } from '../../src/store/level-store.js';
@@ -155,7 +155,7 @@ describe('recovery at open with an unreadable summary', () => {
     const log = recordingLogger();
     const engine = await Engine.open({ store: dir, workflows: [chat], logger: log, scanIntervalMs: 0 });
     engines.push(engine);
-    expect(log.errors.map((e) => e.message)).not.toContain('recovery could not list every task');
+    expect(log.errors.map((e) => e.message)).not.toContain('recovery could not claim every due task');
     // `bad` was left in progress by the first engine and is re-run (it no longer hangs).
     const bad = engine.task<string, string>('bad');
     for (let i = 0; i < 400 && (await engine.describe('bad')).status !== 'suspended'; i++) await new Promise((r) => setTimeout(r, 5));
@@ -208,8 +208,8 @@ describe('the periodic scan isolates a corrupt task', () => {
     const store = new Proxy(inner, {
       get(target, prop, receiver) {
         if (prop === 'open' || prop === 'close') return async () => undefined;
-        if (prop === 'listRecoverable') {
-          return async (now: number, instance: string) => (reveal ? target.listRecoverable(now, instance) : []);
+        if (prop === 'claimDueWork') {
+          return async (request: ClaimRequest) => (reveal ? target.claimDueWork(request) : { tasks: [] });
         }
         if (prop === 'readEvents') {
           return async (taskId: string, o?: object): Promise<HistoryEvent[]> => {

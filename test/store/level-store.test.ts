@@ -7,10 +7,12 @@ import { LevelHistoryStore } from '../../src/store/level-store.js';
 import { describeKey, eventKey, summaryKey } from '../../src/store/keys.js';
 import { openStore } from '../../src/store/index.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
-import { storeContract } from './contract.js';
+import * as vitest from 'vitest';
+import { storeContract } from '../../src/testing/index.js';
 import { created, queued, started, step, steps } from './events.js';
 
 storeContract(
+  vitest,
   'LevelHistoryStore',
   async () => {
     const dir = await makeTmpDir('turnlog-store-');

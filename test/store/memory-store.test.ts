@@ -1,7 +1,8 @@
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
-import { storeContract } from './contract.js';
+import * as vitest from 'vitest';
+import { storeContract } from '../../src/testing/index.js';
 
-storeContract('MemoryHistoryStore', async () => {
+storeContract(vitest, 'MemoryHistoryStore', async () => {
   const store = new MemoryHistoryStore();
   await store.open();
   return { store, dispose: () => store.close() };

@@ -11,7 +11,8 @@ import { SCHEMA_VERSION } from '../../src/store/postgres-migrations.js';
 import { openStore } from '../../src/store/index.js';
 import { PostgresHistoryStore, createPostgresStore, parsePostgresUrl, recoverableSql } from '../../src/store/postgres-store.js';
 import { PG_URL, describePg, dropSchema, uniqueSchema, withClient } from '../helpers/postgres.js';
-import { storeContract } from './contract.js';
+import * as vitest from 'vitest';
+import { storeContract } from '../../src/testing/index.js';
 import { created, queued, started, step } from './events.js';
 
 const execFileP = promisify(execFile);
@@ -36,6 +37,7 @@ async function until(fn: () => Promise<boolean>, what: string, limitMs = 20_000)
 
 describePg('PostgresHistoryStore', () => {
   storeContract(
+    vitest,
     'PostgresHistoryStore',
     async () => {
       const schema = uniqueSchema();

@@ -22,7 +22,7 @@ export function registerWhy(program: Command): void {
         const stored = await store.getLease(taskId);
         // Holding an exclusive store's lock proves no engine runs, so its leases are void
         // (DESIGN.md "Storage"): decide as the next engine to open the store would.
-        const lease: Lease | undefined = store.exclusive ? undefined : stored;
+        const lease: Lease | undefined = store.supports.exclusive ? undefined : stored;
         // A shared store decides lease expiry on its own clock (PostgreSQL: the database's).
         const clocked = store as { databaseNow?: () => Promise<number> };
         const now = clocked.databaseNow ? await clocked.databaseNow() : Date.now();

@@ -1,12 +1,46 @@
 /**
- * The HistoryStore contract: one suite every backend runs (level-store.test.ts,
- * memory-store.test.ts, postgres-store.test.ts). Like abstract-level's exported test suite.
+ * The HistoryStore contract suite, exported from `turnlog/testing` so a third-party store can
+ * prove itself (abstract-level's pattern: the suite takes the test framework's functions and a
+ * factory). The Level, memory and PostgreSQL stores run it through this export. See
+ * docs/storage.md "Proving a store".
+ *
+ * @example
+ * import * as vitest from 'vitest';
+ * import { MemoryHistoryStore, storeContract } from 'turnlog/testing';
+ * storeContract(vitest, 'MemoryHistoryStore', async () => {
+ *   const store = new MemoryHistoryStore();
+ *   await store.open();
+ *   return { store, dispose: () => store.close() };
+ * }, { callerClock: true });
  */
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
-import { isTurnlogError, type ErrorCode } from '../../src/errors.js';
-import type { HistoryEvent, Lease } from '../../src/history/events.js';
-import type { HistoryStore } from '../../src/store/history-store.js';
-import { created, queued, started, step, steps, taskCompleted, turnCompleted } from './events.js';
+import { isTurnlogError, type ErrorCode } from '../errors.js';
+import type { HistoryEvent, Lease } from '../history/events.js';
+import type { DueBatch, HistoryStore } from '../store/history-store.js';
+import { created, queued, started, step, steps, taskCompleted, turnCompleted } from './store-events.js';
+
+/** The assertions the suite uses; vitest's and jest's `expect` have them. */
+export interface ContractAssertion {
+  toBe(expected: unknown): void;
+  toEqual(expected: unknown): void;
+  toMatchObject(expected: object): void;
+  toBeUndefined(): void;
+  toBeDefined(): void;
+  toHaveLength(length: number): void;
+  toBeLessThanOrEqual(n: number): void;
+  toContain(item: unknown): void;
+}
+
+/**
+ * The test framework's functions, e.g. `import * as vitest from 'vitest'` (the suite imports no
+ * framework itself, so `turnlog/testing` does not depend on one).
+ */
+export interface ContractTestApi {
+  describe(name: string, fn: () => void): void;
+  it(name: string, fn: () => Promise<void> | void): void;
+  beforeEach(fn: () => Promise<void>): void;
+  afterEach(fn: () => Promise<void>): void;
+  expect(actual: unknown, message?: string): ContractAssertion;
+}
 
 export interface StoreFixture {
   store: HistoryStore;
@@ -15,14 +49,6 @@ export interface StoreFixture {
   dispose(): Promise<void>;
 }
 
-async function rejectsWith(p: Promise<unknown>, code: ErrorCode): Promise<Error> {
-  const err = await p.then(
-    () => undefined,
-    (e: unknown) => e,
-  );
-  expect(isTurnlogError(err, code), `expected ${code}, got ${String(err)}`).toBe(true);
-  return err as Error;
-}
 
 /** What a backend can do beyond the core contract; gates the tests that need it. */
 export interface StoreCapabilities {
@@ -33,11 +59,24 @@ export interface StoreCapabilities {
    * own clock (PostgreSQL: the database's) runs the tests that need synthetic time in its own suite.
    */
   callerClock?: boolean;
-  /** Opening proves earlier writers dead (`store.exclusive`); default true. */
+  /** Opening proves earlier writers dead (`store.supports.exclusive`); default true. */
   exclusive?: boolean;
 }
 
-export function storeContract(name: string, factory: () => Promise<StoreFixture>, capabilities: StoreCapabilities = {}): void {
+/** Registers the contract's tests (`describe`/`it`) for the store `factory` makes; call it at a test file's top level. */
+export function storeContract(api: ContractTestApi, name: string, factory: () => Promise<StoreFixture>, capabilities: StoreCapabilities = {}): void {
+  const { describe, it, beforeEach, afterEach, expect } = api;
+  async function rejectsWith(p: Promise<unknown>, code: ErrorCode): Promise<Error> {
+    const err = await p.then(
+      () => undefined,
+      (e: unknown) => e,
+    );
+    expect(isTurnlogError(err, code), `expected ${code}, got ${String(err)}`).toBe(true);
+    return err as Error;
+  }
+  // Registered only where expiry follows the caller's `now`, so no test is reported as skipped.
+  const callerClockIt = capabilities.callerClock ? it : () => undefined;
+  const req = (owner: string, instance: string, now: number, durationMs = 1_000) => ({ owner, instance, now, durationMs });
   describe(`HistoryStore contract: ${name}`, () => {
     let fx: StoreFixture;
     let store: HistoryStore;
@@ -61,6 +100,8 @@ export function storeContract(name: string, factory: () => Promise<StoreFixture>
 
     it(capabilities.exclusive === false ? 'is not exclusive' : 'is exclusive', () => {
       expect(store.exclusive).toBe(capabilities.exclusive !== false);
+      expect(store.supports.exclusive).toBe(store.exclusive);
+      for (const k of ['watch', 'claim', 'groupCommit'] as const) expect(typeof store.supports[k]).toBe('boolean');
       expect(typeof store.location).toBe('string');
     });
 
@@ -210,9 +251,6 @@ export function storeContract(name: string, factory: () => Promise<StoreFixture>
     });
 
     describe('leases', () => {
-      // Registered only where expiry follows the caller's `now`, so no test is reported as skipped.
-      const callerClockIt = capabilities.callerClock ? it : () => undefined;
-      const req = (owner: string, instance: string, now: number, durationMs = 1_000) => ({ owner, instance, now, durationMs });
 
       callerClockIt('row 1: no lease → generation 1', async () => {
         const l = await store.claimLease('t1', req('a', 'i1', 0));
@@ -337,6 +375,83 @@ export function storeContract(name: string, factory: () => Promise<StoreFixture>
         await open('done');
         await store.append('done', [turnCompleted(4, 1), taskCompleted(5)], { expectedLastEventId: 3, generation: 1 });
         expect(await store.listRecoverable(500, 'me')).toEqual(['expired', 'no-lease', 'other-instance']);
+      });
+    });
+
+    describe('claimDueWork', () => {
+      /** One task of each kind; returns nothing, the ids say what they are. */
+      async function population() {
+        const open = async (id: string) => {
+          await createTask(id);
+          await store.append(id, [started(3, 1)], { expectedLastEventId: 2, generation: 1 });
+        };
+        await open('run-1');
+        await open('run-2');
+        await createTask('pend-1');
+        await createTask('pend-2');
+        for (const id of ['idle', 'wait-1', 'wait-2']) {
+          await createTask(id, { kind: 'multi-turn' });
+          // The turn takes the first input, so the task is suspended with nothing queued.
+          await store.append(id, [{ ...started(3, 1), inputIds: ['in-1'] } as HistoryEvent, turnCompleted(4, 1)], { expectedLastEventId: 2, generation: 1 });
+        }
+        for (const [n, id] of ['wait-1', 'wait-2'].entries()) await store.append(id, [queued(5, `more-${n}`)], { expectedLastEventId: 4, generation: 1 });
+        for (const [id, time] of [['old', 10_000], ['new', 90_000]] as const) {
+          await createTask(id);
+          await store.append(id, [started(3, 1), turnCompleted(4, 1), taskCompleted(5, { time })], { expectedLastEventId: 2, generation: 1 });
+        }
+      }
+      const all = async (request: { limit: number; retentionMs?: number; now?: number }) => {
+        const seen: DueBatch['tasks'] = [];
+        let cursor: string | undefined;
+        for (let batches = 0; batches < 50; batches++) {
+          const batch = await store.claimDueWork({ now: request.now ?? 100_000, instance: 'me', ...request, ...(cursor === undefined ? {} : { cursor }) });
+          expect(batch.tasks.length).toBeLessThanOrEqual(request.limit);
+          seen.push(...batch.tasks);
+          if (batch.next === undefined) return seen;
+          cursor = batch.next;
+        }
+        throw new Error('claimDueWork never ended');
+      };
+
+      it('hands out in-progress tasks without a lease, pending tasks and suspended ones with queued inputs, in that order', async () => {
+        await population();
+        expect(await all({ limit: 100 })).toEqual([
+          { taskId: 'run-1', reason: 'in-progress' },
+          { taskId: 'run-2', reason: 'in-progress' },
+          { taskId: 'pend-1', reason: 'pending' },
+          { taskId: 'pend-2', reason: 'pending' },
+          { taskId: 'wait-1', reason: 'queued' },
+          { taskId: 'wait-2', reason: 'queued' },
+        ]);
+      });
+
+      it('with a retention, also completed tasks older than it, never one marked corrupt', async () => {
+        await population();
+        const retention = (await all({ limit: 100, retentionMs: 50_000 })).filter((d) => d.reason === 'retention');
+        expect(retention).toEqual([{ taskId: 'old', reason: 'retention' }]);
+        await store.markCorrupt({ taskId: 'old', key: 'events/old/2', code: 'TURNLOG_HISTORY_CORRUPT', message: 'garbled', time: 5 });
+        expect((await all({ limit: 100, retentionMs: 50_000 })).filter((d) => d.reason === 'retention')).toEqual([]);
+        // A claim deletes nothing itself.
+        expect(await store.getSummary('old')).toBeDefined();
+      });
+
+      it('bounded batches: each due task once, whatever the batch size', async () => {
+        await population();
+        const whole = await all({ limit: 100, retentionMs: 50_000 });
+        for (const limit of [1, 2, 3, 7]) expect(await all({ limit, retentionMs: 50_000 })).toEqual(whole);
+      });
+
+      callerClockIt('judges leases: expired and other instances are due on an exclusive store, its own live lease is not', async () => {
+        await population();
+        await store.claimLease('run-1', req('e', 'me', 0, 1_000_000));
+        await store.claimLease('run-2', req('e', 'old', 0, 100));
+        const due = (await all({ limit: 100 })).filter((d) => d.reason === 'in-progress').map((d) => d.taskId);
+        expect(due).toEqual(['run-2']);
+      });
+
+      it('refuses a limit below 1 and a cursor it did not make', async () => {
+        await rejectsWith(store.claimDueWork({ now: 0, instance: 'me', limit: 0 }), 'TURNLOG_INVALID_ARGUMENT');
+        await rejectsWith(store.claimDueWork({ now: 0, instance: 'me', limit: 1, cursor: 'nonsense' }), 'TURNLOG_INVALID_ARGUMENT');
       });
     });
 
