@@ -4,7 +4,10 @@
  * (paired blocks, median ratio). Skips with one line when PostgreSQL is unreachable.
  * TURNLOG_TEST_PG_URL picks the server (default postgres://postgres@127.0.0.1:5432/test).
  */
+import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
+import { createInterface } from 'node:readline';
+import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { Engine } from '../src/runtime/engine.js';
 import { silentLogger } from '../src/logger.js';
@@ -80,10 +83,87 @@ export async function run(): Promise<void> {
 
     console.log(`raw pg INSERT + commit (${bytes.length} B)   ${median(rawRuns).toFixed(3)} ms`);
     console.log(`durable step on PostgreSQL      ${median(stepRuns).toFixed(3)} ms; median of 9 paired blocks ${median(ratios).toFixed(2)}× raw INSERT + commit`);
-    console.log(`${TASKS} concurrent tasks           ${Math.round(concurrentPerS)} one-step turns/s (pool of 10, one transaction per append)`);
+    console.log(`${TASKS} concurrent tasks           ${Math.round(concurrentPerS)} one-step turns/s (pool of 10, group commit)`);
+
+    // Group commit vs one transaction per append: 100 concurrent tasks, paired blocks in this run.
+    const gc = await groupCommitBench(url, schema, [oneStep]);
+    console.log(`100 concurrent tasks, group commit   ${Math.round(gc.on)} one-step turns/s (${gc.perBatch.toFixed(1)} appends per commit)`);
+    console.log(`100 concurrent tasks, one commit per append ${Math.round(gc.off)} one-step turns/s; median of ${gc.ratios.length} paired blocks ${median(gc.ratios).toFixed(2)}× with group commit`);
+
+    // 1, 2 and 3 engine processes on one schema, each running its own tasks.
+    const base = await processBench(url, schema, 1);
+    for (const n of [1, 2, 3]) {
+      const perS = n === 1 ? base : await processBench(url, schema, n);
+      console.log(`${n} engine process${n > 1 ? 'es' : ''} on one schema      ${Math.round(perS)} one-step turns/s (${(perS / base).toFixed(2)}× one process)`);
+    }
   } finally {
     await store.close();
     await probe.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`).catch(() => undefined);
     await probe.end();
   }
+}
+
+async function groupCommitBench(url: string, schema: string, wf: Parameters<typeof Engine.open>[0]['workflows'] & object): Promise<{ on: number; off: number; ratios: number[]; perBatch: number }> {
+  const TASKS = 100;
+  const TURNS = 5;
+  const block = async (groupCommit: boolean, tag: string) => {
+    const store = createPostgresStore({ connectionString: url, schema, groupCommit });
+    const engine = await Engine.open({ store, workflows: wf, logger: silentLogger, scanIntervalMs: 0 });
+    const t0 = now();
+    await Promise.all(
+      Array.from({ length: TASKS }, async (_, i) => {
+        const h = await engine.start('one-step', 0, { taskId: `${tag}-${i}` });
+        await h.nextTurn();
+        for (let k = 1; k < TURNS; k++) {
+          await h.send(k);
+          await h.nextTurn();
+        }
+      }),
+    );
+    const perS = (TASKS * TURNS) / ((now() - t0) / 1000);
+    const stats = store.groupCommitStats();
+    await engine.shutdown();
+    await store.close();
+    return { perS, perBatch: stats.batches ? stats.appends / stats.batches : 1 };
+  };
+  const on: number[] = [];
+  const off: number[] = [];
+  const ratios: number[] = [];
+  const perBatch: number[] = [];
+  for (let r = 0; r < 5; r++) {
+    const a = await block(true, `gc${r}`);
+    const b = await block(false, `pa${r}`);
+    on.push(a.perS);
+    off.push(b.perS);
+    perBatch.push(a.perBatch);
+    ratios.push(a.perS / b.perS);
+  }
+  return { on: median(on), off: median(off), ratios, perBatch: median(perBatch) };
+}
+
+const WORKER = fileURLToPath(new URL('./pg-engine-worker.js', import.meta.url));
+
+/** Turns per second of `n` engine processes together (60 tasks × 5 turns in all, split evenly). */
+async function processBench(url: string, schema: string, n: number): Promise<number> {
+  const TASKS = 60;
+  const TURNS = 5;
+  const tag = randomBytes(3).toString('hex');
+  const children = Array.from({ length: n }, (_, i) =>
+    spawn(process.execPath, [WORKER, url, schema, String(TASKS / n), String(TURNS), `p${n}-${i}-${tag}`], { stdio: ['pipe', 'pipe', 'inherit'] }),
+  );
+  const next = (c: (typeof children)[number]) => {
+    const lines = createInterface({ input: c.stdout! });
+    return () => new Promise<string>((resolve, reject) => {
+      lines.once('line', resolve);
+      c.once('exit', (code) => reject(new Error(`engine process exited (${code})`)));
+    });
+  };
+  const readers = children.map(next);
+  await Promise.all(readers.map((r) => r()));
+  const t0 = now();
+  for (const c of children) c.stdin!.write('go\n');
+  await Promise.all(readers.map((r) => r()));
+  const perS = (TASKS * TURNS) / ((now() - t0) / 1000);
+  await Promise.all(children.map((c) => new Promise((r) => (c.exitCode !== null ? r(null) : c.once('exit', r)))));
+  return perS;
 }

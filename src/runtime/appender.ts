@@ -133,6 +133,15 @@ export class Appender {
    */
   async #refresh(t: TaskEntry, err: unknown): Promise<void> {
     this.#rt.log.warn('append lost a race with another writer; re-reading the history', { taskId: t.id, code: 'TURNLOG_CONCURRENCY', error: err });
+    await this.refresh(t);
+  }
+
+  /**
+   * Re-reads what other writers appended since the cached state (and the lease), folds it and
+   * hands it to `onRefreshed`. Also called when a shared store notifies an append (watcher.ts).
+   * Returns the events read; on a read failure the entry is dropped (unless running) and [] returned.
+   */
+  async refresh(t: TaskEntry): Promise<readonly HistoryEvent[]> {
     try {
       const before = t.state;
       const events = await this.#rt.store.readEvents(t.id, { fromEventId: (t.state?.lastEventId ?? 0) + 1 });
@@ -141,9 +150,11 @@ export class Appender {
       for (const e of events) if (isTurnTerminal(e)) t.lastTerminal = e;
       this.#onRefreshed(t, before, events);
       if (events.length) this.#rt.observers.appended(t, before, events, 'other-writer');
+      return events;
     } catch (e) {
       this.#rt.log.error('re-reading the history failed; dropping the cached task', { taskId: t.id, error: e });
       if (!t.active) this.#cache.forget(t);
+      return [];
     }
   }
 }

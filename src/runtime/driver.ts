@@ -5,7 +5,7 @@
  * timers from the supervisor. Every entry point holds the task's lock (a LockedTask).
  */
 import { FencedError, TurnlogError, isTurnlogError } from '../errors.js';
-import type { ExecutorKind } from '../history/events.js';
+import type { ExecutorKind, Lease } from '../history/events.js';
 import { errorToFailure } from '../history/failure.js';
 import { nextLease } from '../history/lease.js';
 import type { TaskState } from '../history/state.js';
@@ -35,6 +35,12 @@ export class Driver {
   readonly #cache: TaskCache;
   readonly #appender: Appender;
   readonly #supervisor: Supervisor;
+  /** Entries that started an attempt here; pruned of ended ones when counted (maxRunningTurns). */
+  readonly #running = new Set<TaskEntry>();
+  /** Tasks due to run a turn that found every slot taken, first come first served. */
+  readonly #waiting = new Set<string>();
+  /** Attempts between the cap check and `t.active` being set. */
+  #starting = 0;
 
   constructor(rt: Runtime, executors: ReadonlyMap<ExecutorKind, Executor>, cache: TaskCache, appender: Appender, supervisor: Supervisor) {
     this.#rt = rt;
@@ -63,6 +69,7 @@ export class Driver {
 
   async #driveOnce(t: LockedTask, pre: Draft[], written: () => void): Promise<void> {
     let pending = pre;
+    let leaseRead = false;
     for (;;) {
       if (t.active || !this.#rt.open) {
         if (pending.length) await this.#appender.append(t, pending);
@@ -70,7 +77,13 @@ export class Driver {
       }
       const preview = pending.length ? this.#appender.preview(t, pending) : t.state;
       if (!preview) return;
-      const decision = decide(preview, undefined, this.#rt.clock.now());
+      let decision = decide(preview, this.#foreignLease(t), this.#rt.clock.now());
+      if (decision.kind === 'rerun' && !this.#rt.store.exclusive && !leaseRead) {
+        // On a shared store the cached lease may be old: another engine may run the turn now.
+        leaseRead = true;
+        t.lease = await this.#rt.store.getLease(t.id);
+        decision = decide(preview, this.#foreignLease(t), this.#rt.clock.now());
+      }
       switch (decision.kind) {
         case 'none':
           if (pending.length) await this.#appender.append(t, pending);
@@ -93,7 +106,20 @@ export class Driver {
             this.#rt.log.warn('task left waiting: its workflow is not registered with this engine', { taskId: t.id, workflow: preview.workflow });
             return;
           }
-          await this.#startAttempt(t, decision, pending, preview);
+          if (this.running() >= this.#rt.maxRunningTurns) {
+            // At the cap: the input is durably queued; a slot freed here (or another engine) runs it.
+            if (pending.length) await this.#appender.append(t, pending);
+            this.#waiting.add(t.id);
+            return;
+          }
+          this.#waiting.delete(t.id);
+          // The slot is taken before the first await, so concurrent drives never overshoot the cap.
+          this.#starting++;
+          try {
+            await this.#startAttempt(t, decision, pending, preview);
+          } finally {
+            this.#starting--;
+          }
           return;
       }
     }
@@ -109,7 +135,7 @@ export class Driver {
     const policy = preview.policy;
     // An exclusive store proves other instances dead: their leases count as expired.
     const current = t.lease && this.#rt.store.supports.exclusive && t.lease.instance !== this.#rt.instance ? { ...t.lease, expiresAt: 0 } : t.lease;
-    const lease = nextLease(t.id, current, { owner: this.#rt.owner, instance: this.#rt.instance, durationMs: this.#rt.leaseMs, now }, preview.highestGeneration || 1);
+    const lease = nextLease(t.id, current, { owner: this.#rt.owner, instance: this.#rt.instance, durationMs: this.#rt.leaseMs, now }, preview.highestGeneration || 1, !this.#rt.store.supports.exclusive);
     // Throws before anything is written when the workflow's executor is not configured.
     const executor = this.#executorFor(policy.executor);
     // A worker taken now lets TurnStarted name its pid (0: it waits for a free worker).
@@ -123,9 +149,11 @@ export class Driver {
       now,
       turnTimeoutMs: policy.turnTimeoutMs,
       lease,
-      previous: t.lease,
+      // A claimed orphan already holds this lease: the takeover is from the dead one it replaced.
+      previous: t.claim ? t.claim.previous : t.lease,
       workflowVersion: this.#rt.workflows.get(preview.workflow)?.version,
     });
+    t.claim = undefined;
     try {
       await this.#appender.append(t, drafts, lease, now);
     } catch (err) {
@@ -136,6 +164,7 @@ export class Driver {
     const ot = s.openTurn!;
     const active: ActiveAttempt = { turn: ot.turn, attempt: ot.attempt, finalized: false, timers: [], renewFailures: 0, done: Promise.resolve() };
     t.active = active;
+    this.#running.add(t);
     const spec = turnSpecFor(s, this.#rt.converter.toPayload(undefined), this.#rt.codec);
     this.#rt.observers.attemptStarted({ taskId: t.id, workflow: s.workflow, turn: ot.turn, attempt: ot.attempt, entryMode: ot.entryMode, executor: policy.executor, replayedCalls: spec.calls.length, time: now });
     this.#supervisor.armDeadline(t, active, ot.deadline - now);
@@ -163,6 +192,34 @@ export class Driver {
     await this.#cache.withLock(t, (t) => this.#finishAttempt(t, active, outcome)).catch((err) =>
       logFailure(this.#rt.log, 'finishing a turn failed', { taskId: t.id, turn: active.turn }, err),
     );
+    this.#startWaiting();
+  }
+
+  /** Turns running in this engine now (an entry whose attempt ended, however, no longer counts). */
+  running(): number {
+    for (const t of this.#running) if (!t.active) this.#running.delete(t);
+    return this.#running.size + this.#starting;
+  }
+
+  /** Tasks waiting for a slot. */
+  get waiting(): number {
+    return this.#waiting.size;
+  }
+
+  /** A slot may be free: drive waiting tasks, oldest first, while slots last. */
+  #startWaiting(): void {
+    if (!this.#rt.open) return;
+    let free = this.#rt.maxRunningTurns - this.running();
+    for (const id of this.#waiting) {
+      if (free-- <= 0) return;
+      this.#waiting.delete(id);
+      void this.#cache
+        .load(id)
+        .then((t) => this.#cache.withLock(t, (t) => this.drive(t)))
+        .catch((err) => logFailure(this.#rt.log, 'starting a queued turn failed', { taskId: id }, err))
+        // It may not have needed the slot (another engine ran it): offer the slot on.
+        .finally(() => this.#startWaiting());
+    }
   }
 
   #host(t: TaskEntry, active: ActiveAttempt): TurnHost {
@@ -243,6 +300,15 @@ export class Driver {
       }
     }
     await this.drive(t);
+  }
+
+  /**
+   * The lease that can block a re-run (decision rule 3): another instance's, on a shared store.
+   * An exclusive store proved every other instance dead, so none blocks there.
+   */
+  #foreignLease(t: TaskEntry): Lease | undefined {
+    if (this.#rt.store.exclusive || !t.lease || t.lease.instance === this.#rt.instance) return undefined;
+    return t.lease;
   }
 
   #executorFor(kind: ExecutorKind): Executor {

@@ -46,6 +46,7 @@ import type { Runtime } from './runtime.js';
 import { Scanner } from './scanner.js';
 import { Supervisor } from './supervisor.js';
 import { TaskCache, type TaskEntry } from './task-cache.js';
+import { Watcher } from './watcher.js';
 import { noteEngineActivation } from './work-log.js';
 import { startInspection } from './inspection.js';
 import type { InspectServer } from '../inspect/server.js';
@@ -92,6 +93,7 @@ export class Engine implements TaskClient {
   readonly #streamSource: StreamSource;
   /** Live stream items and readers (docs/streaming.md); a new one per activation. */
   #hub: StreamHub;
+  readonly #watcher: Watcher;
   #state: 'inactive' | 'activating' | 'open' | 'quiescing' | 'closed' = 'inactive';
   /** The recovery pass this activation started at open. */
   #recovery: Promise<void> = Promise.resolve();
@@ -141,7 +143,8 @@ export class Engine implements TaskClient {
     );
     this.#supervisor = new Supervisor(this.#rt, this.#cache, this.#results, this.#appender, (t) => this.#driver.drive(t));
     this.#driver = new Driver(this.#rt, this.#executors, this.#cache, this.#appender, this.#supervisor);
-    this.#scanner = new Scanner(this.#rt, this.#cache, this.#driver);
+    this.#watcher = new Watcher(this.#rt, this.#cache, this.#appender, this.#results);
+    this.#scanner = new Scanner(this.#rt, this.#cache, this.#driver, () => this.#watcher.poll());
     this.#executors.set('inline', new InlineExecutor(o.workflows, o.converter));
     for (const [kind, ex] of Object.entries(options.executors ?? {})) if (ex) this.#executors.set(kind as ExecutorKind, ex);
   }
@@ -221,6 +224,7 @@ export class Engine implements TaskClient {
       }
       this.#state = 'open';
       this.#inspection = await startInspection(this.#rt, this.#o.inspect, (op, args) => this.#operatorAction(op, args));
+      this.#watcher.start();
       // Scanner before recovery: every phase that can fail runs before any turn starts, so a
       // rolled-back activation never ran (nor interrupted) a handler (test: lifecycle "scanner fails twice").
       await phase('scanner');
@@ -633,6 +637,7 @@ export class Engine implements TaskClient {
     this.#hub = new StreamHub(this.#streamSource, { bufferItems: this.#o.streamBufferItems });
     await this.#inspection?.close();
     this.#inspection = undefined;
+    this.#watcher.stop();
     await this.#scanner.stop();
     await this.#supervisor.stopAll(graceMs);
     await Promise.all([...this.#cache.entries()].map((t) => t.chain.catch(() => undefined)));

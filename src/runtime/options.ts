@@ -82,6 +82,12 @@ export interface EngineOptions {
   /** Idle tasks kept in memory. Default 10,000. */
   maxCachedTasks?: number;
   /**
+   * At most this many turns run in this engine at once (a positive integer). A turn due beyond
+   * it waits, its input durably queued, until a running turn ends here, or another engine on a
+   * shared store takes it (docs/scale-out.md#cap). Default: no cap.
+   */
+  maxRunningTurns?: number;
+  /**
    * Retention: delete a completed task's history once its last update is this old (checked on
    * every recovery scan). Default: keep histories forever.
    */
@@ -147,6 +153,12 @@ export function positive(name: string, v: number): number {
   return v;
 }
 
+function runningCap(v: number | undefined): number {
+  if (v === undefined) return Infinity;
+  if (!Number.isInteger(v) || v < 1) throw invalidArgument(`maxRunningTurns must be a positive integer, got ${String(v)}. Leave it out for no cap.`);
+  return v;
+}
+
 export function checkId(what: string, id: string): void {
   if (typeof id !== 'string' || id.length === 0 || id.length > 200 || /[\u0000-\u001f]/.test(id)) {
     throw invalidArgument(`${what} must be a non-empty string of at most 200 printable characters, got ${JSON.stringify(id)}.`);
@@ -171,6 +183,7 @@ export interface EngineSettings {
   readonly shutdownGraceMs: number;
   readonly snapshotEvery: number;
   readonly maxCached: number;
+  readonly maxRunningTurns: number;
   readonly retentionMs: number | undefined;
   readonly recoveryConcurrency: number;
   readonly log: Logger;
@@ -226,6 +239,7 @@ export function resolveOptions(options: EngineOptions): EngineSettings {
     shutdownGraceMs: options.shutdownGraceMs ?? 25_000,
     snapshotEvery: options.snapshotEvery ?? 1000,
     maxCached: options.maxCachedTasks ?? 10_000,
+    maxRunningTurns: runningCap(options.maxRunningTurns),
     retentionMs: options.retentionMs === undefined ? undefined : positive('retentionMs', options.retentionMs),
     recoveryConcurrency: positiveInteger('recoveryConcurrency', options.recoveryConcurrency ?? 64),
     log: options.logger ?? defaultLogger(options.logFormat),

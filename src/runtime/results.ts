@@ -109,6 +109,25 @@ export class TurnResults {
     if (s.status === 'completed') this.settleQueued(t, 'cancelled', `the task completed (${s.outcome}) before this input ran`);
   }
 
+  /**
+   * After a re-read of another engine's appends: resolve the waiters whose input's turn ended
+   * (or was withdrawn, or will never run), and turn waiters once no turn is open. Reads the history.
+   */
+  async settleEnded(t: TaskEntry): Promise<void> {
+    const s = t.state;
+    if (!s) return;
+    for (const id of [...t.waiters.keys()]) {
+      const pending = s.queue.some((q) => q.inputId === id) || (s.openTurn && (s.openTurn.inputIds.includes(id) || s.openTurn.taken.some((q) => q.inputId === id)));
+      if (pending && s.status !== 'completed') continue;
+      const r = t.recent.get(id) ?? (await this.#findTurnResult(t.id, id));
+      if (r) this.resolveWaiters(t, [id], r);
+    }
+    if (t.turnWaiters.length && !s.openTurn && s.turn > 0) {
+      const r = t.lastResult?.turn === s.turn ? t.lastResult : await this.#findLastTurnResult(t.id, s.turn);
+      if (r) for (const w of t.turnWaiters.splice(0)) w.resolve(r);
+    }
+  }
+
   value(p: Payload): unknown {
     return this.#rt.converter.fromPayload(this.#rt.codec ? this.#rt.codec.decode(p) : p);
   }

@@ -6,7 +6,9 @@
  * background), every `scanIntervalMs`, and on `recover()`.
  */
 import { isHistoryUnreadable as isUnreadable } from '../errors.js';
-import type { DueBatch, DueTask } from '../store/history-store.js';
+import type { Lease } from '../history/events.js';
+import type { DueBatch, DueTask, HistoryStore } from '../store/history-store.js';
+import type { OrphanClaim, ClaimedOrphan } from '../store/postgres-store.js';
 import type { Timer } from './clock.js';
 import { logFailure } from './appender.js';
 import type { Driver } from './driver.js';
@@ -22,11 +24,14 @@ export class Scanner {
   readonly #driver: Driver;
   #timer: Timer | undefined;
   #scanning: Promise<void> | undefined;
+  /** The watcher's polling fallback (other engines' appends to tasks held here). */
+  readonly #poll: () => Promise<void>;
 
-  constructor(rt: Runtime, cache: TaskCache, driver: Driver) {
+  constructor(rt: Runtime, cache: TaskCache, driver: Driver, poll: () => Promise<void> = async () => undefined) {
     this.#rt = rt;
     this.#cache = cache;
     this.#driver = driver;
+    this.#poll = poll;
   }
 
   /** Runs one recovery pass now, or joins the one in flight (it also runs at open and every `scanIntervalMs`). */
@@ -38,9 +43,22 @@ export class Scanner {
   }
 
   async #recoverPass(): Promise<void> {
+    if (!this.#rt.store.exclusive) await this.#poll();
     const now = this.#rt.clock.now();
     const retentionMs = this.#rt.retentionMs;
     const running = new Set<Promise<void>>();
+    // A shared store that claims orphans with SKIP LOCKED: take them up to our free slots first;
+    // the in-progress tasks claimDueWork lists are then other engines' (or beyond our cap).
+    const store = this.#rt.store;
+    const claiming = canClaimOrphans(store);
+    if (claiming) {
+      const claimed = new Map<string, Lease | undefined>();
+      for (const id of await this.#claimOrphans(store, claimed)) {
+        while (running.size >= this.#rt.recoveryConcurrency) await Promise.race(running);
+        const p = this.#recoverTask(id, { previous: claimed.get(id) }).finally(() => running.delete(p));
+        running.add(p);
+      }
+    }
     const purged: string[] = [];
     let cursor: string | undefined;
     try {
@@ -61,6 +79,7 @@ export class Scanner {
           });
         for (const due of batch.tasks) {
           if (!this.#rt.open) break;
+          if (claiming && due.reason === 'in-progress') continue;
           if (due.reason === 'retention') {
             if (await this.#purge(due.taskId)) purged.push(due.taskId);
             continue;
@@ -79,7 +98,7 @@ export class Scanner {
   }
 
   /** Loads and drives one task; never throws (one task must not stop the others, nor Engine.open). */
-  async #recoverTask(id: string): Promise<void> {
+  async #recoverTask(id: string, claim?: { previous: Lease | undefined }): Promise<void> {
     if (!this.#rt.open || this.#cache.corruptMark(id)) return;
     // One task that cannot be loaded (an unreadable or corrupt history, an id an older version
     // accepted) must not stop the others' recovery (test: runtime/engine "cannot be loaded").
@@ -93,7 +112,20 @@ export class Scanner {
       return;
     }
     if (t.active) return;
-    await this.#cache.withLock(t, (t) => this.#driver.drive(t)).catch((err) => logFailure(this.#rt.log, 'recovery failed', { taskId: id }, err));
+    await this.#cache
+      .withLock(t, async (t) => {
+        if (!claim) return this.#driver.drive(t);
+        const mine = (t.lease = (await this.#rt.store.getLease(id)) ?? t.lease);
+        t.claim = claim;
+        try {
+          await this.#driver.drive(t);
+        } finally {
+          t.claim = undefined;
+          // Claimed but not run here (nothing to do, not our workflow): free it for the others.
+          if (!t.active && mine && t.lease === mine) await this.#rt.store.releaseLease(id, mine, this.#rt.clock.now());
+        }
+      })
+      .catch((err) => logFailure(this.#rt.log, 'recovery failed', { taskId: id }, err));
   }
 
   /** Retention: deletes a completed task's records unless this engine still serves it. */
@@ -108,6 +140,23 @@ export class Scanner {
     }
     this.#cache.forgetIdle(id);
     return true;
+  }
+
+  /**
+   * A shared store that claims: orphans are taken `FOR UPDATE SKIP LOCKED` with this engine's
+   * lease, at most as many as it has free turn slots, so engines never fight over one and the
+   * work spreads over engines with capacity (docs/scale-out.md#orphans).
+   */
+  async #claimOrphans(store: HistoryStore & OrphanClaimer, claimed: Map<string, Lease | undefined>): Promise<string[]> {
+    const cap = this.#rt.maxRunningTurns;
+    for (;;) {
+      const free = Math.min(cap - this.#driver.running() - claimed.size, ORPHAN_BATCH);
+      if (free <= 0 || !this.#rt.open) break;
+      const batch = await store.claimOrphans({ owner: this.#rt.owner, instance: this.#rt.instance, durationMs: this.#rt.leaseMs, limit: free });
+      for (const o of batch) claimed.set(o.taskId, o.previous);
+      if (batch.length < free) break;
+    }
+    return [...claimed.keys()];
   }
 
   arm(): void {
@@ -127,4 +176,15 @@ export class Scanner {
     this.#timer = undefined;
     await this.#scanning?.catch(() => undefined);
   }
+}
+
+const ORPHAN_BATCH = 100;
+
+interface OrphanClaimer {
+  claimOrphans(request: OrphanClaim): Promise<ClaimedOrphan[]>;
+}
+
+/** A shared store that can claim orphans (the PostgreSQL store). */
+function canClaimOrphans(store: HistoryStore): store is HistoryStore & OrphanClaimer {
+  return !store.exclusive && typeof (store as Partial<OrphanClaimer>).claimOrphans === 'function';
 }

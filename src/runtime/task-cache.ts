@@ -58,6 +58,8 @@ export class TaskEntry {
   recent = new Map<string, TurnResult>();
   /** The result of the last turn this engine saw end. */
   lastResult: TurnResult | undefined;
+  /** Set when the scanner claimed this orphan: the dead lease it replaced (for LeaseClaimed). */
+  claim: { previous: Lease | undefined } | undefined;
   constructor(readonly id: string) {}
 }
 
@@ -83,6 +85,11 @@ export class TaskCache {
   /** The cached entry, if any (no load, no pin). */
   get(taskId: string): TaskEntry | undefined {
     return this.#tasks.get(taskId);
+  }
+
+  /** The load of `taskId` in flight, if any. */
+  loading(taskId: string): Promise<TaskEntry> | undefined {
+    return this.#loading.get(taskId);
   }
 
   /** Every cached entry. */

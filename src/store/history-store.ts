@@ -73,6 +73,12 @@ export interface CorruptMark {
 }
 
 /**
+ * What a shared store tells its watchers: a task's history grew to `lastEventId` (an append
+ * committed, by any engine), or `resync`: notices may have been missed, re-read what you hold.
+ */
+export type AppendNotice = { taskId: string; lastEventId: number; resync?: undefined } | { resync: true };
+
+/**
  * What a store can do beyond the core contract. The engine, the CLI and the UI read this
  * manifest instead of testing a store's class (`instanceof`), so a third-party store is treated
  * by what it declares.
@@ -83,7 +89,7 @@ export interface StoreSupports {
    * store): leases of other instances are void at once and recovery need not wait for them.
    */
   readonly exclusive: boolean;
-  /** The store can tell a caller that another writer appended (LISTEN/NOTIFY); no store does yet. */
+  /** The store tells a caller that another writer appended (`watch`, LISTEN/NOTIFY on PostgreSQL). */
   readonly watch: boolean;
   /**
    * `claimDueWork` hands a task to one caller at a time even when many engines share the store
@@ -208,6 +214,13 @@ export interface RetentionStore {
   markCorrupt(mark: CorruptMark): Promise<void>;
   /** Every task marked corrupt, by task id. */
   listCorrupt(): Promise<CorruptMark[]>;
+
+  /**
+   * Optional, for stores shared by many engines: calls `listener` after every committed append
+   * (any engine's, this one's included) and with `resync` after notices may have been lost.
+   * Returns the unsubscribe function. Engines poll when a store has no `watch`.
+   */
+  watch?(listener: (notice: AppendNotice) => void): () => void;
 }
 
 /** The whole contract: every role. What `Engine.open({ store })` takes. */

@@ -3,6 +3,7 @@
  * Only this folder imports `level` (docs/storage.md).
  */
 export type {
+  AppendNotice,
   CorruptMark,
   AppendOptions,
   AppendResult,

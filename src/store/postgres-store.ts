@@ -10,6 +10,7 @@ import { checkRefBytes, externalize, resolveAll } from './payload-refs.js';
 import type { HistoryEvent, Lease, TaskOutcome, TaskStatus, TaskSummary, WorkflowKind } from '../history/events.js';
 import type { LeaseRequest } from '../history/lease.js';
 import type {
+  AppendNotice,
   CorruptMark,
   AppendOptions,
   AppendResult,
@@ -19,11 +20,14 @@ import type {
   ListOptions,
   ReadOptions,
   StoredSnapshot,
+  StoreSupports,
   TaskPage,
 } from './history-store.js';
 import { checkTaskId } from './keys.js';
 import { checkClaim } from './due-work.js';
 import { decodeCursor, encodeCursor, pageLimit, iterateInPages, readBounds } from './paging.js';
+import { Batcher } from './batcher.js';
+import { PgListener, encodeNotice, noticeChannel } from './postgres-listener.js';
 import { SCHEMA_VERSION, appliedVersions, migrate, quoteSchema, type SqlClient } from './postgres-migrations.js';
 import { applyAppend, applyClaim, applyRelease, applyRenew, withMark, type TaskHead } from './task-head.js';
 
@@ -37,6 +41,23 @@ export interface PgPoolLike {
   connect(): Promise<PgClientLike>;
   query(text: string, values?: unknown[]): Promise<{ rows: any[]; rowCount: number | null }>;
   end(): Promise<void>;
+}
+
+/** What {@link PostgresHistoryStore.claimOrphans} claims, and for whom. */
+export interface OrphanClaim {
+  owner: string;
+  instance: string;
+  /** The claimed lease's duration, from the database clock at the claim. */
+  durationMs: number;
+  /** At most this many tasks (the engine's free turn slots). */
+  limit: number;
+}
+
+/** A task claimed by {@link PostgresHistoryStore.claimOrphans}: its new lease and the dead one it replaced. */
+export interface ClaimedOrphan {
+  taskId: string;
+  lease: Lease;
+  previous?: Lease;
 }
 
 /** Options of {@link createPostgresStore}. Give `connectionString` or `pool`. */
@@ -60,6 +81,22 @@ export interface PostgresStoreOptions {
   sync?: boolean;
   /** Payloads above this many bytes are stored once per task by hash (table `payloads`); default off. */
   payloadRefBytes?: number;
+  /**
+   * Group commit across tasks (default true): appends to different tasks that arrive while
+   * earlier ones are being written share one transaction and one commit (docs/scale-out.md#group-commit).
+   */
+  groupCommit?: boolean;
+}
+
+/** An append waiting for its batch. */
+interface PendingAppend {
+  taskId: string;
+  events: readonly HistoryEvent[];
+  options: AppendOptions;
+  /** The latest event time: the caller's clock, rebased onto the database's for leases. */
+  callerNow: number;
+  resolve(r: AppendResult): void;
+  reject(err: unknown): void;
 }
 
 // The database clock in ms, as bigint so comparisons with leases.expires_at can use its index.
@@ -150,7 +187,8 @@ export function parsePostgresUrl(url: string): { connectionString: string; schem
 export class PostgresHistoryStore implements HistoryStore {
   readonly location: string;
   readonly exclusive = false;
-  readonly supports = { exclusive: false, watch: false, claim: false, groupCommit: false } as const;
+  /** `claim: false`: `claimDueWork` is a plain read; orphans are claimed with SKIP LOCKED by `claimOrphans`. */
+  readonly supports: StoreSupports;
   /** The PostgreSQL schema holding the tables. */
   readonly schema: string;
   readonly #s: string;
@@ -163,6 +201,12 @@ export class PostgresHistoryStore implements HistoryStore {
   #appliedOnOpen: number[] = [];
   /** Per task, the tail of this store's writes: one process's writes to a task run in call order. */
   readonly #queues = new Map<string, Promise<unknown>>();
+  /** Group commit across tasks (`groupCommit`, default on). */
+  readonly #batcher: Batcher<PendingAppend> | undefined;
+  /** The LISTEN connection, made on the first `watch()`. */
+  #listener: PgListener | undefined;
+  /** The NOTIFY channel of this schema (docs/scale-out.md#notify). */
+  readonly channel: string;
 
   constructor(options: PostgresStoreOptions) {
     if (!options || (options.connectionString === undefined) === (options.pool === undefined)) {
@@ -170,6 +214,12 @@ export class PostgresHistoryStore implements HistoryStore {
     }
     this.schema = options.schema ?? 'turnlog';
     this.#s = quoteSchema(this.schema);
+    this.channel = noticeChannel(this.schema);
+    this.supports = { exclusive: false, watch: true, claim: false, groupCommit: options.groupCommit !== false };
+    if (options.groupCommit !== false) {
+      // Half the pool writes batches; the rest serves lease renewals, reads and the listener.
+      this.#batcher = new Batcher((entries) => this.#appendBatch(entries), Math.max(1, Math.floor((options.max ?? 10) / 2)));
+    }
     this.#options = options;
     this.#refBytes = checkRefBytes(options.payloadRefBytes);
     this.location = `${options.connectionString ? redact(options.connectionString) : 'postgres (pool)'}#${this.schema}`;
@@ -266,6 +316,8 @@ export class PostgresHistoryStore implements HistoryStore {
     // Writes already called finish first, as the Level store drains its group commit.
     await Promise.all([...this.#queues.values()]);
     this.#state = 'closed';
+    await this.#listener?.stop();
+    this.#listener = undefined;
     const pool = this.#pool;
     this.#pool = undefined;
     if (pool && this.#ownsPool) await pool.end();
@@ -284,10 +336,11 @@ export class PostgresHistoryStore implements HistoryStore {
    * Runs `fn` in one transaction. A unique violation means a concurrent creator won the
    * insert race: retry, so the loser re-reads the head and fails with the contract's error.
    */
-  async #tx<T>(fn: (c: PgClientLike) => Promise<T>, sync = true): Promise<T> {
+  async #tx<T>(fn: (c: PgClientLike) => Promise<T>, sync = true, notices?: (out: T) => string[]): Promise<T> {
     const pool = this.#checkedPool();
     for (let attempt = 1; ; attempt++) {
       const client = await pool.connect();
+      guard(client);
       let broken: Error | undefined;
       // BEGIN rides with the transaction's first statement when that one has no parameters
       // (#lockHead): a multi-statement simple query, one round trip fewer per write.
@@ -306,10 +359,12 @@ export class PostgresHistoryStore implements HistoryStore {
         },
         release: () => undefined,
       };
+      let notify: string[] = [];
       try {
         const out = await fn(tx);
         if (begin !== undefined) return out; // fn wrote nothing: no transaction was opened
         await client.query('COMMIT');
+        notify = notices?.(out) ?? [];
         return out;
       } catch (err) {
         await client.query('ROLLBACK').catch((e: Error) => {
@@ -319,9 +374,24 @@ export class PostgresHistoryStore implements HistoryStore {
         if (attempt < 4 && (code === '23505' || code === '40P01' || code === '40001')) continue;
         throw err;
       } finally {
-        client.release(broken);
+        if (notify.length) this.#notify(client, notify);
+        else client.release(broken);
       }
     }
+  }
+
+  /**
+   * Sends the notices of a committed write, in a transaction of their own, after the caller has
+   * its result. PostgreSQL serializes the commits of notifying transactions database-wide: inside
+   * the write's transaction they would serialize every engine's durable commits (measured:
+   * docs/decisions.md). Unflushed (`synchronous_commit off`): a notice is a hint, the poll is the net.
+   */
+  #notify(client: PgClientLike, payloads: string[]): void {
+    const sql = `BEGIN; SET LOCAL synchronous_commit TO off; SELECT pg_notify('${this.channel}', n) FROM unnest(ARRAY[${payloads.map(quoteLiteral).join(',')}]::text[]) n; COMMIT`;
+    client.query(sql).then(
+      () => client.release(),
+      (err: Error) => client.release(err),
+    );
   }
 
   /**
@@ -373,10 +443,141 @@ export class PostgresHistoryStore implements HistoryStore {
     if (!Array.isArray(events) || events.length === 0) throw invalidArgument(`Task ${taskId}: append needs at least one event.`);
     let callerNow = 0;
     for (const e of events) if (e.time > callerNow) callerNow = e.time;
-    return this.#serial(taskId, () => this.#tx(async (c) => {
+    const batcher = this.#batcher;
+    if (!batcher) return this.#serial(taskId, () => this.#appendOne({ taskId, events, options, callerNow }));
+    return this.#serial(taskId, () => new Promise<AppendResult>((resolve, reject) => batcher.submit({ taskId, events, options, callerNow, resolve, reject })));
+  }
+
+  /** Writes a batch of appends to distinct tasks (the per-task queue keeps one in flight per task). */
+  async #appendBatch(entries: PendingAppend[]): Promise<void> {
+    if (entries.length === 1) {
+      const e = entries[0]!;
+      return this.#appendOne(e).then(e.resolve, e.reject);
+    }
+    let results: (AppendResult | Error)[];
+    try {
+      const sync = entries.some((e) => e.options.sync ?? this.#options.sync ?? true);
+      results = await this.#tx((c) => this.#writeBatch(c, entries), sync, (out) =>
+        out.flatMap((r, i) => (r instanceof Error ? [] : [encodeNotice(entries[i]!.taskId, r.lastEventId)])),
+      );
+    } catch (err) {
+      // The batch failed as a whole (a lost connection, a deadlock that outlived the retries):
+      // each append goes again alone, and reports its own outcome (after a lost COMMIT reply, landed).
+      const lost = isConnectionLoss(err);
+      await Promise.all(
+        entries.map(async (e) => {
+          const landed = lost ? await this.#landed(e).catch(() => undefined) : undefined;
+          return landed ?? this.#appendOne(e);
+        }).map((p, i) => p.then(entries[i]!.resolve, entries[i]!.reject)),
+      );
+      return;
+    }
+    results.forEach((r, i) => (r instanceof Error ? entries[i]!.reject(r) : entries[i]!.resolve(r)));
+  }
+
+  /**
+   * One transaction for many tasks' appends: lock every head (summaries then leases, each in task
+   * id order, so batches never deadlock), apply each append's rules alone (a rejection is that
+   * append's, never its neighbours'), then write all events, summaries and leases in one statement.
+   */
+  async #writeBatch(c: SqlClient, entries: PendingAppend[]): Promise<(AppendResult | Error)[]> {
+    const list = [...entries.map((e) => e.taskId)].sort().map(quoteLiteral).join(',');
+    const res = await c.query(
+      `WITH s AS (SELECT * FROM ${this.#s}.summaries WHERE task_id = ANY(ARRAY[${list}]::text[]) ORDER BY task_id FOR UPDATE),
+            l AS (SELECT task_id, owner, instance, generation, expires_at FROM ${this.#s}.leases WHERE task_id = ANY(ARRAY[${list}]::text[]) ORDER BY task_id FOR UPDATE)
+       SELECT (SELECT coalesce(json_agg(row_to_json(s)), '[]'::json) FROM s) AS s, (SELECT coalesce(json_agg(row_to_json(l)), '[]'::json) FROM l) AS l, ${DB_NOW} AS now`,
+    );
+    const row = res.rows[0] as { s: SummaryRow[]; l: (LeaseRow & { task_id: string })[]; now: number };
+    const dbNow = Number(row.now);
+    const summaries = new Map(row.s.map((r) => [r.task_id, r]));
+    const leases = new Map(row.l.map((r) => [r.task_id, r]));
+    const ev: [string[], number[], Buffer[]] = [[], [], []];
+    const ls: [string[], string[], string[], number[], number[]] = [[], [], [], [], []];
+    const sm: unknown[][] = Array.from({ length: 12 }, () => []);
+    const out: (AppendResult | Error)[] = [];
+    for (const e of entries) {
+      const sr = summaries.get(e.taskId);
+      const lr = leases.get(e.taskId);
+      const head: TaskHead = {
+        lastEventId: sr ? Number(sr.last_event_id) : 0,
+        maxGeneration: sr ? Number(sr.max_generation) : 0,
+        lease: lr ? toLease(lr) : undefined,
+        summary: sr ? toSummary(sr) : undefined,
+      };
+      const clock = new ClockFrame(dbNow, e.callerNow);
+      let next: TaskHead;
+      try {
+        next = applyAppend(e.taskId, clock.headToCaller(head), e.events, e.options, true);
+      } catch (err) {
+        out.push(err as Error);
+        continue;
+      }
+      for (const x of e.events) {
+        ev[0].push(e.taskId);
+        ev[1].push(x.eventId);
+        ev[2].push(asBuffer(encodeEvent(x)));
+      }
+      const s = next.summary!;
+      [e.taskId, s.workflow, s.kind, s.status, s.outcome ?? null, s.lastEventId, next.maxGeneration, s.turn, s.queued, s.lastInputId ?? null, s.createdAt, s.updatedAt].forEach((v, i) => sm[i]!.push(v));
+      if (e.options.lease) {
+        const l = clock.leaseToDb(next.lease!);
+        [e.taskId, l.owner, l.instance, l.generation, l.expiresAt].forEach((v, i) => (ls[i] as unknown[]).push(v));
+      }
+      out.push({ lastEventId: next.lastEventId, summary: { ...s } });
+    }
+    if (ev[0].length === 0) return out;
+    // Upserts are safe for rows this transaction did not see: a concurrent creator's event 1
+    // fails the events insert on its primary key, and #tx retries the batch against its row.
+    await c.query(
+      `WITH e AS (INSERT INTO ${this.#s}.events (task_id, event_id, data) SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[])),
+            l AS (INSERT INTO ${this.#s}.leases (task_id, owner, instance, generation, expires_at) SELECT * FROM unnest($4::text[], $5::text[], $6::text[], $7::bigint[], $8::bigint[])${LEASE_UPSERT})
+       INSERT INTO ${this.#s}.summaries (task_id, workflow, kind, status, outcome, last_event_id, max_generation, turn, queued, last_input_id, created_at, updated_at)
+       SELECT * FROM unnest($9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::bigint[], $15::bigint[], $16::bigint[], $17::bigint[], $18::text[], $19::bigint[], $20::bigint[])${SUMMARY_UPSERT}`,
+      [...ev, ...ls, ...sm],
+    );
+    return out;
+  }
+
+  /**
+   * One append, retried when the connection is lost: first it checks whether the lost write
+   * landed (a COMMIT whose reply never came), so a retry never writes twice.
+   */
+  async #appendOne(a: Omit<PendingAppend, 'resolve' | 'reject'>): Promise<AppendResult> {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        return await this.#appendOnce(a);
+      } catch (err) {
+        if (!isConnectionLoss(err)) throw err;
+        const landed = await this.#landed(a).catch(() => null);
+        if (landed) return landed;
+        if (attempt >= CONNECTION_TRIES) {
+          throw new TurnlogError(
+            'TURNLOG_STORE_UNAVAILABLE',
+            `Store ${this.location}: task ${a.taskId}'s append lost its connection ${attempt} times (${(err as Error).message})${landed === null ? '; whether the last try landed could not be checked' : ''}. Retry once PostgreSQL is reachable.`,
+            { cause: err },
+          );
+        }
+        await new Promise((r) => setTimeout(r, 100 * 2 ** attempt));
+      }
+    }
+  }
+
+  /** The result of `a` if its events are stored exactly (a commit whose reply was lost), else undefined. */
+  async #landed(a: Omit<PendingAppend, 'resolve' | 'reject'>): Promise<AppendResult | undefined> {
+    const from = a.options.expectedLastEventId + 1;
+    const rows = await this.#query(`SELECT data FROM ${this.#s}.events WHERE task_id = $1 AND event_id BETWEEN $2 AND $3 ORDER BY event_id`, [a.taskId, from, from + a.events.length - 1]);
+    if (rows.length !== a.events.length || !rows.every((r: { data: Buffer }, i) => asBuffer(encodeEvent(a.events[i]!)).equals(r.data))) return undefined;
+    const summary = await this.getSummary(a.taskId);
+    return summary ? { lastEventId: from + a.events.length - 1, summary } : undefined;
+  }
+
+  /** One append in its own transaction (three round trips: BEGIN with the lock, the write, COMMIT). */
+  #appendOnce(a: Omit<PendingAppend, 'resolve' | 'reject'>): Promise<AppendResult> {
+    const { taskId, events, options, callerNow } = a;
+    return this.#tx(async (c) => {
       const locked = await this.#lockHead(c, taskId);
       const clock = new ClockFrame(locked.dbNow, callerNow);
-      const next = applyAppend(taskId, clock.headToCaller(locked.head), events, options);
+      const next = applyAppend(taskId, clock.headToCaller(locked.head), events, options, true);
       const ids = events.map((e) => e.eventId);
       const blobs = new Map<string, Uint8Array>();
       const bytes = events.map((e) => asBuffer(encodeEvent(externalize(e, this.#refBytes, blobs))));
@@ -404,7 +605,7 @@ export class PostgresHistoryStore implements HistoryStore {
         values,
       );
       return { lastEventId: next.lastEventId, summary: { ...s } };
-    }, options.sync ?? this.#options.sync ?? true)).catch((err: unknown) => {
+    }, options.sync ?? this.#options.sync ?? true, (r) => [encodeNotice(taskId, r.lastEventId)]).catch((err: unknown) => {
       throw this.#raceError(err, taskId, options.expectedLastEventId);
     });
   }
@@ -439,7 +640,7 @@ export class PostgresHistoryStore implements HistoryStore {
   }
 
   async claimLease(taskId: string, request: LeaseRequest): Promise<Lease> {
-    return (await this.#leaseOp(taskId, request.now, (h) => applyClaim(taskId, h, request)))!;
+    return (await this.#leaseOp(taskId, request.now, (h) => applyClaim(taskId, h, request, true)))!;
   }
 
   async renewLease(taskId: string, lease: Lease, durationMs: number, now: number): Promise<Lease> {
@@ -685,6 +886,77 @@ export class PostgresHistoryStore implements HistoryStore {
     return rows.map((r: { task_id: string }) => r.task_id);
   }
 
+  /**
+   * Calls `listener` after every append committed to this schema, by any engine (LISTEN/NOTIFY on
+   * one connection taken from the pool for good; it reconnects, then reports `resync`).
+   */
+  watch(listener: (notice: AppendNotice) => void): () => void {
+    const pool = this.#checkedPool();
+    this.#listener ??= new PgListener(() => pool.connect(), this.channel);
+    return this.#listener.subscribe(listener);
+  }
+
+  /** Resolves once the LISTEN connection listens (tests; `watch` works without awaiting it). */
+  async listening(): Promise<boolean> {
+    await this.#listener?.ready();
+    return this.#listener?.listening ?? false;
+  }
+
+  /**
+   * Claims up to `limit` orphaned tasks (in progress, lease missing or expired on the database
+   * clock) for `instance`: the summaries are locked `FOR UPDATE SKIP LOCKED`, so engines claiming
+   * at once get disjoint tasks, and each claimed task gets this instance's lease (generation + 1).
+   * Returns each task with the lease it had, so the engine can record the takeover.
+   */
+  async claimOrphans(request: OrphanClaim): Promise<ClaimedOrphan[]> {
+    this.#checkedPool();
+    if (!Number.isInteger(request.limit) || request.limit < 1) {
+      throw invalidArgument(`claimOrphans limit ${String(request.limit)} must be a positive integer.`);
+    }
+    return this.#tx(async (c) => {
+      const locked = await c.query(`${recoverableSql(this.#s)} LIMIT $1 FOR UPDATE OF s SKIP LOCKED`, [request.limit]);
+      const ids = locked.rows.map((r: { task_id: string }) => r.task_id);
+      if (ids.length === 0) return [];
+      // Re-read under the locks: a renewal committed after this transaction's first snapshot counts.
+      const heads = await c.query(
+        `SELECT s.task_id, s.max_generation, row_to_json(l) AS l, ${DB_NOW} AS now FROM ${this.#s}.summaries s
+           LEFT JOIN (SELECT task_id, owner, instance, generation, expires_at FROM ${this.#s}.leases) l ON l.task_id = s.task_id
+          WHERE s.task_id = ANY($1::text[]) ORDER BY s.task_id`,
+        [ids],
+      );
+      const out: ClaimedOrphan[] = [];
+      for (const r of heads.rows as { task_id: string; max_generation: number; l: LeaseRow | null; now: number }[]) {
+        const previous = r.l ? toLease(r.l) : undefined;
+        const head: TaskHead = { lastEventId: 0, maxGeneration: Number(r.max_generation), lease: previous, summary: undefined };
+        const req = { owner: request.owner, instance: request.instance, durationMs: request.durationMs, now: Number(r.now) };
+        try {
+          const lease = applyClaim(r.task_id, head, req, true);
+          out.push(previous ? { taskId: r.task_id, lease, previous } : { taskId: r.task_id, lease });
+        } catch {
+          // Renewed meanwhile (LeaseHeldError): its holder is alive, leave it.
+        }
+      }
+      if (out.length) {
+        await c.query(
+          `INSERT INTO ${this.#s}.leases (task_id, owner, instance, generation, expires_at)
+           SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[])${LEASE_UPSERT}`,
+          [out.map((o) => o.taskId), out.map((o) => o.lease.owner), out.map((o) => o.lease.instance), out.map((o) => o.lease.generation), out.map((o) => o.lease.expiresAt)],
+        );
+      }
+      return out;
+    });
+  }
+
+  /** Group-commit counters: batches written and appends in them (0 and 0 with `groupCommit: false`). */
+  groupCommitStats(): { batches: number; appends: number } {
+    return { batches: this.#batcher?.batches ?? 0, appends: this.#batcher?.entries ?? 0 };
+  }
+
+  /** How many times the LISTEN connection has connected (1, then one more per reconnect). */
+  listenerConnects(): number {
+    return this.#listener?.connects ?? 0;
+  }
+
   /** Bytes the store's tables use on the server, with indexes and TOAST (`turnlog stats`). */
   async sizeBytes(): Promise<number> {
     const rows = await this.#query(
@@ -742,6 +1014,23 @@ class ClockFrame {
 export function quoteLiteral(value: string): string {
   const body = value.replace(/'/g, "''");
   return body.includes('\\') ? ` E'${body.replace(/\\/g, '\\\\')}'` : `'${body}'`;
+}
+
+const CONNECTION_TRIES = 5;
+const guarded = new WeakSet<object>();
+
+/** A checked-out client's connection error rejects its query; unheard, it would crash the process. */
+function guard(client: object): void {
+  if (guarded.has(client)) return;
+  guarded.add(client);
+  (client as { on?(e: string, f: () => void): void }).on?.('error', () => undefined);
+}
+
+/** The server or the network dropped the connection (restart, pg_terminate_backend, reset). */
+export function isConnectionLoss(err: unknown): boolean {
+  const code = String((err as { code?: unknown })?.code ?? '');
+  if (/^(57P0[123]|08\d{3}|ECONNRESET|ECONNREFUSED|EPIPE|ETIMEDOUT)$/.test(code)) return true;
+  return /Connection terminated|connection error|Client was closed|timeout exceeded when trying to connect/i.test(String((err as Error)?.message ?? ''));
 }
 
 /** A Buffer view of encoded bytes, without a copy. */

@@ -46,6 +46,7 @@ export function applyAppend(
   head: TaskHead,
   events: readonly HistoryEvent[],
   options: AppendOptions,
+  shared = false,
 ): TaskHead {
   checkTaskId(taskId);
   if (!Array.isArray(events) || events.length === 0) {
@@ -95,6 +96,7 @@ export function applyAppend(
       head.lease,
       { owner: l.owner, instance: l.instance, durationMs: l.expiresAt - now, now },
       floor,
+      shared,
     );
     if (l.generation < expected.generation) throw new StaleGenerationError(taskId, l.generation, expected.generation);
     if (generation > l.generation) {
@@ -113,10 +115,10 @@ export function applyAppend(
   };
 }
 
-/** A claim by the acquisition table, never below the history's generation. */
-export function applyClaim(taskId: string, head: TaskHead, req: LeaseRequest): Lease {
+/** A claim by the acquisition table, never below the history's generation (`shared`: see nextLease). */
+export function applyClaim(taskId: string, head: TaskHead, req: LeaseRequest, shared = false): Lease {
   checkTaskId(taskId);
-  return nextLease(taskId, head.lease, req, Math.max(1, head.maxGeneration));
+  return nextLease(taskId, head.lease, req, Math.max(1, head.maxGeneration), shared);
 }
 
 /** Extends the caller's lease; StaleGenerationError or LeaseHeldError when it lost it. */

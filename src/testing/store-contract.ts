@@ -209,7 +209,8 @@ export function storeContract(api: ContractTestApi, name: string, factory: () =>
 
       it('StaleGenerationError below the lease generation writes nothing', async () => {
         await createTask('t1');
-        await store.claimLease('t1', { owner: 'engine', instance: 'i1', durationMs: 1_000, now: 0 });
+        // The first lease has expired, so the takeover is allowed on every store (shared ones fence by instance).
+        await store.claimLease('t1', { owner: 'engine', instance: 'i1', durationMs: 0, now: 0 });
         const next = await store.claimLease('t1', { owner: 'engine', instance: 'i2', durationMs: 1_000, now: 10 });
         expect(next.generation).toBe(2);
         const err = await rejectsWith(store.append('t1', [step(3, 1)], { expectedLastEventId: 2, generation: 1 }), 'TURNLOG_STALE_GENERATION');
@@ -234,7 +235,7 @@ export function storeContract(api: ContractTestApi, name: string, factory: () =>
 
       it('fencing order: a zombie that missed a takeover gets StaleGenerationError, and nothing of it is written', async () => {
         await createTask('t1');
-        const zombie = await store.claimLease('t1', { owner: 'engine', instance: 'i1', durationMs: 1_000, now: 0 });
+        const zombie = await store.claimLease('t1', { owner: 'engine', instance: 'i1', durationMs: 0, now: 0 });
         const next = await store.claimLease('t1', { owner: 'engine', instance: 'i2', durationMs: 1_000, now: 10 });
         await store.append('t1', [step(3, 1, { generation: next.generation })], { expectedLastEventId: 2, generation: next.generation });
         // The zombie still believes the history ends at 2: both checks fail, fencing wins.
@@ -263,12 +264,22 @@ export function storeContract(api: ContractTestApi, name: string, factory: () =>
         expect(l).toEqual({ owner: 'a', instance: 'i1', generation: 1, expiresAt: 1_500 });
       });
 
-      it('row 3: same owner, new instance → generation + 1 (even while live)', async () => {
-        await store.claimLease('t1', req('a', 'i1', 0));
-        const l = await store.claimLease('t1', req('a', 'i2', 500));
-        expect(l.generation).toBe(2);
-        expect(l.instance).toBe('i2');
-      });
+      if (capabilities.exclusive === false) {
+        // A shared store fences by instance: two engines with one owner never take each other's turns.
+        it('row 3 (shared store): same owner, new instance, live → LeaseHeldError, lease unchanged', async () => {
+          const held = await store.claimLease('t1', req('a', 'i1', 0));
+          const err = await rejectsWith(store.claimLease('t1', req('a', 'i2', 500)), 'TURNLOG_LEASE_HELD');
+          expect(err.message).toContain('i1');
+          expect(await store.getLease('t1')).toEqual(held);
+        });
+      } else {
+        it('row 3: same owner, new instance → generation + 1 (even while live)', async () => {
+          await store.claimLease('t1', req('a', 'i1', 0));
+          const l = await store.claimLease('t1', req('a', 'i2', 500));
+          expect(l.generation).toBe(2);
+          expect(l.instance).toBe('i2');
+        });
+      }
 
       callerClockIt('row 4: foreign owner, expired → generation + 1', async () => {
         await store.claimLease('t1', req('a', 'i1', 0));
@@ -314,8 +325,8 @@ export function storeContract(api: ContractTestApi, name: string, factory: () =>
 
       it('a claim-in-append below the table generation is StaleGenerationError and writes nothing', async () => {
         await createTask('t1');
-        await store.claimLease('t1', req('a', 'i1', 0));
-        // New instance, but it claims generation 1 where the table says 2.
+        await store.claimLease('t1', req('a', 'i1', 0, 0));
+        // New instance (the old lease expired), but it claims generation 1 where the table says 2.
         const lease: Lease = { owner: 'a', instance: 'i2', generation: 1, expiresAt: 9_000 };
         await rejectsWith(store.append('t1', [started(3, 1)], { expectedLastEventId: 2, generation: 1, lease }), 'TURNLOG_STALE_GENERATION');
         expect((await store.readEvents('t1')).length).toBe(2);

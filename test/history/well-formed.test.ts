@@ -117,7 +117,7 @@ describe.each([
     const store = new LevelHistoryStore(dir.path, { sync: false });
     return { store, remove: dir.remove };
   }],
-  ['memory', async () => ({ store: new MemoryHistoryStore() as HistoryStore, remove: async () => undefined })],
+  ['memory', async () => ({ store: new MemoryHistoryStore() as HistoryStore, remove: async (): Promise<void> => undefined })],
 ] as const)('%s store: append → read', (_name, make) => {
   let store: HistoryStore;
   let remove: () => Promise<void>;

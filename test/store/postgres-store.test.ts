@@ -244,7 +244,8 @@ describePg('PostgresHistoryStore', () => {
         const a = await open();
         const b = await open();
         await a.append('t1', [created(1), queued(2, 'in')], { expectedLastEventId: 0, generation: 1 });
-        const mine = await a.claimLease('t1', { owner: 'engine', instance: 'ia', durationMs: 60_000, now: 0 });
+        // Expired at once: a shared store lets another instance (same owner) take only a dead lease.
+        const mine = await a.claimLease('t1', { owner: 'engine', instance: 'ia', durationMs: 0, now: 0 });
         const theirs = await b.claimLease('t1', { owner: 'engine', instance: 'ib', durationMs: 60_000, now: 0 });
         expect(theirs.generation).toBe(mine.generation + 1);
         await rejectsWith(a.append('t1', [step(3, 1)], { expectedLastEventId: 2, generation: mine.generation }), 'TURNLOG_STALE_GENERATION');
@@ -382,6 +383,116 @@ describePg('PostgresHistoryStore', () => {
         expect(stored).toMatchObject({ owner: 'a', instance: 'i1', generation: 1 });
         expect(stored.expiresAt).toBeGreaterThanOrEqual(before + 30_000);
         expect(stored.expiresAt).toBeLessThanOrEqual((await s.databaseNow()) + 30_000);
+      });
+    });
+
+    describe('group commit across tasks', () => {
+      it('appends that arrive during a write share one transaction; a fenced, raced or lease-refused neighbour fails alone and writes nothing', async () => {
+        // max 2: one batch in flight, so everything submitted meanwhile is the next batch.
+        const s = createPostgresStore({ connectionString: PG_URL, schema, max: 2 });
+        stores.push(s);
+        await s.open();
+        const ids = Array.from({ length: 20 }, (_, i) => `g${String(i).padStart(2, '0')}`);
+        for (const id of ids) await s.append(id, [created(1, { generation: id === 'g03' ? 3 : 1 }), queued(2, 'in', { generation: id === 'g03' ? 3 : 1 })], { expectedLastEventId: 0, generation: id === 'g03' ? 3 : 1 });
+        await s.claimLease('g07', { owner: 'other', instance: 'other', durationMs: 60_000, now: 0 });
+        const before = s.groupCommitStats();
+        const lease: Lease = { owner: 'me', instance: 'me', generation: 2, expiresAt: Date.now() + 60_000 };
+        const outcomes = await Promise.allSettled([
+          s.append('first', [created(1)], { expectedLastEventId: 0, generation: 1 }),
+          ...ids.map((id) => {
+            if (id === 'g03') return s.append(id, [step(3, 1, { generation: 2 })], { expectedLastEventId: 2, generation: 2 }); // below generation 3
+            if (id === 'g05') return s.append(id, [step(2, 1)], { expectedLastEventId: 1, generation: 1 }); // behind: the history ends at 2
+            if (id === 'g07') return s.append(id, [started(3, 1, { generation: 2 })], { expectedLastEventId: 2, generation: 2, lease }); // another owner's live lease
+            return s.append(id, [started(3, 1)], { expectedLastEventId: 2, generation: 1 });
+          }),
+        ]);
+        const after = s.groupCommitStats();
+        expect(after.appends - before.appends).toBe(21);
+        expect(after.batches - before.batches).toBe(2);
+        const codes = outcomes.map((o) => (o.status === 'fulfilled' ? 'ok' : (o.reason as { code: string }).code));
+        expect(codes[0]).toBe('ok');
+        const byId = Object.fromEntries(ids.map((id, i) => [id, codes[i + 1]]));
+        expect(byId).toEqual(Object.fromEntries(ids.map((id) => [id, id === 'g03' ? 'TURNLOG_STALE_GENERATION' : id === 'g05' ? 'TURNLOG_CONCURRENCY' : id === 'g07' ? 'TURNLOG_LEASE_HELD' : 'ok'])));
+        for (const id of ids) {
+          const n = (await s.readEvents(id)).length;
+          expect([id, n]).toEqual([id, ['g03', 'g05', 'g07'].includes(id) ? 2 : 3]);
+          expect((await s.getSummary(id))!.lastEventId).toBe(n);
+        }
+        expect((await s.getLease('g07'))!.owner).toBe('other');
+      });
+
+      it('a batch that includes a task another store creates at the same moment: one creator wins, the batch neighbours all land', async () => {
+        const a = createPostgresStore({ connectionString: PG_URL, schema, max: 2 });
+        stores.push(a);
+        await a.open();
+        const b = await open();
+        const ids = Array.from({ length: 10 }, (_, i) => `n${i}`);
+        const outcomes = await Promise.allSettled([
+          a.append('lead', [created(1)], { expectedLastEventId: 0, generation: 1 }),
+          ...ids.map((id) => a.append(id, [created(1)], { expectedLastEventId: 0, generation: 1 })),
+          b.append('n4', [created(1, { workflow: 'theirs' })], { expectedLastEventId: 0, generation: 1 }),
+        ]);
+        const fromA = outcomes.slice(1, 11);
+        const fromB = outcomes[11]!;
+        const n4 = [fromA[4]!, fromB].map((o) => (o.status === 'fulfilled' ? 'ok' : (o.reason as { code: string }).code));
+        expect(n4.sort()).toEqual(['TURNLOG_CONCURRENCY', 'ok']);
+        fromA.forEach((o, i) => i !== 4 && expect(o.status).toBe('fulfilled'));
+        expect((await b.readEvents('n4')).length).toBe(1);
+        expect((await b.getSummary('n4'))!.workflow).toBe(fromB.status === 'fulfilled' ? 'theirs' : 'wf');
+      });
+    });
+
+    describe('claiming orphans (FOR UPDATE SKIP LOCKED)', () => {
+      /** `n` in-progress tasks whose lease (instance `dead`) expired at once. */
+      async function orphans(s: PostgresHistoryStore, n: number): Promise<string[]> {
+        const ids = Array.from({ length: n }, (_, i) => `o${String(i).padStart(2, '0')}`);
+        for (const id of ids) {
+          await s.append(id, [created(1), queued(2, 'in'), started(3, 1)], { expectedLastEventId: 0, generation: 1 });
+          await s.claimLease(id, { owner: 'engine', instance: 'dead', durationMs: 0, now: 0 });
+        }
+        return ids;
+      }
+
+      it('engines claiming at once get disjoint tasks, each under its own lease one generation up; a live claim is not claimed again', async () => {
+        const stores = [await open(), await open(), await open()];
+        const ids = await orphans(stores[0]!, 24);
+        // Concurrent rounds until nothing is left: a task locked or claimed by one store is skipped by the others.
+        const batches: Awaited<ReturnType<PostgresHistoryStore['claimOrphans']>>[] = [[], [], []];
+        for (let round = 0; round < 10; round++) {
+          const got = await Promise.all(stores.map((s, i) => s.claimOrphans({ owner: `e${i}`, instance: `i${i}`, durationMs: 60_000, limit: 10 })));
+          got.forEach((b, i) => batches[i]!.push(...b));
+          if (got.every((b) => b.length === 0)) break;
+        }
+        const all = batches.flat().map((o) => o.taskId);
+        expect(new Set(all).size).toBe(all.length);
+        expect([...all].sort()).toEqual(ids);
+        for (const [i, batch] of batches.entries()) {
+          for (const o of batch) {
+            expect(o.previous).toMatchObject({ instance: 'dead', generation: 1 });
+            expect(o.lease).toMatchObject({ owner: `e${i}`, instance: `i${i}`, generation: 2 });
+            expect(await stores[0]!.getLease(o.taskId)).toEqual(o.lease);
+          }
+        }
+        expect(await stores[1]!.claimOrphans({ owner: 'late', instance: 'late', durationMs: 60_000, limit: 50 })).toEqual([]);
+        expect(await stores[1]!.listRecoverable(0, 'late')).toEqual([]);
+      });
+
+      it('skips a task whose row another transaction holds, and takes it once free', async () => {
+        const s = await open();
+        const [busy, free] = await orphans(s, 2);
+        await withClient(async (c) => {
+          await c.query('BEGIN');
+          await c.query(`SELECT 1 FROM "${schema}".summaries WHERE task_id = $1 FOR UPDATE`, [busy]);
+          const got = await s.claimOrphans({ owner: 'e', instance: 'i', durationMs: 60_000, limit: 5 });
+          expect(got.map((o) => o.taskId)).toEqual([free]);
+          await c.query('COMMIT');
+        });
+        expect((await s.claimOrphans({ owner: 'e', instance: 'i', durationMs: 60_000, limit: 5 })).map((o) => o.taskId)).toEqual([busy]);
+      });
+
+      it('a limit that is not a positive integer is TURNLOG_INVALID_ARGUMENT', async () => {
+        const s = await open();
+        await rejectsWith(s.claimOrphans({ owner: 'e', instance: 'i', durationMs: 1, limit: 0 }), 'TURNLOG_INVALID_ARGUMENT');
       });
     });
   });
