@@ -296,9 +296,10 @@ export class LevelHistoryStore implements HistoryStore {
   }
 
   async #loadHead(taskId: string, entry: HeadEntry): Promise<void> {
-    const [rawSummary, rawLease, last] = await Promise.all([
-      this.#db.get(entry.keys.summary),
-      this.#db.get(entry.keys.lease),
+    // One getMany, not two gets: each native read costs a thread-pool round trip and a
+    // promise (profile of new tasks at 100 in flight: reads were the top self time).
+    const [[rawSummary, rawLease], last] = await Promise.all([
+      this.#db.getMany([entry.keys.summary, entry.keys.lease]),
       this.#db.iterator({ ...eventRange(taskId), reverse: true, limit: 1 }).all(),
     ]);
     let lastEventId = 0;
