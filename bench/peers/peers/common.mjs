@@ -8,6 +8,15 @@ export { decodeEvent, encodeEvent, defineWorkflow, historyBuilder };
 /** postgres://postgres@127.0.0.1:5432/test unless TURNLOG_TEST_PG_URL says otherwise. */
 export const PG_URL = process.env.TURNLOG_TEST_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/test';
 
+/** Drops a schema a peer made on the local PostgreSQL. */
+export async function dropSchema(schema) {
+  const { default: pg } = await import('pg');
+  const c = new pg.Client({ connectionString: PG_URL });
+  await c.connect();
+  await c.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
+  await c.end();
+}
+
 /** A recorded one-turn task of 100 steps, as turnlog stores it (what the replay workload replays). */
 export function hundredStepHistory(taskId = 'bench-100') {
   const b = historyBuilder(taskId, { tick: 10 }).created({ workflow: 'hundred-steps' }).input('q').turnStarted();

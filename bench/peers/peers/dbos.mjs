@@ -4,9 +4,8 @@
  * multi-turn task, so a conversation's turn is a workflow of one step whose id names the turn.
  */
 import { randomBytes } from 'node:crypto';
-import pg from 'pg';
 import { DBOS } from '@dbos-inc/dbos-sdk';
-import { PG_URL, labelOf, pkgVersion } from './common.mjs';
+import { PG_URL, dropSchema, labelOf, pkgVersion } from './common.mjs';
 
 const version = pkgVersion('@dbos-inc/dbos-sdk');
 export const info = { label: `${labelOf('DBOS', version)} (PostgreSQL)`, version, notes: 'system database on the local PostgreSQL; a turn is a new one-step workflow' };
@@ -34,10 +33,7 @@ export async function open() {
     turn: (c, i) => run(one, `${c}-t${i}`, i),
     async close() {
       await DBOS.shutdown();
-      const c = new pg.Client({ connectionString: PG_URL });
-      await c.connect();
-      await c.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-      await c.end();
+      await dropSchema(schema);
     },
   };
 }

@@ -1,7 +1,6 @@
 /** turnlog on the local PostgreSQL (a fresh schema, dropped at the end). */
 import { randomBytes } from 'node:crypto';
-import pg from 'pg';
-import { PG_URL } from './common.mjs';
+import { PG_URL, dropSchema } from './common.mjs';
 import { openTurnlog } from './turnlog-level.mjs';
 
 export const info = { label: 'turnlog (PostgreSQL)', notes: 'inline executor, PostgreSQL store, synchronous_commit on' };
@@ -13,10 +12,7 @@ export async function open() {
     ...t,
     async close() {
       await t.close();
-      const c = new pg.Client({ connectionString: PG_URL });
-      await c.connect();
-      await c.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`);
-      await c.end();
+      await dropSchema(schema);
     },
   };
 }
