@@ -61,17 +61,23 @@ export async function run(): Promise<void> {
   const decodeMs = best(5, () => {
     for (const b of stored) sink += decodeEvent(b, TASK).eventId;
   });
-  const decodeFoldMs = best(5, () => {
+  // "Every run", not only quiet ones (issue #16): the slowest of the runs is reported too.
+  const decodeFoldRuns: number[] = [];
+  const decodeFoldMs = best(7, () => {
+    const t0 = performance.now();
     const out: HistoryEvent[] = new Array(stored.length);
     for (let i = 0; i < stored.length; i++) out[i] = decodeEvent(stored[i]!, TASK);
     sink += fold(TASK, out).lastEventId;
+    decodeFoldRuns.push(performance.now() - t0);
   });
+  const decodeFoldWorst = Math.max(...decodeFoldRuns);
 
   console.log(`history: ${N.toLocaleString('en-US')} events, ${stored.reduce((a, b) => a + b.length, 0).toLocaleString('en-US')} bytes stored`);
   console.log(`  bare loop (same decoded array)  ${rate(N, bare).padStart(22)}  ${bare.toFixed(2)} ms`);
   console.log(`  fold                            ${rate(N, foldMs).padStart(22)}  ${foldMs.toFixed(2)} ms  (target ≥ 2,000,000)`);
   console.log(`  decode only                     ${rate(N, decodeMs).padStart(22)}  ${decodeMs.toFixed(2)} ms`);
-  console.log(`  decode + fold (stored bytes)    ${rate(N, decodeFoldMs).padStart(22)}  ${decodeFoldMs.toFixed(2)} ms  (target ≥ 500,000)`);
+  console.log(`  decode + fold (stored bytes)    ${rate(N, decodeFoldMs).padStart(22)}  ${decodeFoldMs.toFixed(2)} ms  (target ≥ 500,000 every run)`);
+  console.log(`    slowest of ${decodeFoldRuns.length} runs               ${rate(N, decodeFoldWorst).padStart(22)}  ${decodeFoldWorst.toFixed(2)} ms  (${(N / decodeFoldWorst) * 1000 >= 500_000 ? 'met' : 'missed'})`);
 
   console.log('recovery: decode snapshot + decode and fold a 100-event tail + decide');
   for (const prefix of [1_000, 10_000, 100_000]) {

@@ -298,7 +298,8 @@ export class Engine implements TaskClient {
     const wf = typeof workflow === 'string' ? this.#workflow(workflow) : this.#workflow(workflow.name);
     const taskId = options.taskId ?? `task-${nanoid(12)}`;
     checkTaskId(taskId);
-    const t = await this.#cache.load(taskId);
+    // A fresh random id names no stored task: no reads (the store's append still checks).
+    const t = (options.taskId === undefined ? this.#cache.createNew(taskId) : undefined) ?? (await this.#cache.load(taskId));
     const inputId = await this.#send(t, wf, input, options);
     return new TaskHandle<I, O>(this, taskId, inputId);
   }

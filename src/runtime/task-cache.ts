@@ -136,6 +136,21 @@ export class TaskCache {
     return this.#loadEntry(taskId);
   }
 
+  /**
+   * The entry of a task this engine has just named with a fresh random id (`engine.start`
+   * without a taskId): nothing can be stored under it, so nothing is read. The store's append
+   * still checks that the task is new (expectedLastEventId 0), so a collision is refused there.
+   * Saves three reads per new task (profile: store reads were a third of the CPU of new tasks).
+   * Undefined when this engine already knows the id: load() it then.
+   */
+  createNew(taskId: string): TaskEntry | undefined {
+    if (this.#tasks.has(taskId) || this.#loading.has(taskId) || this.#corrupt.has(taskId)) return undefined; // then load()
+    const t = new TaskEntry(taskId);
+    this.#evictIdle();
+    this.#tasks.set(taskId, t);
+    return this.#pin(t);
+  }
+
   #pin(t: TaskEntry): TaskEntry {
     t.busy++;
     setImmediate(() => t.busy--);

@@ -315,8 +315,9 @@ export class LevelHistoryStore implements HistoryStore {
   }
 
   async #loadHead(taskId: string, entry: HeadEntry): Promise<void> {
-    // One getMany for both records: each native read costs ~50 µs of the event loop under load
-    // (profile of recovering 10,000 tasks: classic-level's _get was the top self time).
+    // One getMany for both records, not two gets: each native read costs a thread-pool round trip
+    // and a promise (profiles of recovering 10,000 tasks and of new tasks at 100 in flight: reads
+    // were the top self time).
     const [[rawSummary, rawLease], last] = await Promise.all([
       this.#db.getMany([entry.keys.summary, entry.keys.lease]),
       this.#db.iterator({ ...eventRange(taskId), reverse: true, limit: 1 }).all(),

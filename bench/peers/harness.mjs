@@ -1,0 +1,144 @@
+/**
+ * Runs the workloads of issue #16 on one peer, in this process, and prints one JSON line:
+ * `node harness.mjs <peer>`. A peer module (peers/<name>.mjs) exports `open()`, resolving to
+ * an adapter; a workload whose method the adapter lacks is reported as not applicable.
+ *
+ *   workflow100()     a new 100-step workflow, start → result
+ *   oneStep(i)        a new one-step workflow, start → result (i is unique in the process)
+ *   conversations(n)  opens n conversations (not measured); turn(conv, i) runs one turn on one
+ *   replay100()       replays a recorded 100-step history once; returns its event count
+ *   close()
+ *
+ * Each workload runs once to warm up, then ROUNDS times one after another; a round's figure
+ * is the median (latencies) or the rate of the round; the result is the median of the rounds
+ * and the spread (slowest round / fastest).
+ */
+import { performance } from 'node:perf_hooks';
+
+const ROUNDS = Number(process.env.PEERS_ROUNDS ?? 5);
+const SINGLES = 20; // one-step workflows one after another, per round
+const MANY = 1000; // one-step workflows per round at 10 and at 100 in flight
+const CONVERSATIONS = 100;
+const TURNS = 1000; // per round, over the conversations
+const REPLAYS = 20; // 100-step histories replayed per round
+
+const now = () => performance.now();
+export const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+
+let seq = 0;
+/** Runs `count` calls of `fn(i)` with at most `inFlight` at once; returns calls per second. */
+async function inFlightRate(count, inFlight, fn) {
+  let next = 0;
+  const t0 = now();
+  await Promise.all(
+    Array.from({ length: inFlight }, async () => {
+      while (next < count) {
+        next++;
+        await fn(seq++);
+      }
+    }),
+  );
+  return count / ((now() - t0) / 1000);
+}
+
+const WORKLOADS = {
+  /** µs per step of a 100-step workflow, start → result (3 of them per round). */
+  step100: {
+    needs: ['workflow100'],
+    async round(a) {
+      const xs = [];
+      for (let i = 0; i < 3; i++) {
+        const t0 = now();
+        await a.workflow100();
+        xs.push(((now() - t0) * 1000) / 100);
+      }
+      return median(xs);
+    },
+    warm: (a) => a.workflow100(),
+  },
+  /** ms from start to result of one new one-step workflow, one after another. */
+  single: {
+    needs: ['oneStep'],
+    async round(a) {
+      const xs = [];
+      for (let i = 0; i < SINGLES; i++) {
+        const t0 = now();
+        await a.oneStep(seq++);
+        xs.push(now() - t0);
+      }
+      return median(xs);
+    },
+    warm: async (a) => {
+      for (let i = 0; i < SINGLES; i++) await a.oneStep(seq++);
+    },
+  },
+  /** one-step workflows per second, 1,000 new ones with 10 in flight. */
+  flight10: { needs: ['oneStep'], round: (a) => inFlightRate(MANY, 10, (i) => a.oneStep(i)), warm: (a) => inFlightRate(100, 10, (i) => a.oneStep(i)) },
+  /** the same with 100 in flight. */
+  flight100: { needs: ['oneStep'], round: (a) => inFlightRate(MANY, 100, (i) => a.oneStep(i)), warm: (a) => inFlightRate(200, 100, (i) => a.oneStep(i)) },
+  /** turns per second: 1,000 turns over 100 existing conversations, each conversation's turns in order. */
+  turns: {
+    needs: ['conversations', 'turn'],
+    async round(a, convs) {
+      const t0 = now();
+      const per = TURNS / convs.length;
+      await Promise.all(
+        convs.map(async (c) => {
+          for (let i = 0; i < per; i++) await a.turn(c, seq++);
+        }),
+      );
+      return TURNS / ((now() - t0) / 1000);
+    },
+    warm: async (a, convs) => Promise.all(convs.map((c) => a.turn(c, seq++))),
+  },
+  /** µs to replay one recorded 100-step history. */
+  replay: {
+    needs: ['replay100'],
+    async round(a) {
+      const t0 = now();
+      let events = 0;
+      for (let i = 0; i < REPLAYS; i++) events = await a.replay100();
+      return { value: ((now() - t0) * 1000) / REPLAYS, events };
+    },
+    warm: async (a) => {
+      for (let i = 0; i < 5; i++) await a.replay100();
+    },
+  },
+};
+
+export async function runPeer(name) {
+  const mod = await import(new URL(`./peers/${name}.mjs`, import.meta.url).href);
+  const info = mod.info ?? {};
+  const a = await mod.open();
+  const results = {};
+  try {
+    const convs = typeof a.conversations === 'function' ? await a.conversations(CONVERSATIONS) : [];
+    const active = Object.entries(WORKLOADS).filter(([, w]) => w.needs.every((m) => typeof a[m] === 'function'));
+    for (const [key, w] of active) await w.warm(a, convs);
+    const rounds = Object.fromEntries(active.map(([key]) => [key, []]));
+    const extra = {};
+    for (let r = 0; r < ROUNDS; r++) {
+      for (const [key, w] of active) {
+        const v = await w.round(a, convs);
+        if (typeof v === 'object') {
+          rounds[key].push(v.value);
+          extra[key] = v;
+        } else rounds[key].push(v);
+      }
+    }
+    for (const [key, xs] of Object.entries(rounds)) {
+      results[key] = { median: median(xs), spread: Math.max(...xs) / Math.min(...xs), rounds: xs, ...(extra[key]?.events ? { events: extra[key].events } : {}) };
+    }
+  } finally {
+    await a.close();
+  }
+  return { peer: name, label: info.label ?? name, version: info.version, notes: info.notes, results };
+}
+
+if (import.meta.url === `file://${process.argv[1]}`) {
+  const name = process.argv[2];
+  const out = await runPeer(name);
+  process.stdout.write(`\n@@result ${JSON.stringify(out)}\n`);
+  // Some SDKs keep sockets or timers open after close(); the result is out, so end here.
+  process.exit(0);
+}
