@@ -5,6 +5,7 @@
  */
 import { TurnlogError } from '../errors.js';
 import { isTurnTerminal, type HistoryEvent } from '../history/events.js';
+import { decodeState, encodeState } from '../history/state-codec.js';
 import { fold } from './fold.js';
 
 /** Where a fork comes from. */
@@ -47,7 +48,19 @@ export function forkEvents(taskId: string, events: readonly HistoryEvent[], opti
     if (pendingCancel && e.type === 'CancelRequested' && e.scope === 'task') continue;
     const copy = { ...e, eventId: out.length + 1 };
     // A compacted prefix: the next copied event follows it directly.
-    if (copy.type === 'HistoryCompacted') copy.throughEventId = copy.eventId;
+    if (copy.type === 'HistoryCompacted') {
+      copy.throughEventId = copy.eventId;
+      // Inputs queued (or a task cancel requested) before the cut live in the compacted state,
+      // not as events: they belong to the original's future just the same.
+      const inner = decodeState(copy.state);
+      const queue = inner.queue.filter((q) => !queued.has(q.inputId));
+      const cancel = pendingCancel && inner.cancelRequested?.scope === 'task';
+      if (queue.length !== inner.queue.length || cancel) {
+        inner.queue = queue;
+        if (cancel) delete inner.cancelRequested;
+        copy.state = encodeState(inner);
+      }
+    }
     if (copy.type === 'TaskCreated') copy.forkedFrom = { taskId, turn: atTurn, eventId: prefix[prefix.length - 1]!.eventId };
     out.push(copy);
   }
