@@ -167,11 +167,18 @@ export class StreamHub {
           if (this.#closed) return; // the engine shut down (and closed its store) during the read
           throw err;
         }
-        if (first && cursor.e > 0 && (events.length === 0 || events[0]!.eventId !== cursor.e)) {
+        // Ids are dense, so a later event and none at the offset means compaction dropped it:
+        // the offset is this task's, and the reader gets one gap for what was dropped.
+        const compacted = first && cursor.e > 0 && events.length > 0 && events[0]!.eventId > cursor.e;
+        if (first && cursor.e > 0 && !compacted && (events.length === 0 || events[0]!.eventId !== cursor.e)) {
           throw offsetAhead(taskId, cursor, events.length ? events[events.length - 1]!.eventId : 0);
         }
         first = false;
         const batch: Entry[] = [];
+        if (compacted && events[0]!.eventId - 1 > cursor.e) {
+          const time = events[0]!.time;
+          batch.push({ at: { e: events[0]!.eventId - 1, n: 0 }, item: { kind: 'gap', reason: 'the history before this point was compacted', offset: '', taskId, time } });
+        }
         let ended = false;
         for (const e of events) {
           // Also the event at the offset: a reader from the task's last item ends at once.
