@@ -15,6 +15,7 @@ import {
 import { inspectStoreDir } from './store-dir.js';
 import { decodeEvent, encodeEvent } from '../history/codec.js';
 import { checkRefBytes, externalize, resolveAll } from './payload-refs.js';
+import { isLaterCut } from './task-head.js';
 import { HISTORY_FORMAT_VERSION, type HistoryEvent, type Lease, type TaskSummary } from '../history/events.js';
 import type { LeaseRequest } from '../history/lease.js';
 import { summarize } from '../history/summary.js';
@@ -472,7 +473,12 @@ export class LevelHistoryStore implements HistoryStore {
     this.#checkOpen();
     checkTaskId(taskId);
     if (compacted.type !== 'HistoryCompacted' || compacted.eventId !== 2) throw invalidArgument(`Task ${taskId}: compactHistory takes a HistoryCompacted event 2.`);
-    const ops: BatchOp[] = [{ type: 'put', key: eventKey(taskId, 2), value: asBuffer(encodeEvent(compacted)) }];
+    // A later cut already written (another engine's, racing on a shared store) stands: this
+    // one's state ends before events that are gone, so writing it would leave a hole.
+    const key2 = eventKey(taskId, 2);
+    const [raw] = (await this.#db.getMany([key2])) as (Buffer | undefined)[];
+    if (raw !== undefined && isLaterCut(this.#decode(taskId, key2, raw), compacted.throughEventId)) return;
+    const ops: BatchOp[] = [{ type: 'put', key: key2, value: asBuffer(encodeEvent(compacted)) }];
     for (let id = 3; id <= compacted.throughEventId; id++) ops.push({ type: 'del', key: eventKey(taskId, id) });
     await this.#committer.submit(taskId, ops, this.#sync, () => undefined);
   }

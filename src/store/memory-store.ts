@@ -4,6 +4,7 @@
  */
 import { TurnlogError, invalidArgument } from '../errors.js';
 import { checkRefBytes, externalize, resolveAll } from './payload-refs.js';
+import { isLaterCut } from './task-head.js';
 import type { HistoryEvent, Lease, TaskSummary } from '../history/events.js';
 import type { LeaseRequest } from '../history/lease.js';
 import type {
@@ -242,6 +243,8 @@ export class MemoryHistoryStore implements HistoryStore {
   async compactHistory(taskId: string, compacted: HistoryEvent): Promise<void> {
     const t = this.#task(taskId);
     if (!t || compacted.type !== 'HistoryCompacted' || compacted.eventId !== 2) throw invalidArgument(`Task ${taskId}: compactHistory takes a HistoryCompacted event 2 of a stored task.`);
+    const cur = t.events[1];
+    if (cur !== undefined && isLaterCut(cur, compacted.throughEventId)) return; // a later cut stands (level-store.ts)
     t.events[1] = structuredClone(compacted);
     for (let id = 3; id <= compacted.throughEventId; id++) t.events[id - 1] = undefined;
   }

@@ -7,6 +7,7 @@
 import { ConcurrencyError, HistoryCorruptError, TurnlogError, invalidArgument } from '../errors.js';
 import { decodeEvent, encodeEvent } from '../history/codec.js';
 import { checkRefBytes, externalize, resolveAll } from './payload-refs.js';
+import { isLaterCut } from './task-head.js';
 import type { HistoryEvent, Lease, TaskOutcome, TaskStatus, TaskSummary, WorkflowKind } from '../history/events.js';
 import type { LeaseRequest } from '../history/lease.js';
 import type {
@@ -738,6 +739,10 @@ export class PostgresHistoryStore implements HistoryStore {
     if (compacted.type !== 'HistoryCompacted' || compacted.eventId !== 2) throw invalidArgument(`Task ${taskId}: compactHistory takes a HistoryCompacted event 2.`);
     await this.#serial(taskId, () => this.#tx(async (c) => {
       await this.#lockHead(c, taskId);
+      // A later cut already written (another engine's) stands (level-store.ts).
+      const cur = await c.query(`SELECT data FROM ${this.#s}.events WHERE task_id = $1 AND event_id = 2`, [taskId]);
+      const row = cur.rows[0] as { data: Buffer } | undefined;
+      if (row && isLaterCut(decodeEvent(new Uint8Array(row.data.buffer, row.data.byteOffset, row.data.byteLength), taskId, `${this.location} events(${JSON.stringify(taskId)}, 2)`), compacted.throughEventId)) return;
       await c.query(`UPDATE ${this.#s}.events SET data = $2 WHERE task_id = $1 AND event_id = 2`, [taskId, asBuffer(encodeEvent(compacted))]);
       await c.query(`DELETE FROM ${this.#s}.events WHERE task_id = $1 AND event_id BETWEEN 3 AND $2`, [taskId, compacted.throughEventId]);
     }));

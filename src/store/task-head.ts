@@ -155,3 +155,11 @@ export function isRecoverable(summary: TaskSummary, lease: Lease | undefined, no
 export function isPurgeable(summary: TaskSummary, olderThanMs: number, now: number): boolean {
   return summary.status === 'completed' && now - summary.updatedAt >= olderThanMs;
 }
+
+/**
+ * Whether the stored event 2 is a compaction through `throughEventId` or later: a compaction
+ * computed from an older read (another engine's, racing on a shared store) must then change nothing.
+ */
+export function isLaterCut(stored: HistoryEvent, throughEventId: number): boolean {
+  return stored.type === 'HistoryCompacted' && stored.throughEventId >= throughEventId;
+}
