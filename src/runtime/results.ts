@@ -38,6 +38,12 @@ export class TurnResults {
       });
     }
     const found = t.recent.get(inputId) ?? (await this.#findTurnResult(taskId, inputId));
+    if (typeof found === 'number') {
+      throw new TurnlogError(
+        'TURNLOG_INPUT_NOT_FOUND',
+        `Task ${taskId} has no input ${inputId} in its kept history: turns 1..${found} were compacted (docs/history.md#compaction), so the result of an input they took is no longer stored. Read it before the turn is compacted, or raise compaction.keepTurns.`,
+      );
+    }
     if (!found) {
       throw new TurnlogError('TURNLOG_INPUT_NOT_FOUND', `Task ${taskId} has no input ${inputId}. Use the id returned by start() or send().`);
     }
@@ -120,7 +126,7 @@ export class TurnResults {
       const pending = s.queue.some((q) => q.inputId === id) || (s.openTurn && (s.openTurn.inputIds.includes(id) || s.openTurn.taken.some((q) => q.inputId === id)));
       if (pending && s.status !== 'completed') continue;
       const r = t.recent.get(id) ?? (await this.#findTurnResult(t.id, id));
-      if (r) this.resolveWaiters(t, [id], r);
+      if (r && typeof r !== 'number') this.resolveWaiters(t, [id], r);
     }
     if (t.turnWaiters.length && !s.openTurn && s.turn > 0) {
       const r = t.lastResult?.turn === s.turn ? t.lastResult : await this.#findLastTurnResult(t.id, s.turn);
@@ -132,12 +138,14 @@ export class TurnResults {
     return this.#rt.converter.fromPayload(this.#rt.codec ? this.#rt.codec.decode(p) : p);
   }
 
-  async #findTurnResult(taskId: string, inputId: string): Promise<TurnResult | undefined> {
+  async #findTurnResult(taskId: string, inputId: string): Promise<TurnResult | number | undefined> {
     let turn = 0;
     let seen = false;
+    let compactedTurns = 0;
     const turnInputs = new Map<number, string[]>();
     for await (const e of this.#rt.store.iterateEvents(taskId)) {
-      if (e.type === 'InputQueued' && e.inputId === inputId) seen = true;
+      if (e.type === 'HistoryCompacted') compactedTurns = e.turns;
+      else if (e.type === 'InputQueued' && e.inputId === inputId) seen = true;
       else if (e.type === 'TurnStarted' && e.attempt === 1) turnInputs.set(e.turn, [...e.inputIds]);
       else if (e.type === 'InputsTaken') turnInputs.get(e.turn)?.push(...e.inputIds);
       else if (e.type === 'InputWithdrawn' && e.inputId === inputId) {
@@ -148,7 +156,8 @@ export class TurnResults {
       if (turn === 0 && (e.type === 'TurnStarted' || e.type === 'InputsTaken') && e.inputIds.includes(inputId)) turn = e.turn;
       if (turn !== 0 && isTurnTerminal(e) && e.turn === turn) return this.#resultFromEvent(taskId, e, turnInputs.get(turn) ?? [inputId]);
     }
-    return undefined;
+    // Not in the kept events: with a compacted history, it may be an input of a dropped turn.
+    return compactedTurns > 0 ? compactedTurns : undefined;
   }
 
   /** The result of turn `turn` (ended), from the history: its terminal and every input it took. */
