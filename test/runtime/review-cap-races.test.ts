@@ -55,3 +55,28 @@ it('a task cancelled while it waits for a slot never runs; a withdrawn waiting i
   expect((await store.readEvents('b')).some((e) => e.type === 'TurnStarted')).toBe(false);
   void b;
 });
+
+it('recovery at open with maxRunningTurns 1 and two crashed open turns: recovered() resolves while the first re-run holds the slot, each re-runs once', async () => {
+  const g = gated();
+  const { historyBuilder } = await import('../../src/testing/history-builder.js');
+  const store = new MemoryHistoryStore();
+  await store.open();
+  for (const id of ['x', 'y']) {
+    const events = historyBuilder(id, { start: Date.now() }).created({ workflow: 'gated', kind: 'multi-turn' }).input(id === 'x' ? 1 : 2).turnStarted().build();
+    await store.append(id, events, { expectedLastEventId: 0, generation: events[0]!.generation });
+  }
+  const engine = await Engine.open({ store, workflows: [g.wf], logger: silentLogger, scanIntervalMs: 0, maxRunningTurns: 1 });
+  engines.push(engine);
+  await until(() => g.gates.length === 1, 'one re-run to start');
+  await engine.recovered();
+  expect(g.ran).toHaveLength(1);
+  g.gates.shift()!();
+  await until(() => g.gates.length === 1 && g.ran.length === 2, 'the other re-run');
+  g.gates.shift()!();
+  for (const id of ['x', 'y']) await until(async () => (await engine.describe(id)).status === 'suspended', `${id} to end`);
+  expect(g.ran.sort()).toEqual(['x:1', 'y:2']);
+  for (const id of ['x', 'y']) {
+    const starts = (await store.readEvents(id)).filter((e) => e.type === 'TurnStarted').map((e) => (e.type === 'TurnStarted' ? e.attempt : 0));
+    expect(starts).toEqual([1, 2]);
+  }
+});
