@@ -5,6 +5,7 @@
  */
 import { TurnlogError, invalidArgument } from '../errors.js';
 import type { HistoryEvent, InputQueued, OperatorActionKind } from '../history/events.js';
+import { decodeState } from '../history/state-codec.js';
 import type { Draft } from './drafts.js';
 
 /** Arguments every action takes: who, and an optional reason. */
@@ -45,6 +46,12 @@ export function failedTurnInputs(taskId: string, events: readonly HistoryEvent[]
   const ended = new Map<number, HistoryEvent>();
   for (const e of events) {
     if (e.type === 'InputQueued') queued.set(e.inputId, e);
+    else if (e.type === 'HistoryCompacted') {
+      // Inputs still queued at the cut live in its state: a kept turn may have taken one.
+      for (const q of decodeState(e.state).queue) {
+        queued.set(q.inputId, { type: 'InputQueued', eventId: q.eventId, time: q.time, generation: e.generation, inputId: q.inputId, input: q.input, steering: q.steering });
+      }
+    }
     else if (e.type === 'TurnStarted' && e.attempt === 1) taken.set(e.turn, [...e.inputIds]);
     else if (e.type === 'InputsTaken') taken.get(e.turn)?.push(...e.inputIds);
     else if (e.type === 'TurnCompleted' || e.type === 'TurnFailed' || e.type === 'TurnSuspended' || e.type === 'TurnCancelled' || e.type === 'TurnTimedOut') ended.set(e.turn, e);
