@@ -57,6 +57,9 @@ export function forkEvents(taskId: string, events: readonly HistoryEvent[], opti
       const cancel = pendingCancel && inner.cancelRequested?.scope === 'task';
       if (queue.length !== inner.queue.length || cancel) {
         inner.queue = queue;
+        // The last input the fork has: a dropped one was queued after every kept one (the queue
+        // drains from its head); a kept input queued in the tail after the cut overrides this.
+        if (inner.lastInputId !== undefined && queued.has(inner.lastInputId) && queue.length > 0) inner.lastInputId = queue[queue.length - 1]!.inputId;
         if (cancel) delete inner.cancelRequested;
         copy.state = encodeState(inner);
       }
