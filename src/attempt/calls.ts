@@ -21,12 +21,15 @@ export interface CallIntents {
   step: { kind: 'step'; name: string };
   checkpoint: { kind: 'checkpoint' };
   'take-inputs': { kind: 'take-inputs' };
+  sleep: { kind: 'sleep'; ms: number };
 }
 /** A new call as the host records it (the body of a worker's Record frame). */
 export interface CallRecords {
   step: { kind: 'step'; seq: number; name: string; result?: Payload; failure?: FailureInfo; durationMs: number };
   checkpoint: { kind: 'checkpoint'; seq: number; data: Payload };
   'take-inputs': { kind: 'take-inputs'; seq: number };
+  /** `fireAt` is the host's now + `durationMs` when the sleep starts. */
+  sleep: { kind: 'sleep'; seq: number; durationMs: number; fireAt: number };
 }
 /** An input handed to the handler by takeInputs(). */
 export interface TakenInput {
@@ -38,12 +41,15 @@ export interface CallReplies {
   step: undefined;
   checkpoint: undefined;
   'take-inputs': TakenInput[];
+  sleep: undefined;
 }
 /** What a recorded call gives back to a later attempt. */
 export interface CallResults {
   step: Payload;
   checkpoint: Payload;
   'take-inputs': Payload[];
+  /** When the timer fires (a later attempt sleeps only what is left). */
+  sleep: number;
 }
 
 export type CallIntent = CallIntents[CallKind];
@@ -299,6 +305,59 @@ export const CALLS: { readonly [K in CallKind]: CallSpec<K> } = {
         reply: () => queue.map((q) => ({ inputId: q.inputId, input: env.decode(q.input) })),
       };
     },
+  },
+
+  sleep: {
+    kind: 'sleep',
+    describe: (c) => `sleep(${'ms' in c ? c.ms : c.durationMs} ms)`,
+    // By kind and position only, as Temporal matches timers: a duration computed from the clock
+    // differs on every attempt, and the recorded fireAt is what counts.
+    matches: () => true,
+    result: (r) => r.fireAt,
+    decoded: (c) => c,
+    record: {
+      tag: REC.sleep,
+      noun: 'sleep record',
+      write: (w, c) => {
+        w.doubleField(pb.WorkerFrame_Record_Sleep.durationMs, c.durationMs);
+        w.doubleField(pb.WorkerFrame_Record_Sleep.fireAtMs, c.fireAt);
+      },
+      read: (r, seq, bad) => {
+        const F = pb.WorkerFrame_Record_Sleep;
+        const c: CallRecords['sleep'] = { kind: 'sleep', seq, durationMs: 0, fireAt: 0 };
+        fields(r, (t) => {
+          if (t === F.durationMs) c.durationMs = r.double();
+          else if (t === F.fireAtMs) c.fireAt = r.double();
+          else return false;
+          return true;
+        });
+        if (!Number.isFinite(c.durationMs) || c.durationMs < 0 || !Number.isFinite(c.fireAt)) bad(`sleep record ${seq} has duration ${c.durationMs}, fire time ${c.fireAt}`);
+        return c;
+      },
+    },
+    reply: null,
+    recorded: {
+      tag: CALL.sleep,
+      write: (w, c) => {
+        w.doubleField(pb.EngineFrame_SleepCall.durationMs, c.durationMs);
+        w.doubleField(pb.EngineFrame_SleepCall.fireAtMs, c.fireAt);
+      },
+      read: (r, { seq, eventId }) => {
+        const F = pb.EngineFrame_SleepCall;
+        const c: Recorded<'sleep'> = { kind: 'sleep', seq, eventId, durationMs: 0, fireAt: 0 };
+        fields(r, (t) => {
+          if (t === F.durationMs) c.durationMs = r.double();
+          else if (t === F.fireAtMs) c.fireAt = r.double();
+          else return false;
+          return true;
+        });
+        return c;
+      },
+    },
+    append: (rec, env) => ({
+      events: () => [{ type: 'TimerStarted', turn: env.turn, seq: rec.seq, durationMs: rec.durationMs, fireAt: rec.fireAt }],
+      reply: () => undefined,
+    }),
   },
 };
 

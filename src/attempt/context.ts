@@ -240,6 +240,27 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     return taken.map((q) => this.#converter.fromPayload<T>(q.input));
   }
 
+  async sleep(ms: number): Promise<void> {
+    if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 0) {
+      throw invalidArgument(`Task ${this.taskId}, turn ${this.turn}: ctx.sleep() needs a finite number of milliseconds >= 0, got ${String(ms)}.`);
+    }
+    const stopped = this.intercept({ kind: 'sleep', ms });
+    if (stopped) return stopped;
+    const seq = ++this.#seq;
+    const recorded = this.#replayed(seq, { kind: 'sleep', ms });
+    let fireAt: number;
+    if (recorded) fireAt = CALLS.sleep.result(recorded, this.#spec.taken);
+    else {
+      this.#checkFenced();
+      fireAt = this.#host.now() + ms;
+      await this.#reserve().record(() => this.#host.record({ kind: 'sleep', seq, durationMs: ms, fireAt }));
+    }
+    // The recorded fire time, not `ms` again: a re-run after a crash sleeps only the remainder.
+    const left = fireAt - this.#host.now();
+    if (left > 0) await this.#host.sleep(left, this.signal);
+    else this.signal.throwIfAborted();
+  }
+
   suspend<O>(reason: string, output?: O): Suspension<O> {
     if (this.#spec.kind !== 'multi-turn') {
       throw new TurnlogError(

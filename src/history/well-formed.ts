@@ -21,6 +21,7 @@ const STRING_FIELDS: { [T in EventType]: { ids: Fields<T>; text: Fields<T> } } =
   StepCompleted: { ids: ['name'], text: [] },
   InputsTaken: { ids: ['inputIds'], text: [] },
   Checkpointed: { ids: [], text: [] },
+  TimerStarted: { ids: [], text: [] },
   TimeoutCancelRequested: { ids: [], text: [] },
   CancelRequested: { ids: [], text: ['reason'] },
   WorkerKilled: { ids: [], text: ['signal', 'reason'] },

@@ -7,7 +7,7 @@
 export { fold } from './fold.js';
 
 // decide
-export { decide, formatTime } from './decide.js';
+export { decide, formatTime, isDue, nextWakeAt } from './decide.js';
 export type { Decision, DecisionRule } from './decision.js';
 
 // explain (`turnlog why`)

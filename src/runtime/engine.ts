@@ -37,6 +37,7 @@ import { checkId, isCaptureMode, resolveOptions, type ActivateOptions, type Engi
 import { TurnResults } from './results.js';
 import type { Runtime } from './runtime.js';
 import { Scanner } from './scanner.js';
+import { Wakeups } from './wakeups.js';
 import { Supervisor } from './supervisor.js';
 import { TaskCache, type TaskEntry } from './task-cache.js';
 import { noteEngineActivation } from './work-log.js';
@@ -65,6 +66,7 @@ export class Engine implements TaskClient {
   readonly #supervisor: Supervisor;
   readonly #driver: Driver;
   readonly #scanner: Scanner;
+  readonly #wakeups: Wakeups;
   #state: 'inactive' | 'activating' | 'open' | 'quiescing' | 'closed' = 'inactive';
   /** The recovery pass this activation started at open. */
   #recovery: Promise<void> = Promise.resolve();
@@ -97,7 +99,8 @@ export class Engine implements TaskClient {
       (t, before, events) => this.#supervisor.afterRefresh(t, before, events),
     );
     this.#supervisor = new Supervisor(this.#rt, this.#cache, this.#results, this.#appender, (t) => this.#driver.drive(t));
-    this.#driver = new Driver(this.#rt, this.#executors, this.#cache, this.#appender, this.#results, this.#supervisor);
+    this.#wakeups = new Wakeups(this.#rt, (id) => this.#scanner.wake(id));
+    this.#driver = new Driver(this.#rt, this.#executors, this.#cache, this.#appender, this.#results, this.#supervisor, (id, at) => this.#wakeups.add(id, at));
     this.#scanner = new Scanner(this.#rt, this.#cache, this.#driver);
     this.#executors.set('inline', new InlineExecutor(o.workflows, o.converter));
     for (const [kind, ex] of Object.entries(options.executors ?? {})) if (ex) this.#executors.set(kind as ExecutorKind, ex);
@@ -258,7 +261,10 @@ export class Engine implements TaskClient {
     const inputId = options.inputId ?? `in-${nanoid(12)}`;
     checkId('inputId', inputId);
     const payload = this.#inputPayload(t.id, inputId, input);
+    const deliverAt = scheduledTime(t.id, options.deliverAt);
     return this.#cache.mutate(t, async (t, retry) => {
+      // Past or now: an ordinary input. Later: queued, not steering, taken by no turn before then.
+      const scheduled = deliverAt !== undefined && deliverAt > this.#rt.clock.now() ? { deliverAt } : undefined;
       // A lost race after this input was written (the turn start lost it): decide again, no second copy.
       if (retry > 0 && t.state && (await this.#hasInput(t, inputId))) {
         await this.#driver.drive(t);
@@ -269,7 +275,7 @@ export class Engine implements TaskClient {
         const policy = resolvePolicy(wf, this.#o.defaultExecutor);
         await this.#driver.drive(t, [
           { type: 'TaskCreated', workflow: wf.name, kind: wf.kind, policy, formatVersion: HISTORY_FORMAT_VERSION },
-          { type: 'InputQueued', inputId, input: payload, steering: false },
+          { type: 'InputQueued', inputId, input: payload, steering: false, ...scheduled },
         ]);
         return inputId;
       }
@@ -284,12 +290,16 @@ export class Engine implements TaskClient {
         throw new TaskConflictError(t.id, 'completed', `it ended (${s.outcome ?? 'unknown'}) and takes no more input. Start a new task.`);
       }
       if (s.openTurn && !t.active) await this.#driver.drive(t); // recover inline (L3) before queueing
+      if (scheduled) {
+        await this.#driver.drive(t, [{ type: 'InputQueued', inputId, input: payload, steering: false, ...scheduled }]);
+        return inputId;
+      }
       const busy = t.active !== undefined || t.state!.openTurn !== undefined;
       if (busy) {
         if (!wf.steerable) {
           throw new TaskConflictError(t.id, 'in_progress', `turn ${t.state!.turn} is running and workflow ${wf.name} does not accept steering inputs. Wait for the turn, or enable steering.`);
         }
-        if (t.state!.queue.length >= wf.policy.steeringMaxQueued) throw new SteeringQueueFullError(t.id, wf.policy.steeringMaxQueued);
+        if (t.state!.queue.filter((q) => q.deliverAt === undefined).length >= wf.policy.steeringMaxQueued) throw new SteeringQueueFullError(t.id, wf.policy.steeringMaxQueued);
       }
       await this.#driver.drive(t, [{ type: 'InputQueued', inputId, input: payload, steering: busy }]);
       return inputId;
@@ -505,6 +515,7 @@ export class Engine implements TaskClient {
   async #quiesce(graceMs: number): Promise<void> {
     this.#state = 'quiescing';
     await this.#scanner.stop();
+    this.#wakeups.stop();
     await this.#supervisor.stopAll(graceMs);
     await Promise.all([...this.#cache.entries()].map((t) => t.chain.catch(() => undefined)));
     for (const t of this.#cache.entries()) {
@@ -549,4 +560,14 @@ export class Engine implements TaskClient {
 
 function notFound(taskId: string): TurnlogError {
   return new TurnlogError('TURNLOG_TASK_NOT_FOUND', `Task ${taskId} does not exist in this store. Check the id, or start it with engine.start().`);
+}
+
+/** `deliverAt` as epoch ms, or a TurnlogError naming the task before anything is written. */
+function scheduledTime(taskId: string, at: number | Date | undefined): number | undefined {
+  if (at === undefined) return undefined;
+  const ms = at instanceof Date ? at.getTime() : at;
+  if (typeof ms !== 'number' || !Number.isFinite(ms) || ms <= 0) {
+    throw invalidArgument(`Task ${taskId}: deliverAt must be a Date or a time in ms since the epoch, got ${String(at)}. Pass e.g. Date.now() + 60_000.`);
+  }
+  return ms;
 }

@@ -52,6 +52,9 @@ export class Scanner {
             limit: CLAIM_BATCH,
             ...(cursor === undefined ? {} : { cursor }),
             ...(retentionMs === undefined ? {} : { retentionMs }),
+            // Scheduled inputs due before the next scan get their wake-up armed now; without a
+            // periodic scan, every one of them (this pass is the only one).
+            horizonMs: this.#rt.scanIntervalMs > 0 ? 2 * this.#rt.scanIntervalMs : Infinity,
           })
           .catch((err: unknown) => {
             // An unreadable record the store could not route around: what was claimed so far is recovered.
@@ -76,6 +79,11 @@ export class Scanner {
       await Promise.all(running);
     }
     if (purged.length) this.#rt.log.info('retention deleted completed tasks', { count: purged.length });
+  }
+
+  /** A due wake-up (runtime/wakeups.ts): loads and drives the task like recovery does. */
+  wake(id: string): Promise<void> {
+    return this.#recoverTask(id);
   }
 
   /** Loads and drives one task; never throws (one task must not stop the others, nor Engine.open). */

@@ -70,6 +70,13 @@ export interface TurnContext<I = unknown, S = unknown, P extends PayloadMode = '
    * gets the recorded inputs back without waiting, so the pattern is replay-safe.
    */
   takeInputs<T = I>(options?: { wait?: boolean }): Promise<T[]>;
+  /**
+   * Sleeps `ms` durably: the timer is recorded before the wait, so a re-run of this turn after a
+   * crash sleeps only what is left. It runs inside the turn (its timeout still applies); to wait
+   * hours or days without a turn, end the turn and `send(input, { deliverAt })`. docs/time.md
+   * @example await ctx.sleep(30_000); // then poll again
+   */
+  sleep(ms: number): Promise<void>;
   /** `return ctx.suspend(reason, output)` ends a multi-turn turn as suspended (waiting for input). */
   suspend<O>(reason: string, output?: O): Suspension<O>;
   /** `return ctx.exitForRecovery()` while shutting down: the next engine re-runs this turn. */

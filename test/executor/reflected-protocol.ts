@@ -130,6 +130,8 @@ function callOut(c: RecordedCall): Msg {
       return { ...base, checkpoint: { data: payloadOut(c.data) } };
     case 'take-inputs':
       return { ...base, takeInputs: { inputIds: c.inputIds } };
+    case 'sleep':
+      return { ...base, sleep: { durationMs: c.durationMs, fireAtMs: c.fireAt } };
   }
 }
 
@@ -186,6 +188,7 @@ function callIn(c: Msg): RecordedCall {
   }
   if (c.checkpoint) return { kind: 'checkpoint', seq, eventId, data: payloadIn(c.checkpoint.data)! };
   if (c.takeInputs) return { kind: 'take-inputs', seq, eventId, inputIds: c.takeInputs.inputIds ?? [] };
+  if (c.sleep) return { kind: 'sleep', seq, eventId, durationMs: c.sleep.durationMs ?? 0, fireAt: c.sleep.fireAtMs ?? 0 };
   throw new WorkerProtocolError(`recorded call ${seq} has no kind`);
 }
 
@@ -222,6 +225,8 @@ function recordOut(c: CallRecord): Msg {
       return { seq: c.seq, checkpoint: { data: payloadOut(c.data) } };
     case 'take-inputs':
       return { seq: c.seq, takeInputs: {} };
+    case 'sleep':
+      return { seq: c.seq, sleep: { durationMs: c.durationMs, fireAtMs: c.fireAt } };
   }
 }
 
@@ -277,6 +282,7 @@ export function reflectedDecodeWorkerMessage(bytes: Uint8Array): WorkerMessage {
       return { type: 'record', call: { kind: 'checkpoint', seq, data: payloadIn(rec.checkpoint.data)! } };
     }
     if (rec.takeInputs) return { type: 'record', call: { kind: 'take-inputs', seq: positiveSeq(seq0, 'take-inputs') } };
+    if (rec.sleep) return { type: 'record', call: { kind: 'sleep', seq: positiveSeq(seq0, 'sleep'), durationMs: rec.sleep.durationMs ?? 0, fireAt: rec.sleep.fireAtMs ?? 0 } };
     throw new WorkerProtocolError(`record ${seq0} carries no call`);
   }
   if (f.heartbeat) return { type: 'heartbeat' };

@@ -59,6 +59,7 @@ const ENDINGS: {
   StepCompleted: 'not an ending',
   InputsTaken: 'not an ending',
   Checkpointed: 'not an ending',
+  TimerStarted: 'not an ending',
   TimeoutCancelRequested: 'not an ending',
   CancelRequested: 'not an ending',
   LeaseClaimed: 'not an ending',
