@@ -121,6 +121,22 @@ export const RULE_EXAMPLES: RuleExample[] = [
     expected: { kind: 'start-turn', rule: 'queued-input', turn: 2, inputIds: ['in-2'], entryMode: 'resumed', steered: true },
   },
   {
+    name: 'timer-due',
+    story: 'Turn 1 ended; a reminder was sent with deliverAt one day later, and that time has come.',
+    events: multi().input('q1').turnStarted().suspended('waiting').input('standup reminder', { deliverAt: T0 + 86_400_000 }).build(),
+    lease: undefined,
+    now: T0 + 86_400_000,
+    expected: { kind: 'start-turn', rule: 'timer-due', turn: 2, inputIds: ['in-2'], entryMode: 'resumed', steered: false },
+  },
+  {
+    name: 'waiting-for-timer',
+    story: 'The same task an hour after the reminder was sent: only a scheduled input is queued, not yet due.',
+    events: multi().input('q1').turnStarted().suspended('waiting').input('standup reminder', { deliverAt: T0 + 86_400_000 }).build(),
+    lease: undefined,
+    now: T0 + 3_600_000,
+    expected: { kind: 'none', rule: 'waiting-for-timer', wakeAt: T0 + 86_400_000 },
+  },
+  {
     name: 'suspended',
     story: 'A multi-turn task whose turn ended, waiting for input.',
     events: multi().input('q1').turnStarted().suspended('waiting for the user', { output: 'a1' }).build(),
