@@ -49,7 +49,9 @@ export class Wakeups {
     const head = this.#heap[0];
     if (!head || !this.#rt.open) return;
     this.#armedAt = head.at;
-    this.#timer = this.#rt.clock.setTimer(() => this.#fire(), head.at - this.#rt.clock.now(), { background: true });
+    // Not a background timer: a due input is work the engine owes, like a running turn's timeout
+    // (a script awaiting its turn result must not exit first; shutdown() cancels it).
+    this.#timer = this.#rt.clock.setTimer(() => this.#fire(), head.at - this.#rt.clock.now());
   }
 
   #fire(): void {

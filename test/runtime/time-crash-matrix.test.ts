@@ -1,0 +1,97 @@
+/**
+ * The crash matrix for durable time (issue #13): a conversation that sleeps inside a turn and
+ * then waits for a scheduled input is SIGKILLed after its N-th append, for every N; a second
+ * run finishes it. For every N: nothing lost, doubled or resurrected; a re-run sleeps toward the
+ * recorded fire time, never a fresh full sleep before it; the scheduled turn starts at or after
+ * its deliverAt, also after a restart.
+ */
+import { spawnSync } from 'node:child_process';
+import { readFileSync } from 'node:fs';
+import { join, resolve } from 'node:path';
+import { afterAll, describe, expect, it } from 'vitest';
+import { LevelHistoryStore } from '../../src/store/level-store.js';
+import { fold } from '../../src/replay/index.js';
+import { isTurnTerminal, type HistoryEvent } from '../../src/history/events.js';
+import { makeTmpDir } from '../helpers/tmp-dir.js';
+
+const driver = resolve('dist/test/fixtures/children/time-matrix-driver.js');
+const dirs: { remove: () => Promise<void> }[] = [];
+afterAll(async () => {
+  for (const d of dirs) await d.remove();
+});
+
+function run(dir: string, killAfter?: number) {
+  const env = { ...process.env };
+  delete env['TURNLOG_FAULT_KILL_AFTER_APPEND'];
+  if (killAfter !== undefined) env['TURNLOG_FAULT_KILL_AFTER_APPEND'] = String(killAfter);
+  const r = spawnSync(process.execPath, [driver, dir], { env, encoding: 'utf8', timeout: 60_000 });
+  return { status: r.status, signal: r.signal, stdout: r.stdout, stderr: r.stderr };
+}
+
+async function readHistory(dir: string): Promise<HistoryEvent[]> {
+  const store = new LevelHistoryStore(dir);
+  await store.open();
+  try {
+    return await store.readEvents('conv');
+  } finally {
+    await store.close();
+  }
+}
+
+function checkInvariants(events: HistoryEvent[], effectsLog: string): void {
+  const state = fold('conv', events);
+  expect(state.turn).toBe(2);
+  expect(state.openTurn).toBeUndefined();
+  for (const turn of [1, 2]) expect(events.filter((e) => isTurnTerminal(e) && e.turn === turn), `terminals of turn ${turn}`).toHaveLength(1);
+  // One timer, recorded once (a re-run replays it, never records a second).
+  const timers = events.filter((e) => e.type === 'TimerStarted');
+  expect(timers).toHaveLength(1);
+  const fireAt = timers[0]!.type === 'TimerStarted' ? timers[0]!.fireAt : 0;
+  const lines = effectsLog.split('\n').filter(Boolean).map((l) => l.split(' '));
+  // The step after the sleep ran only once the recorded timer was due.
+  for (const [key, , at] of lines) if (key === '1:after') expect(Number(at)).toBeGreaterThanOrEqual(fireAt);
+  // Each recorded step ran exactly as often as its record says (replayed, never re-run).
+  const execs = new Map<string, number>();
+  for (const [key, n] of lines) execs.set(key!, Math.max(execs.get(key!) ?? 0, Number(n)));
+  for (const e of events) {
+    if (e.type !== 'StepCompleted') continue;
+    expect(execs.get(`${e.turn}:${e.name}`), `executions of ${e.turn}:${e.name}`).toBe(1);
+  }
+  // The scheduled input ran in exactly one turn, started at or after its deliverAt.
+  const queued = events.find((e) => e.type === 'InputQueued' && e.inputId === 'i2');
+  const deliverAt = queued?.type === 'InputQueued' ? queued.deliverAt : undefined;
+  expect(deliverAt).toBeGreaterThan(0);
+  const starts = events.filter((e) => e.type === 'TurnStarted' && e.inputIds.includes('i2'));
+  expect(starts.filter((e) => e.type === 'TurnStarted' && e.attempt === 1)).toHaveLength(1);
+  for (const s of starts) expect(s.time).toBeGreaterThanOrEqual(deliverAt!);
+}
+
+describe('time crash matrix', () => {
+  it('a conversation that sleeps and gets a scheduled input survives a SIGKILL at every append', { timeout: 600_000 }, async () => {
+    const base = await makeTmpDir('turnlog-time-matrix-');
+    dirs.push(base);
+    const baseline = run(base.path);
+    expect(baseline.status, baseline.stderr).toBe(0);
+    const expected = JSON.parse(baseline.stdout) as unknown;
+    expect(expected).toEqual({ i1: 'nap:1/1', i2: 'reminder:1/1' });
+    checkInvariants(await readHistory(base.path), readFileSync(join(base.path, 'effects.log'), 'utf8'));
+
+    let killed = 0;
+    for (let n = 1; n < 60; n++) {
+      const dir = await makeTmpDir('turnlog-time-matrix-');
+      dirs.push(dir);
+      const first = run(dir.path, n);
+      if (first.status === 0) {
+        expect(JSON.parse(first.stdout)).toEqual(expected);
+        break;
+      }
+      expect(first.signal, `run killed after append ${n}: ${first.stderr}`).toBe('SIGKILL');
+      killed++;
+      const second = run(dir.path);
+      expect(second.status, `resume after kill at append ${n}: ${second.stderr}`).toBe(0);
+      expect(JSON.parse(second.stdout), `conversation after kill at append ${n}`).toEqual(expected);
+      checkInvariants(await readHistory(dir.path), readFileSync(join(dir.path, 'effects.log'), 'utf8'));
+    }
+    expect(killed).toBeGreaterThan(6);
+  });
+});
