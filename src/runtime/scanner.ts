@@ -7,6 +7,7 @@
  */
 import { isHistoryUnreadable as isUnreadable } from '../errors.js';
 import type { DueBatch, DueTask } from '../store/history-store.js';
+import { isDue, nextWakeAt } from '../replay/index.js';
 import type { Timer } from './clock.js';
 import { logFailure } from './appender.js';
 import type { Driver } from './driver.js';
@@ -102,6 +103,11 @@ export class Scanner {
     }
     if (t.active) return;
     await this.#cache.withLock(t, (t) => this.#driver.drive(t)).catch((err) => logFailure(this.#rt.log, 'recovery failed', { taskId: id }, err));
+    // Waiting for a scheduled input, its wake-up armed: nothing of it needs to stay in memory.
+    const s = t.state;
+    if (s && !t.active && t.busy === 0 && s.openTurn === undefined && nextWakeAt(s) !== undefined && !s.queue.some((q) => isDue(q, this.#rt.clock.now()))) {
+      this.#cache.forgetIdle(id);
+    }
   }
 
   /** Retention: deletes a completed task's records unless this engine still serves it. */
