@@ -29,6 +29,7 @@ async function stepScope(): Promise<StepScope> {
   return (runningStep ??= new hooks.AsyncLocalStorage());
 }
 const INPUT_POLL_MS = 5;
+const MAX_INPUT_POLL_MS = 250;
 
 function abortReason(kind: CancelKind, spec: TurnSpec, reason: string): TurnlogError {
   const at = `Task ${spec.taskId}, turn ${spec.turn}`;
@@ -227,15 +228,27 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     this.#checkpoint = payload;
   }
 
-  async takeInputs<T = I>(options: { wait?: boolean } = {}): Promise<T[]> {
+  async takeInputs<T = I>(options: { wait?: boolean; timeoutMs?: number } = {}): Promise<T[]> {
+    const timeoutMs = options.timeoutMs;
+    if (timeoutMs !== undefined && (typeof timeoutMs !== 'number' || !Number.isFinite(timeoutMs) || timeoutMs < 0)) {
+      throw invalidArgument(`Task ${this.taskId}, turn ${this.turn}: takeInputs() timeoutMs must be a finite number of milliseconds >= 0, got ${String(timeoutMs)}.`);
+    }
     const stopped = this.intercept({ kind: 'take-inputs' });
     if (stopped) return stopped;
     const seq = ++this.#seq;
     const recorded = this.#replayed(seq, { kind: 'take-inputs' });
     if (recorded) return CALLS['take-inputs'].result(recorded, this.#spec.taken).map((p) => this.#converter.fromPayload<T>(p));
     this.#checkFenced();
-    // Polling keeps the host contract small (it works the same across the worker protocol).
-    while (options.wait && this.#host.pendingInputCount() === 0) await this.#host.sleep(INPUT_POLL_MS, this.signal);
+    // Polling keeps the host contract small (it works the same across the worker protocol); the
+    // interval grows with the wait (5 ms to 250 ms), so a long bounded wait costs few wake-ups.
+    const started = this.#host.now();
+    const until = timeoutMs === undefined ? Infinity : started + timeoutMs;
+    while (options.wait && this.#host.pendingInputCount() === 0) {
+      const now = this.#host.now();
+      if (now >= until) break; // timed out: recorded below as taking what is queued (nothing)
+      const poll = Math.min(until - now, Math.max(INPUT_POLL_MS, Math.min(MAX_INPUT_POLL_MS, (now - started) / 20)));
+      await this.#host.sleep(poll, this.signal);
+    }
     const taken = await this.#reserve().record(() => this.#host.record({ kind: 'take-inputs', seq }));
     return taken.map((q) => this.#converter.fromPayload<T>(q.input));
   }

@@ -67,9 +67,11 @@ export interface TurnContext<I = unknown, S = unknown, P extends PayloadMode = '
   /**
    * Takes every queued (steering) input into this turn, recorded; returns their values in order.
    * With `wait: true` it first waits for at least one input (or the signal); a later attempt
-   * gets the recorded inputs back without waiting, so the pattern is replay-safe.
+   * gets the recorded inputs back without waiting, so the pattern is replay-safe. With
+   * `timeoutMs` the wait gives up after that long and the call returns `[]` (recorded too).
+   * @example const more = await ctx.takeInputs<string>({ wait: true, timeoutMs: 60_000 }); // [] after a minute
    */
-  takeInputs<T = I>(options?: { wait?: boolean }): Promise<T[]>;
+  takeInputs<T = I>(options?: { wait?: boolean; timeoutMs?: number }): Promise<T[]>;
   /**
    * Sleeps `ms` durably: the timer is recorded before the wait, so a re-run of this turn after a
    * crash sleeps only what is left. It runs inside the turn (its timeout still applies); to wait

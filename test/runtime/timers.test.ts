@@ -207,3 +207,43 @@ describe('send(input, { deliverAt })', () => {
     }
   });
 });
+
+describe('takeInputs({ wait: true, timeoutMs })', () => {
+  const asker = defineWorkflow({
+    name: 'asker',
+    kind: 'multi-turn',
+    turnTimeoutMs: HOUR,
+    turn: async (ctx, _q: string) => {
+      const answers = await ctx.takeInputs<string>({ wait: true, timeoutMs: 60_000 });
+      return ctx.suspend('idle', answers.length === 0 ? 'no answer' : `got ${answers.join(',')}`);
+    },
+  });
+
+  it('gives up after timeoutMs on the engine clock and records an empty take (replay returns it)', async () => {
+    const t = await createTestEngine({ workflows: [asker] });
+    try {
+      const h = await t.engine.start(asker, 'confirm?', { taskId: 'ask' });
+      await t.advance(59_000);
+      expect((await t.engine.describe('ask')).openTurn?.running).toBe(true);
+      await t.advance(1_000);
+      expect(await h.result()).toBe('no answer');
+      expect((await t.history('ask')).find((e) => e.type === 'InputsTaken')).toMatchObject({ inputIds: [] });
+      expect((await t.replay('ask')).turns).toBe(1);
+    } finally {
+      await t.close();
+    }
+  });
+
+  it('returns the input that arrives before the timeout', async () => {
+    const t = await createTestEngine({ workflows: [asker] });
+    try {
+      const h = await t.engine.start(asker, 'confirm?', { taskId: 'ask2' });
+      await t.advance(10_000);
+      await h.send('yes');
+      await t.advance(1_000);
+      expect(await t.engine.turnResult('ask2', (await t.engine.describe('ask2')).lastInputId!)).toMatchObject({ status: 'suspended', output: 'got yes' });
+    } finally {
+      await t.close();
+    }
+  });
+});
