@@ -5,14 +5,13 @@
  * recorded fire time, never a fresh full sleep before it; the scheduled turn starts at or after
  * its deliverAt, also after a restart.
  */
-import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
 import { afterAll, describe, expect, it } from 'vitest';
-import { LevelHistoryStore } from '../../src/store/level-store.js';
 import { fold } from '../../src/replay/index.js';
 import { isTurnTerminal, type HistoryEvent } from '../../src/history/events.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
+import { readStoredHistory, runDriver } from '../helpers/crash-run.js';
 
 const driver = resolve('dist/test/fixtures/children/time-matrix-driver.js');
 const dirs: { remove: () => Promise<void> }[] = [];
@@ -20,23 +19,8 @@ afterAll(async () => {
   for (const d of dirs) await d.remove();
 });
 
-function run(dir: string, killAfter?: number) {
-  const env = { ...process.env };
-  delete env['TURNLOG_FAULT_KILL_AFTER_APPEND'];
-  if (killAfter !== undefined) env['TURNLOG_FAULT_KILL_AFTER_APPEND'] = String(killAfter);
-  const r = spawnSync(process.execPath, [driver, dir], { env, encoding: 'utf8', timeout: 60_000 });
-  return { status: r.status, signal: r.signal, stdout: r.stdout, stderr: r.stderr };
-}
-
-async function readHistory(dir: string): Promise<HistoryEvent[]> {
-  const store = new LevelHistoryStore(dir);
-  await store.open();
-  try {
-    return await store.readEvents('conv');
-  } finally {
-    await store.close();
-  }
-}
+const run = (dir: string, killAfter?: number) => runDriver(driver, dir, killAfter);
+const readHistory = (dir: string) => readStoredHistory(dir, 'conv');
 
 function checkInvariants(events: HistoryEvent[], effectsLog: string): void {
   const state = fold('conv', events);
