@@ -5,7 +5,7 @@
  */
 import type { AsyncLocalStorage } from 'node:async_hooks';
 import { createHash } from 'node:crypto';
-import { FencedError, PayloadEncodingError, PayloadTooLargeError, TurnlogError, invalidArgument, type PayloadField } from '../errors.js';
+import { FencedError, PayloadEncodingError, PayloadTooLargeError, RetryAfterError, TurnlogError, invalidArgument, type PayloadField } from '../errors.js';
 import type { EntryMode, Payload, RetryPolicy } from '../history/events.js';
 import { errorToFailure } from '../history/failure.js';
 import { MAX_PAYLOAD_BYTES, payloadSize, type PayloadConverter } from '../history/payload.js';
@@ -146,6 +146,10 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
   }
 
   async step<T>(name: string, fn: StepFn<T>, options: StepOptions = {}): Promise<T> {
+    const ms = options.timeoutMs;
+    if (ms !== undefined && !(typeof ms === 'number' && Number.isFinite(ms) && ms > 0)) {
+      throw invalidArgument(`Task ${this.taskId}, turn ${this.turn}: step "${String(name)}" timeoutMs must be a finite number of milliseconds > 0, got ${String(ms)}.`);
+    }
     const stopped = this.intercept({ kind: 'step', name });
     if (stopped) return stopped;
     // Names are matched on replay: one with no UTF-8 form would be recorded as another name.
@@ -157,6 +161,7 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     this.#checkFenced();
     const slot = this.#reserve();
     const policy = { ...this.#spec.stepRetry, ...options.retry };
+    const timeoutMs = options.timeoutMs;
     const started = this.#host.now();
     const fail = async (err: unknown): Promise<never> => {
       const failure = errorToFailure(err);
@@ -167,14 +172,15 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     let value: T;
     for (let attempt = 1; ; attempt++) {
       try {
-        value = await scope.run({ ctx: this, seq }, () => fn(this.signal));
+        value = await scope.run({ ctx: this, seq }, () => (timeoutMs === undefined ? fn(this.signal) : this.#withTimeout(name, fn, timeoutMs)));
         break;
       } catch (err) {
         if (attempt >= policy.maxAttempts || !isRetryable(err, policy) || this.signal.aborted) return fail(err);
-        const delay = Math.min(
-          policy.maxIntervalMs,
-          policy.initialIntervalMs * Math.pow(Math.max(1, policy.backoffCoefficient), attempt - 1),
-        );
+        // A server's suggested delay (RetryAfterError) wins over the backoff, uncapped.
+        const delay =
+          err instanceof RetryAfterError
+            ? err.retryAfterMs
+            : Math.min(policy.maxIntervalMs, policy.initialIntervalMs * Math.pow(Math.max(1, policy.backoffCoefficient), attempt - 1));
         try {
           await this.#host.sleep(delay, this.signal);
         } catch {
@@ -191,6 +197,25 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     await slot.record(() => this.#host.record({ kind: 'step', seq, name, result, durationMs: this.#host.now() - started }));
     // Return what a replay would return, so the first run and later attempts see the same value.
     return this.#converter.fromPayload<T>(result);
+  }
+
+  /** One try of a step's fn under its own signal, which aborts (and the try fails) after `ms`. */
+  async #withTimeout<T>(name: string, fn: StepFn<T>, ms: number): Promise<T> {
+    const c = new AbortController();
+    const stop = (): void => c.abort(this.signal.reason);
+    this.signal.addEventListener('abort', stop, { once: true });
+    const timedOut = this.#host.sleep(ms, c.signal).then(() => {
+      const err = new TurnlogError('TURNLOG_STEP_TIMED_OUT', `Task ${this.taskId}, turn ${this.turn}: step "${name}" took longer than its timeoutMs ${ms}. Raise timeoutMs, or make the step honour its signal.`);
+      c.abort(err);
+      throw err;
+    });
+    try {
+      return await Promise.race([Promise.resolve().then(() => fn(c.signal)), timedOut]);
+    } finally {
+      this.signal.removeEventListener('abort', stop);
+      if (!c.signal.aborted) c.abort();
+      timedOut.catch(() => undefined);
+    }
   }
 
   idempotencyKey(name = ''): string {

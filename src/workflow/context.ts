@@ -9,6 +9,11 @@ import type { JsonValue, PayloadMode, Payloadable } from './json.js';
 export interface StepOptions {
   /** Overrides the workflow's step retry policy for this step. */
   retry?: Partial<RetryPolicy>;
+  /**
+   * Each try of `fn` may take this long (engine clock): then its signal aborts and the try fails
+   * with TURNLOG_STEP_TIMED_OUT, retried like any error. docs/time.md#step-timeouts-and-retry-after
+   */
+  timeoutMs?: number;
 }
 
 /** A step's function. */

@@ -247,3 +247,72 @@ describe('takeInputs({ wait: true, timeoutMs })', () => {
     }
   });
 });
+
+describe('step timeoutMs and RetryAfterError', () => {
+  it('a try that outlives timeoutMs fails with TURNLOG_STEP_TIMED_OUT and its signal aborts; the retry succeeds', async () => {
+    const aborted: unknown[] = [];
+    const wf = defineWorkflow({
+      name: 'slow-step',
+      retry: { maxAttempts: 2, initialIntervalMs: 100 },
+      turn: async (ctx, _: null) =>
+        ctx.step(
+          'call',
+          (signal) =>
+            new Promise<string>((resolve) => {
+              if (ctx.attempt === 1 && aborted.length === 0) signal.addEventListener('abort', () => aborted.push(signal.reason));
+              else resolve('second try');
+            }),
+          { timeoutMs: 5_000 },
+        ),
+    });
+    const t = await createTestEngine({ workflows: [wf] });
+    try {
+      const h = await t.engine.start(wf, null, { taskId: 'slow' });
+      await t.advance(5_000);
+      expect(aborted).toHaveLength(1);
+      expect(isTurnlogError(aborted[0], 'TURNLOG_STEP_TIMED_OUT')).toBe(true);
+      await t.advance(100);
+      expect(await h.result()).toBe('second try');
+    } finally {
+      await t.close();
+    }
+  });
+
+  it('RetryAfterError waits the suggested delay instead of the backoff', async () => {
+    const tries: number[] = [];
+    const { RetryAfterError } = await import('../../src/errors.js');
+    const wf = defineWorkflow({
+      name: 'rate-limited',
+      retry: { maxAttempts: 3, initialIntervalMs: 100 },
+      turn: async (ctx, _: null) =>
+        ctx.step('model', () => {
+          tries.push(Date.now());
+          if (tries.length === 1) throw new RetryAfterError(30_000, '429');
+          return 'ok';
+        }),
+    });
+    const t = await createTestEngine({ workflows: [wf] });
+    try {
+      const h = await t.engine.start(wf, null, { taskId: 'rl' });
+      await t.advance(29_999);
+      expect(tries).toHaveLength(1);
+      await t.advance(1);
+      expect(await h.result()).toBe('ok');
+      expect(tries).toHaveLength(2);
+    } finally {
+      await t.close();
+    }
+  });
+
+  it('refuses a timeoutMs that is not a positive finite number before anything is recorded', async () => {
+    const wf = defineWorkflow({ name: 'bad-timeout', turn: async (ctx, _: null) => ctx.step('s', () => 1, { timeoutMs: -1 }) });
+    const t = await createTestEngine({ workflows: [wf] });
+    try {
+      const r = await (await t.engine.start(wf, null, { taskId: 'bt' })).nextTurn();
+      expect(r.failure?.message).toMatch(/timeoutMs must be a finite number/);
+      expect((await t.history('bt')).some((e) => e.type === 'StepCompleted')).toBe(false);
+    } finally {
+      await t.close();
+    }
+  });
+});
