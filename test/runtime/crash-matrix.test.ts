@@ -7,20 +7,15 @@
  */
 import { readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { fold } from '../../src/replay/index.js';
 import { isTurnTerminal, type HistoryEvent } from '../../src/history/events.js';
 import { defaultPayloadConverter } from '../../src/history/payload.js';
-import { makeTmpDir } from '../helpers/tmp-dir.js';
-import { readStoredHistory, runDriver } from '../helpers/crash-run.js';
+import { killAtEveryAppend, matrixDirs, readStoredHistory } from '../helpers/crash-run.js';
 
 const driver = resolve('dist/test/fixtures/children/crash-matrix-driver.js');
-const dirs: { remove: () => Promise<void> }[] = [];
-afterAll(async () => {
-  for (const d of dirs) await d.remove();
-});
+const newDir = matrixDirs('turnlog-matrix-');
 
-const run = (dir: string, killAfter?: number) => runDriver(driver, dir, killAfter);
 const readHistory = (dir: string) => readStoredHistory(dir, 'conv');
 
 function checkInvariants(events: HistoryEvent[], effectsLog: string): void {
@@ -56,30 +51,11 @@ function checkInvariants(events: HistoryEvent[], effectsLog: string): void {
 
 describe('crash matrix', () => {
   it('recovers to the uninterrupted conversation after a SIGKILL at every append', { timeout: 600_000 }, async () => {
-    const base = await makeTmpDir('turnlog-matrix-');
-    dirs.push(base);
-    const baseline = run(base.path);
-    expect(baseline.status, baseline.stderr).toBe(0);
-    const expected = JSON.parse(baseline.stdout) as unknown;
-    checkInvariants(await readHistory(base.path), readFileSync(join(base.path, 'effects.log'), 'utf8'));
-
-    let killed = 0;
-    for (let n = 1; n < 200; n++) {
-      const dir = await makeTmpDir('turnlog-matrix-');
-      dirs.push(dir);
-      const first = run(dir.path, n);
-      if (first.status === 0) {
-        // N is past the last append: the run finished untouched. The matrix is complete.
-        expect(JSON.parse(first.stdout)).toEqual(expected);
-        break;
-      }
-      expect(first.signal, `run killed after append ${n}: ${first.stderr}`).toBe('SIGKILL');
-      killed++;
-      const second = run(dir.path);
-      expect(second.status, `resume after kill at append ${n}: ${second.stderr}`).toBe(0);
-      expect(JSON.parse(second.stdout), `conversation after kill at append ${n}`).toEqual(expected);
-      checkInvariants(await readHistory(dir.path), readFileSync(join(dir.path, 'effects.log'), 'utf8'));
-    }
+    const { killed } = await killAtEveryAppend(
+      driver,
+      newDir,
+      async (dir) => checkInvariants(await readHistory(dir), readFileSync(join(dir, 'effects.log'), 'utf8')),
+    );
     // The script makes one append per step/checkpoint/turn boundary: about two dozen kill points.
     expect(killed).toBeGreaterThan(15);
   });

@@ -7,19 +7,14 @@
  */
 import { readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { fold } from '../../src/replay/index.js';
 import { isTurnTerminal, type HistoryEvent } from '../../src/history/events.js';
-import { makeTmpDir } from '../helpers/tmp-dir.js';
-import { readStoredHistory, runDriver } from '../helpers/crash-run.js';
+import { killAtEveryAppend, matrixDirs, readStoredHistory } from '../helpers/crash-run.js';
 
 const driver = resolve('dist/test/fixtures/children/time-matrix-driver.js');
-const dirs: { remove: () => Promise<void> }[] = [];
-afterAll(async () => {
-  for (const d of dirs) await d.remove();
-});
+const newDir = matrixDirs('turnlog-time-matrix-');
 
-const run = (dir: string, killAfter?: number) => runDriver(driver, dir, killAfter);
 const readHistory = (dir: string) => readStoredHistory(dir, 'conv');
 
 function checkInvariants(events: HistoryEvent[], effectsLog: string): void {
@@ -52,30 +47,13 @@ function checkInvariants(events: HistoryEvent[], effectsLog: string): void {
 
 describe('time crash matrix', () => {
   it('a conversation that sleeps and gets a scheduled input survives a SIGKILL at every append', { timeout: 600_000 }, async () => {
-    const base = await makeTmpDir('turnlog-time-matrix-');
-    dirs.push(base);
-    const baseline = run(base.path);
-    expect(baseline.status, baseline.stderr).toBe(0);
-    const expected = JSON.parse(baseline.stdout) as unknown;
+    const { killed, expected } = await killAtEveryAppend(
+      driver,
+      newDir,
+      async (dir) => checkInvariants(await readHistory(dir), readFileSync(join(dir, 'effects.log'), 'utf8')),
+      60,
+    );
     expect(expected).toEqual({ i1: 'nap:1/1', i2: 'reminder:1/1' });
-    checkInvariants(await readHistory(base.path), readFileSync(join(base.path, 'effects.log'), 'utf8'));
-
-    let killed = 0;
-    for (let n = 1; n < 60; n++) {
-      const dir = await makeTmpDir('turnlog-time-matrix-');
-      dirs.push(dir);
-      const first = run(dir.path, n);
-      if (first.status === 0) {
-        expect(JSON.parse(first.stdout)).toEqual(expected);
-        break;
-      }
-      expect(first.signal, `run killed after append ${n}: ${first.stderr}`).toBe('SIGKILL');
-      killed++;
-      const second = run(dir.path);
-      expect(second.status, `resume after kill at append ${n}: ${second.stderr}`).toBe(0);
-      expect(JSON.parse(second.stdout), `conversation after kill at append ${n}`).toEqual(expected);
-      checkInvariants(await readHistory(dir.path), readFileSync(join(dir.path, 'effects.log'), 'utf8'));
-    }
     expect(killed).toBeGreaterThan(6);
   });
 });
