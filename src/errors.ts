@@ -35,6 +35,7 @@ export type ErrorCode =
   | 'TURNLOG_TURN_FAILED'
   | 'TURNLOG_TURN_CANCELLED'
   | 'TURNLOG_TURN_TIMED_OUT'
+  | 'TURNLOG_STEP_TIMED_OUT'
   | 'TURNLOG_TURN_DEFERRED'
   | 'TURNLOG_FENCED'
   | 'TURNLOG_EXIT_FOR_RECOVERY_OUTSIDE_SHUTDOWN'
@@ -323,6 +324,20 @@ export class TerminalError extends Error {
   constructor(message: string, options: { type?: string; cause?: unknown } = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
     this.type = options.type ?? 'TerminalError';
+  }
+}
+
+/**
+ * Throw from a step to retry it after the delay a server suggested (HTTP 429 `Retry-After`)
+ * instead of the policy's backoff; it still counts against `maxAttempts`.
+ * @example if (res.status === 429) throw new RetryAfterError(Number(res.headers.get('retry-after')) * 1000, 'rate limited');
+ */
+export class RetryAfterError extends Error {
+  override readonly name: string = 'RetryAfterError';
+  readonly retryAfterMs: number;
+  constructor(retryAfterMs: number, message = `retry after ${retryAfterMs} ms`, options: { cause?: unknown } = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause });
+    this.retryAfterMs = Number.isFinite(retryAfterMs) && retryAfterMs > 0 ? retryAfterMs : 0;
   }
 }
 

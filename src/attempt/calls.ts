@@ -22,6 +22,7 @@ export interface CallIntents {
   checkpoint: { kind: 'checkpoint' };
   'take-inputs': { kind: 'take-inputs' };
   patch: { kind: 'patch'; patchId: string };
+  sleep: { kind: 'sleep'; ms: number };
 }
 /** A new call as the host records it (the body of a worker's Record frame). */
 export interface CallRecords {
@@ -29,6 +30,8 @@ export interface CallRecords {
   checkpoint: { kind: 'checkpoint'; seq: number; data: Payload };
   'take-inputs': { kind: 'take-inputs'; seq: number };
   patch: { kind: 'patch'; seq: number; patchId: string; deprecated: boolean };
+  /** `fireAt` is the host's now + `durationMs` when the sleep starts. */
+  sleep: { kind: 'sleep'; seq: number; durationMs: number; fireAt: number };
 }
 /** An input handed to the handler by takeInputs(). */
 export interface TakenInput {
@@ -41,6 +44,7 @@ export interface CallReplies {
   checkpoint: undefined;
   'take-inputs': TakenInput[];
   patch: undefined;
+  sleep: undefined;
 }
 /** What a recorded call gives back to a later attempt. */
 export interface CallResults {
@@ -49,6 +53,8 @@ export interface CallResults {
   'take-inputs': Payload[];
   /** A marker at this position: the new branch. */
   patch: true;
+  /** When the timer fires (a later attempt sleeps only what is left). */
+  sleep: number;
 }
 
 export type CallIntent = CallIntents[CallKind];
@@ -351,6 +357,59 @@ export const CALLS: { readonly [K in CallKind]: CallSpec<K> } = {
     },
     append: (rec, env) => ({
       events: () => [{ type: 'PatchMarked', turn: env.turn, seq: rec.seq, patchId: rec.patchId, deprecated: rec.deprecated }],
+      reply: () => undefined,
+    }),
+  },
+
+  sleep: {
+    kind: 'sleep',
+    describe: (c) => `sleep(${'ms' in c ? c.ms : c.durationMs} ms)`,
+    // By kind and position only, as Temporal matches timers: a duration computed from the clock
+    // differs on every attempt, and the recorded fireAt is what counts.
+    matches: () => true,
+    result: (r) => r.fireAt,
+    decoded: (c) => c,
+    record: {
+      tag: REC.sleep,
+      noun: 'sleep record',
+      write: (w, c) => {
+        w.doubleField(pb.WorkerFrame_Record_Sleep.durationMs, c.durationMs);
+        w.doubleField(pb.WorkerFrame_Record_Sleep.fireAtMs, c.fireAt);
+      },
+      read: (r, seq, bad) => {
+        const F = pb.WorkerFrame_Record_Sleep;
+        const c: CallRecords['sleep'] = { kind: 'sleep', seq, durationMs: 0, fireAt: 0 };
+        fields(r, (t) => {
+          if (t === F.durationMs) c.durationMs = r.double();
+          else if (t === F.fireAtMs) c.fireAt = r.double();
+          else return false;
+          return true;
+        });
+        if (!Number.isFinite(c.durationMs) || c.durationMs < 0 || !Number.isFinite(c.fireAt)) bad(`sleep record ${seq} has duration ${c.durationMs}, fire time ${c.fireAt}`);
+        return c;
+      },
+    },
+    reply: null,
+    recorded: {
+      tag: CALL.sleep,
+      write: (w, c) => {
+        w.doubleField(pb.EngineFrame_SleepCall.durationMs, c.durationMs);
+        w.doubleField(pb.EngineFrame_SleepCall.fireAtMs, c.fireAt);
+      },
+      read: (r, { seq, eventId }) => {
+        const F = pb.EngineFrame_SleepCall;
+        const c: Recorded<'sleep'> = { kind: 'sleep', seq, eventId, durationMs: 0, fireAt: 0 };
+        fields(r, (t) => {
+          if (t === F.durationMs) c.durationMs = r.double();
+          else if (t === F.fireAtMs) c.fireAt = r.double();
+          else return false;
+          return true;
+        });
+        return c;
+      },
+    },
+    append: (rec, env) => ({
+      events: () => [{ type: 'TimerStarted', turn: env.turn, seq: rec.seq, durationMs: rec.durationMs, fireAt: rec.fireAt }],
       reply: () => undefined,
     }),
   },

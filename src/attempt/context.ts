@@ -5,7 +5,7 @@
  */
 import type { AsyncLocalStorage } from 'node:async_hooks';
 import { createHash } from 'node:crypto';
-import { FencedError, PayloadEncodingError, PayloadTooLargeError, TurnlogError, invalidArgument, type PayloadField } from '../errors.js';
+import { FencedError, PayloadEncodingError, PayloadTooLargeError, RetryAfterError, TurnlogError, invalidArgument, type PayloadField } from '../errors.js';
 import type { EntryMode, Payload, RetryPolicy } from '../history/events.js';
 import { errorToFailure } from '../history/failure.js';
 import { MAX_PAYLOAD_BYTES, payloadSize, type PayloadConverter } from '../history/payload.js';
@@ -31,6 +31,7 @@ async function stepScope(): Promise<StepScope> {
 const INPUT_POLL_MS = 5;
 /** The largest `ctx.emit` chunk: output for a screen, not a transport for data. */
 export const MAX_CHUNK_BYTES = 1024 * 1024;
+const MAX_INPUT_POLL_MS = 250;
 
 function abortReason(kind: CancelKind, spec: TurnSpec, reason: string): TurnlogError {
   const at = `Task ${spec.taskId}, turn ${spec.turn}`;
@@ -149,6 +150,10 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
   }
 
   async step<T>(name: string, fn: StepFn<T>, options: StepOptions = {}): Promise<T> {
+    const ms = options.timeoutMs;
+    if (ms !== undefined && !(typeof ms === 'number' && Number.isFinite(ms) && ms > 0)) {
+      throw invalidArgument(`Task ${this.taskId}, turn ${this.turn}: step "${String(name)}" timeoutMs must be a finite number of milliseconds > 0, got ${String(ms)}.`);
+    }
     const stopped = this.intercept({ kind: 'step', name });
     if (stopped) return stopped;
     // Names are matched on replay: one with no UTF-8 form would be recorded as another name.
@@ -162,6 +167,7 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     // Streamed as new work only here, after the replay branch: a replayed step never starts again.
     this.#host.emit?.({ kind: 'step-started', seq, name });
     const policy = { ...this.#spec.stepRetry, ...options.retry };
+    const timeoutMs = options.timeoutMs;
     const started = this.#host.now();
     const fail = async (err: unknown): Promise<never> => {
       const failure = errorToFailure(err);
@@ -172,14 +178,15 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     let value: T;
     for (let attempt = 1; ; attempt++) {
       try {
-        value = await scope.run({ ctx: this, seq }, () => fn(this.signal));
+        value = await scope.run({ ctx: this, seq }, () => (timeoutMs === undefined ? fn(this.signal) : this.#withTimeout(name, fn, timeoutMs)));
         break;
       } catch (err) {
         if (attempt >= policy.maxAttempts || !isRetryable(err, policy) || this.signal.aborted) return fail(err);
-        const delay = Math.min(
-          policy.maxIntervalMs,
-          policy.initialIntervalMs * Math.pow(Math.max(1, policy.backoffCoefficient), attempt - 1),
-        );
+        // A server's suggested delay (RetryAfterError) wins over the backoff, uncapped.
+        const delay =
+          err instanceof RetryAfterError
+            ? err.retryAfterMs
+            : Math.min(policy.maxIntervalMs, policy.initialIntervalMs * Math.pow(Math.max(1, policy.backoffCoefficient), attempt - 1));
         try {
           await this.#host.sleep(delay, this.signal);
         } catch {
@@ -205,6 +212,25 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     const size = payloadSize(data);
     if (size > MAX_CHUNK_BYTES) throw new PayloadTooLargeError('chunk', size, MAX_CHUNK_BYTES, subject, 'Emit smaller chunks; keep large data in a step result or outside the task.');
     if (this.#fenced === undefined) this.#host.emit?.({ kind: 'chunk', data });
+  }
+
+  /** One try of a step's fn under its own signal, which aborts (and the try fails) after `ms`. */
+  async #withTimeout<T>(name: string, fn: StepFn<T>, ms: number): Promise<T> {
+    const c = new AbortController();
+    const stop = (): void => c.abort(this.signal.reason);
+    this.signal.addEventListener('abort', stop, { once: true });
+    const timedOut = this.#host.sleep(ms, c.signal).then(() => {
+      const err = new TurnlogError('TURNLOG_STEP_TIMED_OUT', `Task ${this.taskId}, turn ${this.turn}: step "${name}" took longer than its timeoutMs ${ms}. Raise timeoutMs, or make the step honour its signal.`);
+      c.abort(err);
+      throw err;
+    });
+    try {
+      return await Promise.race([Promise.resolve().then(() => fn(c.signal)), timedOut]);
+    } finally {
+      this.signal.removeEventListener('abort', stop);
+      if (!c.signal.aborted) c.abort();
+      timedOut.catch(() => undefined);
+    }
   }
 
   idempotencyKey(name = ''): string {
@@ -242,15 +268,27 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     this.#checkpoint = payload;
   }
 
-  async takeInputs<T = I>(options: { wait?: boolean } = {}): Promise<T[]> {
+  async takeInputs<T = I>(options: { wait?: boolean; timeoutMs?: number } = {}): Promise<T[]> {
+    const timeoutMs = options.timeoutMs;
+    if (timeoutMs !== undefined && (typeof timeoutMs !== 'number' || !Number.isFinite(timeoutMs) || timeoutMs < 0)) {
+      throw invalidArgument(`Task ${this.taskId}, turn ${this.turn}: takeInputs() timeoutMs must be a finite number of milliseconds >= 0, got ${String(timeoutMs)}.`);
+    }
     const stopped = this.intercept({ kind: 'take-inputs' });
     if (stopped) return stopped;
     const seq = ++this.#seq;
     const recorded = this.#replayed(seq, { kind: 'take-inputs' });
     if (recorded) return CALLS['take-inputs'].result(recorded, this.#spec.taken).map((p) => this.#converter.fromPayload<T>(p));
     this.#checkFenced();
-    // Polling keeps the host contract small (it works the same across the worker protocol).
-    while (options.wait && this.#host.pendingInputCount() === 0) await this.#host.sleep(INPUT_POLL_MS, this.signal);
+    // Polling keeps the host contract small (it works the same across the worker protocol); the
+    // interval grows with the wait (5 ms to 250 ms), so a long bounded wait costs few wake-ups.
+    const started = this.#host.now();
+    const until = timeoutMs === undefined ? Infinity : started + timeoutMs;
+    while (options.wait && this.#host.pendingInputCount() === 0) {
+      const now = this.#host.now();
+      if (now >= until) break; // timed out: recorded below as taking what is queued (nothing)
+      const poll = Math.min(until - now, Math.max(INPUT_POLL_MS, Math.min(MAX_INPUT_POLL_MS, (now - started) / 20)));
+      await this.#host.sleep(poll, this.signal);
+    }
     const taken = await this.#reserve().record(() => this.#host.record({ kind: 'take-inputs', seq }));
     return taken.map((q) => this.#converter.fromPayload<T>(q.input));
   }
@@ -305,6 +343,27 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     await this.#reserve().record(() => this.#host.record({ kind: 'patch', seq, patchId, deprecated }));
     this.patchTaken(patchId, true);
     return true;
+  }
+
+  async sleep(ms: number): Promise<void> {
+    if (typeof ms !== 'number' || !Number.isFinite(ms) || ms < 0) {
+      throw invalidArgument(`Task ${this.taskId}, turn ${this.turn}: ctx.sleep() needs a finite number of milliseconds >= 0, got ${String(ms)}.`);
+    }
+    const stopped = this.intercept({ kind: 'sleep', ms });
+    if (stopped) return stopped;
+    const seq = ++this.#seq;
+    const recorded = this.#replayed(seq, { kind: 'sleep', ms });
+    let fireAt: number;
+    if (recorded) fireAt = CALLS.sleep.result(recorded, this.#spec.taken);
+    else {
+      this.#checkFenced();
+      fireAt = this.#host.now() + ms;
+      await this.#reserve().record(() => this.#host.record({ kind: 'sleep', seq, durationMs: ms, fireAt }));
+    }
+    // The recorded fire time, not `ms` again: a re-run after a crash sleeps only the remainder.
+    const left = fireAt - this.#host.now();
+    if (left > 0) await this.#host.sleep(left, this.signal);
+    else this.signal.throwIfAborted();
   }
 
   suspend<O>(reason: string, output?: O): Suspension<O> {

@@ -15,11 +15,19 @@ export interface StartOptions {
   inputId?: string;
   /** Precondition: the task's last input id must be this (vacuous for a new task). */
   ifLastInputId?: string;
+  /**
+   * A scheduled input: no turn takes it before this time (ms since epoch, or a Date). Until then
+   * the task holds no turn, worker or timer of its own; a time already past sends it at once.
+   * docs/time.md#scheduled-inputs
+   */
+  deliverAt?: number | Date;
 }
 
 export interface SendOptions {
   inputId?: string;
   ifLastInputId?: string;
+  /** A scheduled input: no turn takes it before this time (see {@link StartOptions.deliverAt}). */
+  deliverAt?: number | Date;
 }
 
 /** A task as the engine sees it now. */

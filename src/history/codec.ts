@@ -231,7 +231,10 @@ function eventToProto(e: HistoryEvent): Record<string, unknown> {
         },
       };
     case 'InputQueued':
-      return { eventId, timeMs, generation, inputQueued: { inputId: e.inputId, input: payloadToProto(e.input), steering: e.steering } };
+      return {
+        eventId, timeMs, generation,
+        inputQueued: { inputId: e.inputId, input: payloadToProto(e.input), steering: e.steering, ...(e.deliverAt === undefined ? {} : { deliverAtMs: e.deliverAt }) },
+      };
     case 'InputWithdrawn':
       return { eventId, timeMs, generation, inputWithdrawn: { inputId: e.inputId, reason: e.reason } };
     case 'OperatorAction':
@@ -271,6 +274,8 @@ function eventToProto(e: HistoryEvent): Record<string, unknown> {
     }
     case 'InputsTaken':
       return { eventId, timeMs, generation, inputsTaken: { turn: e.turn, seq: e.seq, inputIds: e.inputIds } };
+    case 'TimerStarted':
+      return { eventId, timeMs, generation, timerStarted: { turn: e.turn, seq: e.seq, durationMs: e.durationMs, fireAtMs: e.fireAt } };
     case 'Checkpointed':
       return { eventId, timeMs, generation, checkpointed: { turn: e.turn, seq: e.seq, data: payloadToProto(e.data) } };
     case 'PatchMarked':
@@ -461,6 +466,7 @@ function writeEventFast(w: Writer, e: HistoryEvent): boolean {
       w.stringField(pb.InputQueued.inputId, e.inputId);
       writePayload(w, pb.InputQueued.input, input);
       w.boolField(pb.InputQueued.steering, e.steering);
+      w.doubleField(pb.InputQueued.deliverAtMs, e.deliverAt);
       break;
     }
     case 'TurnCompleted':
@@ -583,6 +589,7 @@ function eventFromProto(m: EventMsg, taskId: string): HistoryEvent {
         inputId: a.inputId,
         input: payloadFromProto(a.input) ?? EMPTY_PAYLOAD,
         steering: a.steering,
+        ...(a.deliverAtMs ? { deliverAt: a.deliverAtMs } : {}),
       };
     case 'inputWithdrawn':
       return { type: 'InputWithdrawn', eventId, time, generation, inputId: a.inputId, reason: a.reason };
@@ -640,6 +647,8 @@ function eventFromProto(m: EventMsg, taskId: string): HistoryEvent {
       return { type: 'InputsTaken', eventId, time, generation, turn: a.turn, seq: a.seq, inputIds: a.inputIds };
     case 'patchMarked':
       return { type: 'PatchMarked', eventId, time, generation, turn: a.turn, seq: a.seq, patchId: a.patchId, deprecated: a.deprecated === true };
+    case 'timerStarted':
+      return { type: 'TimerStarted', eventId, time, generation, turn: a.turn, seq: a.seq, durationMs: a.durationMs, fireAt: a.fireAtMs };
     case 'checkpointed':
       return {
         type: 'Checkpointed',

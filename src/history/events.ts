@@ -95,6 +95,8 @@ export interface InputQueued extends EventBase {
   input: Payload;
   /** True when the input arrived while a turn was running. */
   steering: boolean;
+  /** A scheduled input (`send(input, { deliverAt })`): no turn takes it before this time (ms since epoch). */
+  deliverAt?: number;
 }
 export interface InputWithdrawn extends EventBase {
   type: 'InputWithdrawn';
@@ -136,6 +138,14 @@ export interface InputsTaken extends EventBase {
   turn: number;
   seq: number;
   inputIds: string[];
+}
+/** `ctx.sleep(ms)`: a durable in-turn timer; a re-run of the turn sleeps only until `fireAt`. */
+export interface TimerStarted extends EventBase {
+  type: 'TimerStarted';
+  turn: number;
+  seq: number;
+  durationMs: number;
+  fireAt: number;
 }
 export interface Checkpointed extends EventBase {
   type: 'Checkpointed';
@@ -301,7 +311,8 @@ export type HistoryEvent =
   | LeaseClaimed
   | TaskCompleted
   | HistoryCompacted
-  | OperatorAction;
+  | OperatorAction
+  | TimerStarted;
 
 export type EventType = HistoryEvent['type'];
 
@@ -357,6 +368,7 @@ export const ALL_EVENT_TYPES = [
   'TaskCompleted',
   'HistoryCompacted',
   'OperatorAction',
+  'TimerStarted',
 ] as const satisfies readonly EventType[];
 
 /** A lease record: who may write a task now. */
@@ -380,7 +392,10 @@ export interface TaskSummary {
   lastEventId: number;
   /** The last started turn, 0 before the first. */
   turn: number;
+  /** Inputs queued and not yet taken, scheduled ones included. */
   queued: number;
+  /** Scheduled inputs not yet taken, by input id: their deliverAt (what the claim of due work reads). */
+  scheduled?: Record<string, number>;
   lastInputId?: string;
   createdAt: number;
   updatedAt: number;

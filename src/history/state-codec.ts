@@ -59,7 +59,9 @@ function payloadMsg(p: Payload): Msg {
 }
 
 function inputMsg(q: QueuedInput): Msg {
-  return { inputId: q.inputId, input: payloadMsg(q.input), steering: q.steering, eventId: q.eventId, timeMs: q.time };
+  const m: Msg = { inputId: q.inputId, input: payloadMsg(q.input), steering: q.steering, eventId: q.eventId, timeMs: q.time };
+  if (q.deliverAt !== undefined) m['deliverAtMs'] = q.deliverAt;
+  return m;
 }
 
 function cancelMsg(c: { scope: CancelScope; reason: string; eventId: number }): Msg {
@@ -80,6 +82,8 @@ function callMsg(c: RecordedCall): Msg {
       return { seq: c.seq, eventId: c.eventId, takeInputs: { inputIds: c.inputIds } };
     case 'patch':
       return { seq: c.seq, eventId: c.eventId, patch: { patchId: c.patchId, deprecated: c.deprecated } };
+    case 'sleep':
+      return { seq: c.seq, eventId: c.eventId, sleep: { durationMs: c.durationMs, fireAtMs: c.fireAt } };
   }
 }
 
@@ -184,13 +188,15 @@ class Reader {
   ) {}
 
   input(m: Msg): QueuedInput {
-    return {
+    const q: QueuedInput = {
       inputId: m['inputId'],
       input: payloadOf(m['input'] ?? {}),
       steering: m['steering'],
       eventId: m['eventId'],
       time: m['timeMs'],
     };
+    if (m['deliverAtMs']) q.deliverAt = m['deliverAtMs'];
+    return q;
   }
 
   cancel(m: Msg): { scope: CancelScope; reason: string; eventId: number } {
@@ -214,6 +220,8 @@ class Reader {
         return { kind: 'take-inputs', seq, eventId, inputIds: [...(m['takeInputs']['inputIds'] as string[])] };
       case 'patch':
         return { kind: 'patch', seq, eventId, patchId: m['patch']['patchId'], deprecated: m['patch']['deprecated'] === true };
+      case 'sleep':
+        return { kind: 'sleep', seq, eventId, durationMs: m['sleep']['durationMs'], fireAt: m['sleep']['fireAtMs'] };
       default:
         throw new HistoryFormatError(this.taskId, this.eventId, SNAPSHOT_VERSION, 'snapshot has a recorded call of unknown kind');
     }

@@ -21,6 +21,8 @@ export interface QueuedInput {
   steering: boolean;
   eventId: number;
   time: number;
+  /** A scheduled input: not taken by a turn (nor takeInputs) before this time. */
+  deliverAt?: number;
 }
 
 /** One recorded call of a turn, in call order: `seq` is its 1-based position. */
@@ -37,7 +39,8 @@ export type RecordedCall =
     }
   | { kind: 'checkpoint'; seq: number; eventId: number; data: Payload }
   | { kind: 'take-inputs'; seq: number; eventId: number; inputIds: string[] }
-  | { kind: 'patch'; seq: number; eventId: number; patchId: string; deprecated: boolean };
+  | { kind: 'patch'; seq: number; eventId: number; patchId: string; deprecated: boolean }
+  | { kind: 'sleep'; seq: number; eventId: number; durationMs: number; fireAt: number };
 
 export interface OpenTurn {
   turn: number;

@@ -23,18 +23,22 @@ export function summarize(taskId: string, prev: TaskSummary | undefined, events:
       case 'InputQueued':
         s.queued++;
         s.lastInputId = e.inputId;
+        if (e.deliverAt !== undefined) s.scheduled = { ...s.scheduled, [e.inputId]: e.deliverAt };
         break;
       case 'InputWithdrawn':
         s.queued = Math.max(0, s.queued - 1);
+        unschedule(s, [e.inputId]);
         break;
       case 'TurnStarted':
         s.status = 'in_progress';
         // A recovery attempt re-runs inputs already taken off the queue by attempt 1.
         if (e.attempt === 1) s.queued = Math.max(0, s.queued - e.inputIds.length);
+        unschedule(s, e.inputIds);
         s.turn = e.turn;
         break;
       case 'InputsTaken':
         s.queued = Math.max(0, s.queued - e.inputIds.length);
+        unschedule(s, e.inputIds);
         break;
       case 'TurnCompleted':
       case 'TurnFailed':
@@ -44,6 +48,7 @@ export function summarize(taskId: string, prev: TaskSummary | undefined, events:
         if (s.kind === 'multi-turn') s.status = 'suspended';
         break;
       case 'TaskCompleted':
+        delete s.scheduled;
         s.status = 'completed';
         s.outcome = e.outcome;
         break;
@@ -71,4 +76,19 @@ function stateOf(bytes: Uint8Array): TaskState | undefined {
   } catch {
     return undefined;
   }
+}
+
+function unschedule(s: TaskSummary, inputIds: readonly string[]): void {
+  if (!s.scheduled || !inputIds.some((id) => Object.hasOwn(s.scheduled!, id))) return;
+  const left = { ...s.scheduled };
+  for (const id of inputIds) delete left[id];
+  if (Object.keys(left).length === 0) delete s.scheduled;
+  else s.scheduled = left;
+}
+
+/** The earliest deliverAt of the summary's scheduled inputs, and how many there are. */
+export function scheduledWake(s: TaskSummary): { wakeAt: number; count: number } | undefined {
+  if (!s.scheduled) return undefined;
+  const ats = Object.values(s.scheduled);
+  return ats.length === 0 ? undefined : { wakeAt: Math.min(...ats), count: ats.length };
 }

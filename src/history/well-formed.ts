@@ -23,6 +23,7 @@ const STRING_FIELDS: { [T in EventType]: { ids: Fields<T>; text: Fields<T> } } =
   InputsTaken: { ids: ['inputIds'], text: [] },
   Checkpointed: { ids: [], text: [] },
   PatchMarked: { ids: ['patchId'], text: [] },
+  TimerStarted: { ids: [], text: [] },
   TimeoutCancelRequested: { ids: [], text: [] },
   CancelRequested: { ids: [], text: ['reason'] },
   WorkerKilled: { ids: [], text: ['signal', 'reason'] },

@@ -108,18 +108,33 @@ export function decide(state: TaskState, lease: Lease | undefined, now: number, 
     };
   }
 
-  // 5. no open turn, queued input (a one-shot runs exactly one turn)
-  const head = state.queue[0];
+  // 5. no open turn, queued input (a one-shot runs exactly one turn); a scheduled input counts
+  // once its deliverAt has passed (rule timer-due), else the task waits for it (waiting-for-timer)
+  const head = state.queue.find((q) => isDue(q, now));
   if (head !== undefined && !(oneShot && state.turn > 0)) {
     const entryMode = state.turn === 0 ? 'fresh' : 'resumed';
+    const start = `start turn ${state.turn + 1} (${entryMode}) with ${head.inputId}${head.steering ? ' (steering)' : ''}`;
     return {
       kind: 'start-turn',
-      rule: 'queued-input',
+      rule: head.deliverAt === undefined ? 'queued-input' : 'timer-due',
       turn: state.turn + 1,
       inputIds: [head.inputId],
       entryMode,
       steered: head.steering,
-      reason: `no open turn and ${state.queue.length} queued input(s); start turn ${state.turn + 1} (${entryMode}) with ${head.inputId}${head.steering ? ' (steering)' : ''}`,
+      reason:
+        head.deliverAt === undefined
+          ? `no open turn and ${state.queue.length} queued input(s); ${start}`
+          : `no open turn; scheduled input ${head.inputId} was due at ${formatTime(head.deliverAt)} <= now ${formatTime(now)}; ${start}`,
+    };
+  }
+  const wakeAt = nextWakeAt(state);
+  if (wakeAt !== undefined && !(oneShot && state.turn > 0)) {
+    const next = state.queue.find((q) => q.deliverAt === wakeAt)!;
+    return {
+      kind: 'none',
+      rule: 'waiting-for-timer',
+      wakeAt,
+      reason: `no open turn; scheduled input ${next.inputId} is due at ${formatTime(wakeAt)} > now ${formatTime(now)} (in ${Math.ceil((wakeAt - now) / 1000)} s); the engine wakes the task then`,
     };
   }
 
@@ -136,6 +151,18 @@ export function decide(state: TaskState, lease: Lease | undefined, now: number, 
       ? `one-shot ${ended}; waiting for its TaskCompleted, no further turn will run`
       : `${ended}; no input is queued, waiting for one`,
   };
+}
+
+/** An input a turn (or takeInputs) may take at `now`: not scheduled, or its deliverAt has passed. */
+export function isDue(q: { deliverAt?: number | undefined }, now: number): boolean {
+  return q.deliverAt === undefined || q.deliverAt <= now;
+}
+
+/** The earliest deliverAt among the task's scheduled inputs, if it has any. */
+export function nextWakeAt(state: TaskState): number | undefined {
+  let at: number | undefined;
+  for (const q of state.queue) if (q.deliverAt !== undefined && (at === undefined || q.deliverAt < at)) at = q.deliverAt;
+  return at;
 }
 
 function deadWhy(t: OpenTurn, lease: Lease | undefined, now: number): string {

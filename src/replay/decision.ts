@@ -14,6 +14,8 @@ export type DecisionRule =
   | 'recoveries-exhausted'
   | 'recover'
   | 'queued-input'
+  | 'timer-due'
+  | 'waiting-for-timer'
   | 'suspended'
   | 'pending'
   | 'corrupt';
@@ -23,6 +25,13 @@ export type Decision =
       kind: 'none';
       /** `corrupt` is the engine's, never the replayer's: the task's stored records cannot be read. */
       rule: 'completed' | 'owned' | 'suspended' | 'pending' | 'corrupt';
+      reason: string;
+    }
+  | {
+      /** Only scheduled inputs are queued and none is due: the engine wakes the task at `wakeAt`. */
+      kind: 'none';
+      rule: 'waiting-for-timer';
+      wakeAt: number;
       reason: string;
     }
   | {
@@ -53,9 +62,9 @@ export type Decision =
       reason: string;
     }
   | {
-      /** Start the next turn with the head of the queue. */
+      /** Start the next turn with the first due input of the queue (`timer-due`: a scheduled one). */
       kind: 'start-turn';
-      rule: 'queued-input';
+      rule: 'queued-input' | 'timer-due';
       turn: number;
       inputIds: string[];
       entryMode: 'fresh' | 'resumed';

@@ -65,7 +65,7 @@ export function explainDecision(decision: Decision, state: TaskState): string {
     fact('cancel', `${state.cancelRequested.scope} cancel at event ${state.cancelRequested.eventId}: ${state.cancelRequested.reason}`);
   }
   const q = state.queue;
-  fact('queue', q.length === 0 ? '0 inputs' : `${q.length} input(s): ${q.map((i) => i.inputId + (i.steering ? '*' : '')).join(', ')}`);
+  fact('queue', q.length === 0 ? '0 inputs' : `${q.length} input(s): ${q.map((i) => i.inputId + (i.steering ? '*' : '') + (i.deliverAt === undefined ? '' : ` (at ${formatTime(i.deliverAt)})`)).join(', ')}`);
   if (state.lastTurn !== undefined) {
     const l = state.lastTurn;
     fact('last turn', `${l.turn} ended with ${l.terminal} at event ${l.eventId} after ${l.attempts} attempt(s)`);

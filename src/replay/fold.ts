@@ -196,7 +196,7 @@ function apply(s: TaskState, e: HistoryEvent): void {
       return fail(s, e, 'task-created-once', 'TaskCreated is already event 1');
     case 'InputQueued':
       if (s.queue.some((q) => q.inputId === e.inputId)) fail(s, e, 'duplicate-input', `input ${e.inputId} is already queued`);
-      s.queue.push({ inputId: e.inputId, input: e.input, steering: e.steering, eventId: e.eventId, time: e.time });
+      s.queue.push({ inputId: e.inputId, input: e.input, steering: e.steering, eventId: e.eventId, time: e.time, ...(e.deliverAt === undefined ? {} : { deliverAt: e.deliverAt }) });
       s.lastInputId = e.inputId;
       break;
     case 'InputWithdrawn':
@@ -232,6 +232,13 @@ function apply(s: TaskState, e: HistoryEvent): void {
       nextSeq(s, t, e);
       for (const q of takeFromQueue(s, e, e.inputIds)) t.taken.push(q);
       t.calls.push({ kind: 'take-inputs', seq: e.seq, eventId: e.eventId, inputIds: e.inputIds.slice() });
+      break;
+    }
+    case 'TimerStarted': {
+      const t = openTurnFor(s, e);
+      requireRunning(s, t, e);
+      nextSeq(s, t, e);
+      t.calls.push({ kind: 'sleep', seq: e.seq, eventId: e.eventId, durationMs: e.durationMs, fireAt: e.fireAt });
       break;
     }
     case 'Checkpointed': {

@@ -13,7 +13,7 @@ export { compaction } from './compact.js';
 export { forkEvents, type ForkOptions } from './fork.js';
 
 // decide
-export { decide, formatTime } from './decide.js';
+export { decide, formatTime, isDue, nextWakeAt } from './decide.js';
 export type { Decision, DecisionRule } from './decision.js';
 
 // explain (`turnlog why`)

@@ -9,7 +9,7 @@ import type { ExecutorKind, Lease } from '../history/events.js';
 import { errorToFailure } from '../history/failure.js';
 import { nextLease } from '../history/lease.js';
 import type { TaskState } from '../history/state.js';
-import { decide } from '../replay/index.js';
+import { decide, isDue } from '../replay/index.js';
 import type { Decision } from '../replay/decision.js';
 import type { Executor, Reservation } from '../executor/executor.js';
 import type { AttemptOutcome, TurnHost, TurnSpec } from '../attempt/host.js';
@@ -41,8 +41,18 @@ export class Driver {
   readonly #waiting = new Set<string>();
   /** Attempts between the cap check and `t.active` being set. */
   #starting = 0;
+  /** Arms a wake-up for a task waiting for a scheduled input (rule waiting-for-timer). */
+  readonly #waitUntil: (taskId: string, at: number) => void;
 
-  constructor(rt: Runtime, executors: ReadonlyMap<ExecutorKind, Executor>, cache: TaskCache, appender: Appender, supervisor: Supervisor) {
+  constructor(
+    rt: Runtime,
+    executors: ReadonlyMap<ExecutorKind, Executor>,
+    cache: TaskCache,
+    appender: Appender,
+    supervisor: Supervisor,
+    waitUntil: (taskId: string, at: number) => void = () => {},
+  ) {
+    this.#waitUntil = waitUntil;
     this.#rt = rt;
     this.#executors = executors;
     this.#cache = cache;
@@ -87,6 +97,7 @@ export class Driver {
       switch (decision.kind) {
         case 'none':
           if (pending.length) await this.#appender.append(t, pending);
+          if (decision.rule === 'waiting-for-timer') this.#waitUntil(t.id, decision.wakeAt);
           return;
         case 'complete-task':
           await this.#appender.append(t, [...pending, { type: 'TaskCompleted', outcome: decision.outcome }]);
@@ -256,7 +267,7 @@ export class Driver {
             attempt: active.attempt,
             at,
             oversized: (field, p, subject) => oversized(this.#rt.limits, field, p, subject),
-            queue: () => t.state!.queue,
+            queue: () => dueInputs(t, this.#rt.clock.now()),
             decode: this.#rt.codec?.decode ?? ((p) => p),
             empty: () => this.#rt.converter.toPayload(undefined),
           };
@@ -265,7 +276,7 @@ export class Driver {
           await record(t, rec.events);
           return rec.reply();
         }),
-      pendingInputCount: () => t.state?.queue.length ?? 0,
+      pendingInputCount: () => dueInputs(t, this.#rt.clock.now()).length,
       now: () => this.#rt.clock.now(),
       sleep: (ms, signal) => sleep(this.#rt.clock, ms, signal),
       emit: (item, dropped) => emitOutput(this.#rt, t, active, item, dropped),
@@ -318,4 +329,10 @@ export class Driver {
     }
     return ex;
   }
+}
+
+/** The task's queued inputs a turn may take now: scheduled ones only once due. */
+function dueInputs(t: TaskEntry, now: number): TaskState['queue'] {
+  const q = t.state?.queue ?? [];
+  return q.every((x) => x.deliverAt === undefined) ? q : q.filter((x) => isDue(x, now));
 }

@@ -44,6 +44,7 @@ import { StreamHub, type StreamSource } from '../stream/hub.js';
 import type { StreamItem, StreamOptions } from '../stream/items.js';
 import type { Runtime } from './runtime.js';
 import { Scanner } from './scanner.js';
+import { Wakeups } from './wakeups.js';
 import { Supervisor } from './supervisor.js';
 import { TaskCache, type TaskEntry } from './task-cache.js';
 import { Watcher } from './watcher.js';
@@ -94,6 +95,7 @@ export class Engine implements TaskClient {
   /** Live stream items and readers (docs/streaming.md); a new one per activation. */
   #hub: StreamHub;
   readonly #watcher: Watcher;
+  readonly #wakeups: Wakeups;
   #state: 'inactive' | 'activating' | 'open' | 'quiescing' | 'closed' = 'inactive';
   /** The recovery pass this activation started at open. */
   #recovery: Promise<void> = Promise.resolve();
@@ -142,7 +144,8 @@ export class Engine implements TaskClient {
       (t) => this.#supervisor.afterRefresh(t),
     );
     this.#supervisor = new Supervisor(this.#rt, this.#cache, this.#results, this.#appender, (t) => this.#driver.drive(t));
-    this.#driver = new Driver(this.#rt, this.#executors, this.#cache, this.#appender, this.#supervisor);
+    this.#wakeups = new Wakeups(this.#rt, (id) => this.#scanner.wake(id));
+    this.#driver = new Driver(this.#rt, this.#executors, this.#cache, this.#appender, this.#supervisor, (id, at) => this.#wakeups.add(id, at));
     this.#watcher = new Watcher(this.#rt, this.#cache, this.#appender, this.#results);
     this.#scanner = new Scanner(this.#rt, this.#cache, this.#driver, () => this.#watcher.poll());
     this.#executors.set('inline', new InlineExecutor(o.workflows, o.converter));
@@ -327,7 +330,10 @@ export class Engine implements TaskClient {
 
   /** Queues a prepared input under the task's lock; `before` drafts go into the same append. */
   async #queue(t: TaskEntry, wf: Workflow<any, any, any, any>, inputId: string, payload: Payload, options: SendOptions, before: Draft[]): Promise<string> {
+    const deliverAt = scheduledTime(t.id, options.deliverAt);
     return this.#cache.mutate(t, async (t, retry) => {
+      // Past or now: an ordinary input. Later: queued, not steering, taken by no turn before then.
+      const scheduled = deliverAt !== undefined && deliverAt > this.#rt.clock.now() ? { deliverAt } : undefined;
       // A lost race after this input was written (the turn start lost it): decide again, no second copy.
       if (retry > 0 && t.state && (await this.#hasInput(t, inputId))) {
         await this.#driver.drive(t);
@@ -338,7 +344,7 @@ export class Engine implements TaskClient {
         const policy = resolvePolicy(wf, this.#o.defaultExecutor);
         await this.#driver.drive(t, [
           { type: 'TaskCreated', workflow: wf.name, kind: wf.kind, policy, formatVersion: HISTORY_FORMAT_VERSION },
-          { type: 'InputQueued', inputId, input: payload, steering: false },
+          { type: 'InputQueued', inputId, input: payload, steering: false, ...scheduled },
         ]);
         return inputId;
       }
@@ -353,12 +359,16 @@ export class Engine implements TaskClient {
         throw new TaskConflictError(t.id, 'completed', `it ended (${s.outcome ?? 'unknown'}) and takes no more input. Start a new task.`);
       }
       if (s.openTurn && !t.active) await this.#driver.drive(t); // recover inline (L3) before queueing
+      if (scheduled) {
+        await this.#driver.drive(t, [...before, { type: 'InputQueued', inputId, input: payload, steering: false, ...scheduled }]);
+        return inputId;
+      }
       const busy = t.active !== undefined || t.state!.openTurn !== undefined;
       if (busy) {
         if (!wf.steerable) {
           throw new TaskConflictError(t.id, 'in_progress', `turn ${t.state!.turn} is running and workflow ${wf.name} does not accept steering inputs. Wait for the turn, or enable steering.`);
         }
-        if (t.state!.queue.length >= wf.policy.steeringMaxQueued) throw new SteeringQueueFullError(t.id, wf.policy.steeringMaxQueued);
+        if (t.state!.queue.filter((q) => q.deliverAt === undefined).length >= wf.policy.steeringMaxQueued) throw new SteeringQueueFullError(t.id, wf.policy.steeringMaxQueued);
       }
       await this.#driver.drive(t, [...before, { type: 'InputQueued', inputId, input: payload, steering: busy }]);
       return inputId;
@@ -640,6 +650,7 @@ export class Engine implements TaskClient {
     this.#inspection = undefined;
     this.#watcher.stop();
     await this.#scanner.stop();
+    this.#wakeups.stop();
     await this.#supervisor.stopAll(graceMs);
     await Promise.all([...this.#cache.entries()].map((t) => t.chain.catch(() => undefined)));
     for (const t of this.#cache.entries()) {
@@ -759,4 +770,14 @@ export class Engine implements TaskClient {
 
 function notFound(taskId: string): TurnlogError {
   return new TurnlogError('TURNLOG_TASK_NOT_FOUND', `Task ${taskId} does not exist in this store. Check the id, or start it with engine.start().`);
+}
+
+/** `deliverAt` as epoch ms, or a TurnlogError naming the task before anything is written. */
+function scheduledTime(taskId: string, at: number | Date | undefined): number | undefined {
+  if (at === undefined) return undefined;
+  const ms = at instanceof Date ? at.getTime() : at;
+  if (typeof ms !== 'number' || !Number.isFinite(ms) || ms <= 0) {
+    throw invalidArgument(`Task ${taskId}: deliverAt must be a Date or a time in ms since the epoch, got ${String(at)}. Pass e.g. Date.now() + 60_000.`);
+  }
+  return ms;
 }

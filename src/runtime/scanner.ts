@@ -9,6 +9,7 @@ import { isHistoryUnreadable as isUnreadable } from '../errors.js';
 import type { Lease } from '../history/events.js';
 import type { DueBatch, DueTask, HistoryStore } from '../store/history-store.js';
 import type { OrphanClaim, ClaimedOrphan } from '../store/postgres-store.js';
+import { isDue, nextWakeAt } from '../replay/index.js';
 import type { Timer } from './clock.js';
 import { logFailure } from './appender.js';
 import type { Driver } from './driver.js';
@@ -70,6 +71,9 @@ export class Scanner {
             limit: CLAIM_BATCH,
             ...(cursor === undefined ? {} : { cursor }),
             ...(retentionMs === undefined ? {} : { retentionMs }),
+            // Scheduled inputs due before the next scan get their wake-up armed now; without a
+            // periodic scan, every one of them (this pass is the only one).
+            horizonMs: this.#rt.scanIntervalMs > 0 ? 2 * this.#rt.scanIntervalMs : Infinity,
           })
           .catch((err: unknown) => {
             // An unreadable record the store could not route around: what was claimed so far is recovered.
@@ -95,6 +99,11 @@ export class Scanner {
       await Promise.all(running);
     }
     if (purged.length) this.#rt.log.info('retention deleted completed tasks', { count: purged.length });
+  }
+
+  /** A due wake-up (runtime/wakeups.ts): loads and drives the task like recovery does. */
+  wake(id: string): Promise<void> {
+    return this.#recoverTask(id);
   }
 
   /** Loads and drives one task; never throws (one task must not stop the others, nor Engine.open). */
@@ -126,6 +135,11 @@ export class Scanner {
         }
       })
       .catch((err) => logFailure(this.#rt.log, 'recovery failed', { taskId: id }, err));
+    // Waiting for a scheduled input, its wake-up armed: nothing of it needs to stay in memory.
+    const s = t.state;
+    if (s && !t.active && t.busy === 0 && s.openTurn === undefined && nextWakeAt(s) !== undefined && !s.queue.some((q) => isDue(q, this.#rt.clock.now()))) {
+      this.#cache.forgetIdle(id);
+    }
   }
 
   /** Retention: deletes a completed task's records unless this engine still serves it. */

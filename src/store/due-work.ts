@@ -6,6 +6,7 @@
 import { invalidArgument } from '../errors.js';
 import type { Lease, TaskStatus, TaskSummary } from '../history/events.js';
 import type { ClaimRequest, DueBatch, DueReason } from './history-store.js';
+import { scheduledWake } from '../history/summary.js';
 import { isPurgeable, isRecoverable } from './task-head.js';
 
 /** One task of a status page; `summary` undefined with `unreadable` when its records cannot be decoded. */
@@ -50,9 +51,12 @@ function dueReason(e: IndexEntry, reason: DueReason, request: ClaimRequest): Due
     case 'in-progress':
       return isRecoverable(s, e.lease, request.now, request.instance) ? reason : undefined;
     case 'pending':
-      return reason;
-    case 'queued':
-      return s.queued > 0 ? reason : undefined;
+    case 'queued': {
+      // Scheduled inputs count once due, or due within the horizon (the engine arms their wake-up).
+      const wake = scheduledWake(s);
+      if (!wake) return reason === 'pending' || s.queued > 0 ? reason : undefined;
+      return s.queued > wake.count || wake.wakeAt <= request.now + (request.horizonMs ?? 0) ? reason : undefined;
+    }
     case 'retention':
       return !e.marked && request.retentionMs !== undefined && isPurgeable(s, request.retentionMs, request.now) ? reason : undefined;
   }

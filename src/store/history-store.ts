@@ -128,6 +128,11 @@ export interface ClaimRequest {
   cursor?: string;
   /** Also hand out completed tasks last updated at least this long before `now`. Absent: none. */
   retentionMs?: number;
+  /**
+   * Also hand out tasks whose next scheduled input falls due within this many ms after `now`
+   * (reason `queued`), so the engine can arm their wake-up. Absent: only those already due.
+   */
+  horizonMs?: number;
 }
 
 export interface DueBatch {

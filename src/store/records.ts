@@ -36,7 +36,8 @@ export function encodeSummary(s: TaskSummary): Buffer {
     isJsonNumber(s.turn) &&
     isJsonNumber(s.queued) &&
     isJsonNumber(s.createdAt) &&
-    isJsonNumber(s.updatedAt)
+    isJsonNumber(s.updatedAt) &&
+    s.scheduled === undefined
   ) {
     if (workflow !== lastWorkflow) {
       lastWorkflowJson = JSON.stringify(workflow);
@@ -84,13 +85,15 @@ export function encodeSummaryRow(s: TaskSummary): Buffer {
     s.createdAt,
     s.updatedAt,
   ];
+  // An 11th member only for a task with scheduled inputs: rows written before it still decode.
+  if (s.scheduled !== undefined) return Buffer.from(JSON.stringify([...row, s.scheduled]));
   return Buffer.from(JSON.stringify(row));
 }
 
 /** Decodes a summary row; throws a plain Error on a malformed one (the caller names the key). */
 export function decodeSummary(taskId: string, raw: Uint8Array): TaskSummary {
   const row = JSON.parse(Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength).toString('utf8')) as unknown;
-  if (!Array.isArray(row) || row.length !== 10) throw new Error('not a summary row');
+  if (!Array.isArray(row) || (row.length !== 10 && row.length !== 11)) throw new Error('not a summary row');
   const [workflow, kind, status, outcome, lastEventId, turn, queued, lastInputId, createdAt, updatedAt] = row as SummaryRow;
   const k = KINDS[kind];
   const st = STATUSES[status];
@@ -99,6 +102,8 @@ export function decodeSummary(taskId: string, raw: Uint8Array): TaskSummary {
   const o = OUTCOMES[outcome];
   if (o !== undefined) s.outcome = o;
   if (typeof lastInputId === 'string') s.lastInputId = lastInputId;
+  const scheduled: unknown = row[10];
+  if (typeof scheduled === 'object' && scheduled !== null && !Array.isArray(scheduled)) s.scheduled = { ...(scheduled as Record<string, number>) };
   return s;
 }
 

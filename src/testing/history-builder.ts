@@ -173,11 +173,12 @@ export class HistoryBuilder {
   }
 
   /** Queues an input (`id` defaults to `in-1`, `in-2`…; `steering` to "a turn is open"). */
-  input(value: unknown = null, o: { id?: string; steering?: boolean } = {}): this {
+  /** An input; with `deliverAt`, a scheduled one (`send(input, { deliverAt })`). */
+  input(value: unknown = null, o: { id?: string; steering?: boolean; deliverAt?: number } = {}): this {
     const id = o.id ?? `in-${++this.#inputSeq}`;
     const steering = o.steering ?? this.#open;
     this.#queue.push({ id, steering });
-    return this.raw({ type: 'InputQueued', inputId: id, input: payload(value), steering });
+    return this.raw({ type: 'InputQueued', inputId: id, input: payload(value), steering, ...(o.deliverAt === undefined ? {} : { deliverAt: o.deliverAt }) });
   }
 
   /** Withdraws a queued input (default: the last one queued). */
@@ -276,6 +277,10 @@ export class HistoryBuilder {
   /** `ctx.patched(patchId)` (or `deprecatePatch`) took the new branch: its marker. */
   patch(patchId: string, o: { deprecated?: boolean; seq?: number; turn?: number } = {}): this {
     return this.raw({ type: 'PatchMarked', turn: o.turn ?? this.#turn, seq: o.seq ?? ++this.#seq, patchId, deprecated: o.deprecated ?? false });
+  }
+  /** `ctx.sleep(ms)`: its timer, firing at now + ms unless `fireAt` is given. */
+  sleep(ms: number, o: { seq?: number; turn?: number; fireAt?: number } = {}): this {
+    return this.raw({ type: 'TimerStarted', turn: o.turn ?? this.#turn, seq: o.seq ?? ++this.#seq, durationMs: ms, fireAt: o.fireAt ?? this.now + ms });
   }
 
   /** `ctx.takeInputs()`: takes the given (default: all) queued inputs into the open turn. */

@@ -76,6 +76,7 @@ function describeEvent(events: readonly HistoryEvent[], eventId: number): string
   if (e?.type === 'Checkpointed') return `checkpoint at position ${e.seq}`;
   if (e?.type === 'InputsTaken') return `takeInputs() at position ${e.seq}`;
   if (e?.type === 'PatchMarked') return `patched("${e.patchId}") at position ${e.seq}`;
+  if (e?.type === 'TimerStarted') return `sleep(${e.durationMs}) at position ${e.seq}`;
   return `event ${eventId}`;
 }
 

@@ -140,7 +140,7 @@ export function describeEvent(e: HistoryEvent, max: number, converter?: PayloadC
     case 'TaskCreated':
       return `task created: workflow ${e.workflow} (${e.kind}), turn timeout ${duration(e.policy.turnTimeoutMs)}, grace ${duration(e.policy.graceMs)}, ${e.policy.executor} executor, format v${e.formatVersion}${e.forkedFrom ? `, forked from ${e.forkedFrom.taskId} at the end of turn ${e.forkedFrom.turn} (event ${e.forkedFrom.eventId})` : ''}`;
     case 'InputQueued':
-      return `input ${e.inputId} queued${e.steering ? ' (steering)' : ''}: ${pv(e.input)}`;
+      return `input ${e.inputId} ${e.deliverAt === undefined ? 'queued' : `scheduled for ${isoTime(e.deliverAt)}`}${e.steering ? ' (steering)' : ''}: ${pv(e.input)}`;
     case 'InputWithdrawn':
       return `input ${e.inputId} withdrawn: ${e.reason}`;
     case 'OperatorAction':
@@ -153,6 +153,8 @@ export function describeEvent(e: HistoryEvent, max: number, converter?: PayloadC
         : `step ${e.seq} ${e.name} ok in ${duration(e.durationMs)} → ${pv(e.result)}`;
     case 'InputsTaken':
       return `call ${e.seq}: took steering input ${e.inputIds.join(', ')}`;
+    case 'TimerStarted':
+      return `call ${e.seq}: sleep ${duration(e.durationMs)}, fires at ${isoTime(e.fireAt)}`;
     case 'Checkpointed':
       return `call ${e.seq}: checkpoint ${pv(e.data)}`;
     case 'PatchMarked':

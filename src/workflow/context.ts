@@ -9,6 +9,11 @@ import type { JsonValue, PayloadMode, Payloadable } from './json.js';
 export interface StepOptions {
   /** Overrides the workflow's step retry policy for this step. */
   retry?: Partial<RetryPolicy>;
+  /**
+   * Each try of `fn` may take this long (engine clock): then its signal aborts and the try fails
+   * with TURNLOG_STEP_TIMED_OUT, retried like any error. docs/time.md#step-timeouts-and-retry-after
+   */
+  timeoutMs?: number;
 }
 
 /** A step's function. */
@@ -67,9 +72,11 @@ export interface TurnContext<I = unknown, S = unknown, P extends PayloadMode = '
   /**
    * Takes every queued (steering) input into this turn, recorded; returns their values in order.
    * With `wait: true` it first waits for at least one input (or the signal); a later attempt
-   * gets the recorded inputs back without waiting, so the pattern is replay-safe.
+   * gets the recorded inputs back without waiting, so the pattern is replay-safe. With
+   * `timeoutMs` the wait gives up after that long and the call returns `[]` (recorded too).
+   * @example const more = await ctx.takeInputs<string>({ wait: true, timeoutMs: 60_000 }); // [] after a minute
    */
-  takeInputs<T = I>(options?: { wait?: boolean }): Promise<T[]>;
+  takeInputs<T = I>(options?: { wait?: boolean; timeoutMs?: number }): Promise<T[]>;
   /**
    * Streams `chunk` (model tokens, progress) to the task's readers (`task.stream()`), now. Not
    * recorded: never blocks the turn, lost on a crash, not replayed (docs/streaming.md). A JSON
@@ -92,6 +99,13 @@ export interface TurnContext<I = unknown, S = unknown, P extends PayloadMode = '
    * accepts histories with or without it.
    */
   deprecatePatch(patchId: string): Promise<void>;
+  /**
+   * Sleeps `ms` durably: the timer is recorded before the wait, so a re-run of this turn after a
+   * crash sleeps only what is left. It runs inside the turn (its timeout still applies); to wait
+   * hours or days without a turn, end the turn and `send(input, { deliverAt })`. docs/time.md
+   * @example await ctx.sleep(30_000); // then poll again
+   */
+  sleep(ms: number): Promise<void>;
   /** `return ctx.suspend(reason, output)` ends a multi-turn turn as suspended (waiting for input). */
   suspend<O>(reason: string, output?: O): Suspension<O>;
   /** `return ctx.exitForRecovery()` while shutting down: the next engine re-runs this turn. */

@@ -343,6 +343,18 @@ describe('ProcessExecutor: broken workers', () => {
     expect(() => new ProcessExecutor({ workflowsModule: MODULE, heartbeatTimeoutMs: 500 })).toThrow(/heartbeatTimeoutMs must be 0 \(off\) or ≥ 2000/);
   });
 
+  it('ctx.sleep in a worker is recorded; after the worker dies mid-sleep, attempt 2 wakes at the recorded fire time', async () => {
+    const engine = await open(executor());
+    const h = await engine.start(fixtures.sleepThenCrash, null);
+    const out = (await h.result()) as { attempt: number; wokeAt: number };
+    const events = await engine.history(h.taskId);
+    const timers = events.filter((e) => e.type === 'TimerStarted');
+    expect(timers).toHaveLength(1);
+    expect(events.some((e) => e.type === 'WorkerCrashed')).toBe(true);
+    expect(out.attempt).toBe(2);
+    expect(out.wokeAt).toBeGreaterThanOrEqual(timers[0]!.type === 'TimerStarted' ? timers[0]!.fireAt : Infinity);
+  });
+
   it('replays a step recorded before a crash instead of running it again', async () => {
     const engine = await open(executor());
     const h = await engine.start(fixtures.stepThenCrash, null);

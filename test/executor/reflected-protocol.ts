@@ -132,6 +132,8 @@ function callOut(c: RecordedCall): Msg {
       return { ...base, takeInputs: { inputIds: c.inputIds } };
     case 'patch':
       return { ...base, patch: { patchId: c.patchId, deprecated: c.deprecated } };
+    case 'sleep':
+      return { ...base, sleep: { durationMs: c.durationMs, fireAtMs: c.fireAt } };
   }
 }
 
@@ -189,6 +191,7 @@ function callIn(c: Msg): RecordedCall {
   if (c.checkpoint) return { kind: 'checkpoint', seq, eventId, data: payloadIn(c.checkpoint.data)! };
   if (c.takeInputs) return { kind: 'take-inputs', seq, eventId, inputIds: c.takeInputs.inputIds ?? [] };
   if (c.patch) return { kind: 'patch', seq, eventId, patchId: c.patch.patchId ?? '', deprecated: c.patch.deprecated ?? false };
+  if (c.sleep) return { kind: 'sleep', seq, eventId, durationMs: c.sleep.durationMs ?? 0, fireAt: c.sleep.fireAtMs ?? 0 };
   throw new WorkerProtocolError(`recorded call ${seq} has no kind`);
 }
 
@@ -235,6 +238,8 @@ function recordOut(c: CallRecord): Msg {
       return { seq: c.seq, takeInputs: {} };
     case 'patch':
       return { seq: c.seq, patch: { patchId: c.patchId, deprecated: c.deprecated } };
+    case 'sleep':
+      return { seq: c.seq, sleep: { durationMs: c.durationMs, fireAtMs: c.fireAt } };
   }
 }
 
@@ -295,6 +300,7 @@ export function reflectedDecodeWorkerMessage(bytes: Uint8Array): WorkerMessage {
       if (!rec.patch.patchId) throw new WorkerProtocolError(`patch record ${seq} has no patch id`);
       return { type: 'record', call: { kind: 'patch', seq, patchId: rec.patch.patchId, deprecated: rec.patch.deprecated ?? false } };
     }
+    if (rec.sleep) return { type: 'record', call: { kind: 'sleep', seq: positiveSeq(seq0, 'sleep'), durationMs: rec.sleep.durationMs ?? 0, fireAt: rec.sleep.fireAtMs ?? 0 } };
     throw new WorkerProtocolError(`record ${seq0} carries no call`);
   }
   if (f.heartbeat) return { type: 'heartbeat' };

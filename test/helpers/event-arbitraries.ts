@@ -111,6 +111,7 @@ export function eventArbitraries(unit: fc.Arbitrary<string> | 'grapheme' = 'grap
     InputsTaken: fc.record({ type: fc.constant('InputsTaken'), ...base, turn: small, seq: small, inputIds: ids }),
     Checkpointed: fc.record({ type: fc.constant('Checkpointed'), ...base, turn: small, seq: small, data: payload }),
     PatchMarked: fc.record({ type: fc.constant('PatchMarked'), ...base, turn: small, seq: small, patchId: str, deprecated: fc.boolean() }),
+    TimerStarted: fc.record({ type: fc.constant('TimerStarted'), ...base, turn: small, seq: small, durationMs: ms, fireAt: ms }),
     TimeoutCancelRequested: fc.record({ type: fc.constant('TimeoutCancelRequested'), ...base, turn: small, at: ms, graceUntil: ms }),
     CancelRequested: fc.record({ type: fc.constant('CancelRequested'), ...base, scope: fc.constantFrom('task', 'turn'), turn: small, reason: str }),
     WorkerKilled: fc.record({ type: fc.constant('WorkerKilled'), ...base, turn: small, pid: u32, signal: str, reason: str }),

@@ -17,7 +17,7 @@ describe('decide: one example per rule', () => {
   it('covers every rule', () => {
     const rules = new Set(RULE_EXAMPLES.map((ex) => ex.expected.rule));
     expect([...rules].sort()).toEqual(
-      ['backstop', 'cancel-requested', 'completed', 'marker', 'owned', 'pending', 'queued-input', 'recover', 'recoveries-exhausted', 'suspended', 'worker-crashes-exhausted'].sort(),
+      ['backstop', 'cancel-requested', 'completed', 'marker', 'owned', 'pending', 'queued-input', 'recover', 'recoveries-exhausted', 'suspended', 'worker-crashes-exhausted', 'timer-due', 'waiting-for-timer'].sort(),
     );
   });
 });

@@ -26,7 +26,7 @@ function describeEvent(e: HistoryEvent): string {
     case 'TaskCreated':
       return `${head} workflow=${e.workflow} kind=${e.kind} turnTimeoutMs=${e.policy.turnTimeoutMs} maxRecoveries=${e.policy.maxRecoveries} maxWorkerCrashes=${e.policy.maxWorkerCrashes}`;
     case 'InputQueued':
-      return `${head} ${e.inputId}${e.steering ? ' steering' : ''}`;
+      return `${head} ${e.inputId}${e.steering ? ' steering' : ''}${e.deliverAt === undefined ? '' : ` deliverAt=${secs(e.deliverAt)}`}`;
     case 'TurnStarted':
       return `${head} turn=${e.turn} attempt=${e.attempt} ${e.entryMode} inputs=[${e.inputIds.join(',')}] deadline=${secs(e.deadline)}`;
     case 'StepCompleted':

@@ -21,6 +21,8 @@ const live = (now: number): Lease => ({ owner: 'engine-a', instance: 'engine-a-1
 const dead = (now: number): Lease => ({ owner: 'engine-a', instance: 'engine-a-1', generation: 1, expiresAt: now - 1 });
 
 const multi = () => historyBuilder('task-1').created({ workflow: 'support-agent', kind: 'multi-turn' });
+/** Turn 1 ended, then an input scheduled for one day after T0. */
+const reminder = () => multi().input('q1').turnStarted().suspended('waiting').input('standup reminder', { deliverAt: T0 + 86_400_000 }).build();
 const oneShot = () => historyBuilder('task-1').created({ workflow: 'summarize', kind: 'one-shot' });
 
 export const RULE_EXAMPLES: RuleExample[] = [
@@ -119,6 +121,22 @@ export const RULE_EXAMPLES: RuleExample[] = [
     lease: undefined,
     now: T0 + 10_000,
     expected: { kind: 'start-turn', rule: 'queued-input', turn: 2, inputIds: ['in-2'], entryMode: 'resumed', steered: true },
+  },
+  {
+    name: 'timer-due',
+    story: 'Turn 1 ended; a reminder was sent with deliverAt one day later, and that time has come.',
+    events: reminder(),
+    lease: undefined,
+    now: T0 + 86_400_000,
+    expected: { kind: 'start-turn', rule: 'timer-due', turn: 2, inputIds: ['in-2'], entryMode: 'resumed', steered: false },
+  },
+  {
+    name: 'waiting-for-timer',
+    story: 'The same task an hour after the reminder was sent: only a scheduled input is queued, not yet due.',
+    events: reminder(),
+    lease: undefined,
+    now: T0 + 3_600_000,
+    expected: { kind: 'none', rule: 'waiting-for-timer', wakeAt: T0 + 86_400_000 },
   },
   {
     name: 'suspended',

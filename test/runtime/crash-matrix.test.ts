@@ -5,41 +5,20 @@
  * script. For every N: the conversation equals the uninterrupted run's, each recorded step was
  * replayed and never re-run, each turn has exactly one terminal, no input is lost or run twice.
  */
-import { spawnSync } from 'node:child_process';
 import { readFileSync } from 'node:fs';
 import { join, resolve } from 'node:path';
-import { afterAll, describe, expect, it } from 'vitest';
+import { describe, expect, it } from 'vitest';
 import { Level } from 'level';
-import { LevelHistoryStore } from '../../src/store/level-store.js';
 import { Prefix } from '../../src/store/keys.js';
 import { fold } from '../../src/replay/index.js';
 import { isTurnTerminal, type HistoryEvent } from '../../src/history/events.js';
 import { defaultPayloadConverter } from '../../src/history/payload.js';
-import { makeTmpDir } from '../helpers/tmp-dir.js';
+import { killAtEveryAppend, matrixDirs, readStoredHistory } from '../helpers/crash-run.js';
 
 const driver = resolve('dist/test/fixtures/children/crash-matrix-driver.js');
-const dirs: { remove: () => Promise<void> }[] = [];
-afterAll(async () => {
-  for (const d of dirs) await d.remove();
-});
+const newDir = matrixDirs('turnlog-matrix-');
 
-function run(dir: string, killAfter?: number) {
-  const env = { ...process.env };
-  delete env['TURNLOG_FAULT_KILL_AFTER_APPEND'];
-  if (killAfter !== undefined) env['TURNLOG_FAULT_KILL_AFTER_APPEND'] = String(killAfter);
-  const r = spawnSync(process.execPath, [driver, dir], { env, encoding: 'utf8', timeout: 60_000 });
-  return { status: r.status, signal: r.signal, stdout: r.stdout, stderr: r.stderr };
-}
-
-async function readHistory(dir: string): Promise<HistoryEvent[]> {
-  const store = new LevelHistoryStore(dir);
-  await store.open();
-  try {
-    return await store.readEvents('conv');
-  } finally {
-    await store.close();
-  }
-}
+const readHistory = (dir: string) => readStoredHistory(dir, 'conv');
 
 /** Large payloads stored by reference in a closed store directory. */
 async function payloadKeys(dir: string): Promise<number> {
@@ -92,35 +71,19 @@ function checkInvariants(events: HistoryEvent[], effectsLog: string): void {
 
 describe('crash matrix', () => {
   it('recovers to the uninterrupted conversation after a SIGKILL at every append', { timeout: 600_000 }, async () => {
-    const base = await makeTmpDir('turnlog-matrix-');
-    dirs.push(base);
-    const baseline = run(base.path);
-    expect(baseline.status, baseline.stderr).toBe(0);
-    const expected = JSON.parse(baseline.stdout) as unknown;
-    const events = await readHistory(base.path);
-    checkInvariants(events, readFileSync(join(base.path, 'effects.log'), 'utf8'));
-    // The conversation records its state as deltas and keeps its large step result by reference.
-    expect(events.filter((e) => (e.type === 'TurnCompleted' || e.type === 'TurnSuspended') && e.stateDelta !== undefined).length).toBeGreaterThan(1);
-    expect(await payloadKeys(base.path)).toBe(1);
-
-    let killed = 0;
-    for (let n = 1; n < 200; n++) {
-      const dir = await makeTmpDir('turnlog-matrix-');
-      dirs.push(dir);
-      const first = run(dir.path, n);
-      if (first.status === 0) {
-        // N is past the last append: the run finished untouched. The matrix is complete.
-        expect(JSON.parse(first.stdout)).toEqual(expected);
-        break;
+    let baseline = true;
+    const { killed } = await killAtEveryAppend(driver, newDir, async (dir) => {
+      const events = await readHistory(dir);
+      checkInvariants(events, readFileSync(join(dir, 'effects.log'), 'utf8'));
+      if (baseline) {
+        baseline = false;
+        // The conversation records its state as deltas and keeps its large step result by reference.
+        expect(events.filter((e) => (e.type === 'TurnCompleted' || e.type === 'TurnSuspended') && e.stateDelta !== undefined).length).toBeGreaterThan(1);
+        expect(await payloadKeys(dir)).toBe(1);
+      } else {
+        expect(await payloadKeys(dir)).toBeLessThanOrEqual(1);
       }
-      expect(first.signal, `run killed after append ${n}: ${first.stderr}`).toBe('SIGKILL');
-      killed++;
-      const second = run(dir.path);
-      expect(second.status, `resume after kill at append ${n}: ${second.stderr}`).toBe(0);
-      expect(JSON.parse(second.stdout), `conversation after kill at append ${n}`).toEqual(expected);
-      checkInvariants(await readHistory(dir.path), readFileSync(join(dir.path, 'effects.log'), 'utf8'));
-      expect(await payloadKeys(dir.path)).toBeLessThanOrEqual(1);
-    }
+    });
     // The script makes one append per step/checkpoint/turn boundary: about two dozen kill points.
     expect(killed).toBeGreaterThan(15);
   });

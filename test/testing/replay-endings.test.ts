@@ -61,6 +61,7 @@ const ENDINGS: {
   InputsTaken: 'not an ending',
   Checkpointed: 'not an ending',
   PatchMarked: 'not an ending',
+  TimerStarted: 'not an ending',
   TimeoutCancelRequested: 'not an ending',
   CancelRequested: 'not an ending',
   LeaseClaimed: 'not an ending',

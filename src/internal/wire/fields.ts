@@ -32,7 +32,7 @@ export const TaskCreated = { workflow: 10, kind: 16, policy: 26, formatVersion: 
 /** turnlog.v1.TaskOrigin */
 export const TaskOrigin = { taskId: 10, turn: 16, eventId: 24 } as const;
 /** turnlog.v1.InputQueued */
-export const InputQueued = { inputId: 10, input: 18, steering: 24 } as const;
+export const InputQueued = { inputId: 10, input: 18, steering: 24, deliverAtMs: 33 } as const;
 /** turnlog.v1.InputWithdrawn */
 export const InputWithdrawn = { inputId: 10, reason: 18 } as const;
 /** turnlog.v1.TurnStarted */
@@ -41,6 +41,8 @@ export const TurnStarted = { turn: 8, attempt: 16, inputIds: 26, entryMode: 32, 
 export const StepCompleted = { turn: 8, attempt: 16, seq: 24, name: 34, result: 42, failure: 50, durationMs: 57 } as const;
 /** turnlog.v1.InputsTaken */
 export const InputsTaken = { turn: 8, seq: 16, inputIds: 26 } as const;
+/** turnlog.v1.TimerStarted */
+export const TimerStarted = { turn: 8, seq: 16, durationMs: 25, fireAtMs: 33 } as const;
 /** turnlog.v1.Checkpointed */
 export const Checkpointed = { turn: 8, seq: 16, data: 26 } as const;
 /** turnlog.v1.PatchMarked */
@@ -78,11 +80,11 @@ export const HistoryCompacted = { throughEventId: 8, state: 18, turns: 24, dropp
 /** turnlog.v1.OperatorAction */
 export const OperatorAction = { action: 10, by: 18, reason: 26, turn: 32, inputId: 42, newInputId: 50 } as const;
 /** turnlog.v1.HistoryEvent */
-export const HistoryEvent = { eventId: 8, timeMs: 17, generation: 24, taskCreated: 82, inputQueued: 90, inputWithdrawn: 98, turnStarted: 106, stepCompleted: 114, checkpointed: 122, timeoutCancelRequested: 130, cancelRequested: 138, workerKilled: 146, workerCrashed: 154, turnCompleted: 162, turnFailed: 170, turnSuspended: 178, turnCancelled: 186, turnTimedOut: 194, turnExitedForRecovery: 202, leaseClaimed: 210, taskCompleted: 218, inputsTaken: 226, patchMarked: 234, historyCompacted: 266, operatorAction: 290 } as const;
+export const HistoryEvent = { eventId: 8, timeMs: 17, generation: 24, taskCreated: 82, inputQueued: 90, inputWithdrawn: 98, turnStarted: 106, stepCompleted: 114, checkpointed: 122, timeoutCancelRequested: 130, cancelRequested: 138, workerKilled: 146, workerCrashed: 154, turnCompleted: 162, turnFailed: 170, turnSuspended: 178, turnCancelled: 186, turnTimedOut: 194, turnExitedForRecovery: 202, leaseClaimed: 210, taskCompleted: 218, inputsTaken: 226, patchMarked: 234, historyCompacted: 266, operatorAction: 290, timerStarted: 330 } as const;
 /** turnlog.v1.HistoryFileHeader */
 export const HistoryFileHeader = { magic: 10, formatVersion: 16, taskId: 26, eventCount: 32 } as const;
 /** turnlog.v1.SnapshotInput */
-export const SnapshotInput = { inputId: 10, input: 18, steering: 24, eventId: 32, timeMs: 41 } as const;
+export const SnapshotInput = { inputId: 10, input: 18, steering: 24, eventId: 32, timeMs: 41, deliverAtMs: 49 } as const;
 /** turnlog.v1.SnapshotCancel */
 export const SnapshotCancel = { scope: 8, reason: 18, eventId: 24 } as const;
 /** turnlog.v1.SnapshotMarker */
@@ -93,8 +95,10 @@ export const SnapshotStepCall = { name: 10, attempt: 16, result: 26, failure: 34
 export const SnapshotCheckpointCall = { data: 10 } as const;
 /** turnlog.v1.SnapshotTakeInputsCall */
 export const SnapshotTakeInputsCall = { inputIds: 10 } as const;
+/** turnlog.v1.SnapshotSleepCall */
+export const SnapshotSleepCall = { durationMs: 9, fireAtMs: 17 } as const;
 /** turnlog.v1.SnapshotCall */
-export const SnapshotCall = { seq: 8, eventId: 16, step: 26, checkpoint: 34, takeInputs: 42, patch: 50 } as const;
+export const SnapshotCall = { seq: 8, eventId: 16, step: 26, checkpoint: 34, takeInputs: 42, patch: 50, sleep: 58 } as const;
 /** turnlog.v1.SnapshotPatchCall */
 export const SnapshotPatchCall = { patchId: 10, deprecated: 16 } as const;
 /** turnlog.v1.SnapshotOpenTurn */
@@ -108,7 +112,7 @@ export const EngineFrame = { run: 10, cancel: 18, pendingInputs: 42, shutdown: 5
 /** turnlog.v1.EngineFrame.Run */
 export const EngineFrame_Run = { taskId: 10, workflow: 18, kind: 24, turn: 32, attempt: 40, entryMode: 48, steered: 56, inputId: 66, input: 74, state: 82, calls: 90, taken: 98, checkpoint: 106, turnStartedAtMs: 113, deadlineMs: 121, recoveryCount: 128, stepRetry: 138, timeoutExceeded: 144, cancelRequested: 152, pendingInputs: 160 } as const;
 /** turnlog.v1.EngineFrame.Call */
-export const EngineFrame_Call = { seq: 8, eventId: 16, step: 26, checkpoint: 34, takeInputs: 42, patch: 50 } as const;
+export const EngineFrame_Call = { seq: 8, eventId: 16, step: 26, checkpoint: 34, takeInputs: 42, patch: 50, sleep: 58 } as const;
 /** turnlog.v1.EngineFrame.StepCall */
 export const EngineFrame_StepCall = { name: 10, attempt: 16, result: 26, failure: 34, durationMs: 41 } as const;
 /** turnlog.v1.EngineFrame.CheckpointCall */
@@ -117,6 +121,8 @@ export const EngineFrame_CheckpointCall = { data: 10 } as const;
 export const EngineFrame_TakeInputsCall = { inputIds: 10 } as const;
 /** turnlog.v1.EngineFrame.PatchCall */
 export const EngineFrame_PatchCall = { patchId: 10, deprecated: 16 } as const;
+/** turnlog.v1.EngineFrame.SleepCall */
+export const EngineFrame_SleepCall = { durationMs: 9, fireAtMs: 17 } as const;
 /** turnlog.v1.EngineFrame.TakenInput */
 export const EngineFrame_TakenInput = { inputId: 10, input: 18, steering: 24, eventId: 32, timeMs: 41 } as const;
 /** turnlog.v1.EngineFrame.Cancel */
@@ -136,7 +142,7 @@ export const WorkerFrame_Emit = { chunk: 10, stepSeq: 16, stepName: 26, dropped:
 /** turnlog.v1.WorkerFrame.Ready */
 export const WorkerFrame_Ready = { protocolVersion: 8, pid: 16, workflows: 26, error: 34 } as const;
 /** turnlog.v1.WorkerFrame.Record */
-export const WorkerFrame_Record = { seq: 8, step: 18, checkpoint: 26, takeInputs: 34, patch: 42 } as const;
+export const WorkerFrame_Record = { seq: 8, step: 18, checkpoint: 26, takeInputs: 34, patch: 42, sleep: 50 } as const;
 /** turnlog.v1.WorkerFrame.Record.Step */
 export const WorkerFrame_Record_Step = { name: 10, result: 18, failure: 26, durationMs: 33 } as const;
 /** turnlog.v1.WorkerFrame.Record.Checkpoint */
@@ -145,6 +151,8 @@ export const WorkerFrame_Record_Checkpoint = { data: 10 } as const;
 export const WorkerFrame_Record_TakeInputs = {} as const;
 /** turnlog.v1.WorkerFrame.Record.Patch */
 export const WorkerFrame_Record_Patch = { patchId: 10, deprecated: 16 } as const;
+/** turnlog.v1.WorkerFrame.Record.Sleep */
+export const WorkerFrame_Record_Sleep = { durationMs: 9, fireAtMs: 17 } as const;
 /** turnlog.v1.WorkerFrame.Heartbeat */
 export const WorkerFrame_Heartbeat = {} as const;
 /** turnlog.v1.WorkerFrame.Result */
