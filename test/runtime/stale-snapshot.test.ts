@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { Engine } from '../../src/runtime/engine.js';
 import { silentLogger } from '../../src/logger.js';
 import { LevelHistoryStore } from '../../src/store/level-store.js';
-import { defineWorkflow } from '../../src/workflow/define-workflow.js';
+import { compactedChat } from '../fixtures/workflows/compacted-chat.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
 
 const cleanups: (() => Promise<void>)[] = [];
@@ -15,16 +15,7 @@ afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
 
-const chat = defineWorkflow({
-  name: 'chat',
-  kind: 'multi-turn',
-  compaction: { keepTurns: 2 },
-  initialState: () => ({ messages: [] as string[] }),
-  turn: async (ctx, text: string) => {
-    ctx.state.messages.push(text);
-    return ctx.step('model', () => `reply to ${text}`);
-  },
-});
+const chat = compactedChat;
 
 it('a snapshot older than the compaction cut: the task still loads, with its exact state', async () => {
   const d = await makeTmpDir('turnlog-review-snap-');

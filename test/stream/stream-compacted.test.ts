@@ -6,23 +6,14 @@ import { afterEach, expect, it } from 'vitest';
 import { Engine } from '../../src/runtime/engine.js';
 import { silentLogger } from '../../src/logger.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
-import { defineWorkflow } from '../../src/workflow/define-workflow.js';
+import { compactedChat } from '../fixtures/workflows/compacted-chat.js';
 
 const engines: Engine[] = [];
 afterEach(async () => {
   for (const e of engines.splice(0)) await e.shutdown({ graceMs: 0 });
 });
 
-const chat = defineWorkflow({
-  name: 'chat',
-  kind: 'multi-turn',
-  compaction: { keepTurns: 2 },
-  initialState: () => ({ messages: [] as string[] }),
-  turn: async (ctx, text: string) => {
-    ctx.state.messages.push(text);
-    return ctx.step('model', () => `reply to ${text}`);
-  },
-});
+const chat = compactedChat;
 
 it('resuming from a compacted offset: a gap, then only kept durable events, no TURNLOG_STREAM_OFFSET', async () => {
   const store = new MemoryHistoryStore();
