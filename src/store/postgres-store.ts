@@ -8,7 +8,7 @@ import { ConcurrencyError, HistoryCorruptError, TurnlogError, invalidArgument } 
 import { decodeEvent, encodeEvent } from '../history/codec.js';
 import { checkRefBytes, externalize, resolveAll } from './payload-refs.js';
 import { isLaterCut } from './task-head.js';
-import type { HistoryEvent, Lease, TaskOutcome, TaskStatus, TaskSummary, WorkflowKind } from '../history/events.js';
+import type { HistoryEvent, Lease, TaskSummary } from '../history/events.js';
 import type { LeaseRequest } from '../history/lease.js';
 import type {
   AppendNotice,
@@ -29,6 +29,9 @@ import { checkClaim } from './due-work.js';
 import { decodeCursor, encodeCursor, pageLimit, iterateInPages, readBounds } from './paging.js';
 import { Batcher } from './batcher.js';
 import { PgListener, encodeNotice, noticeChannel } from './postgres-listener.js';
+import { CONNECTION_TRIES, ClockFrame, asBuffer, guard, isConnectionLoss, loadPg, quoteLiteral, redact, toLease, toSummary, type LeaseRow, type SummaryRow } from './postgres-rows.js';
+
+export { isConnectionLoss, quoteLiteral } from './postgres-rows.js';
 import { SCHEMA_VERSION, appliedVersions, migrate, quoteSchema, type SqlClient } from './postgres-migrations.js';
 import { applyAppend, applyClaim, applyRelease, applyRenew, withMark, type TaskHead } from './task-head.js';
 
@@ -109,33 +112,6 @@ const SUMMARY_UPSERT = ` ON CONFLICT (task_id) DO UPDATE SET workflow = EXCLUDED
   last_input_id = EXCLUDED.last_input_id, created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at`;
 const LEASE_UPSERT = ` ON CONFLICT (task_id) DO UPDATE SET owner = EXCLUDED.owner, instance = EXCLUDED.instance,
   generation = EXCLUDED.generation, expires_at = EXCLUDED.expires_at`;
-
-const KINDS: readonly WorkflowKind[] = ['one-shot', 'multi-turn'];
-const STATUSES: readonly TaskStatus[] = ['pending', 'in_progress', 'suspended', 'completed'];
-const OUTCOMES: readonly TaskOutcome[] = ['succeeded', 'failed', 'cancelled', 'timed_out'];
-
-/** A summaries row as row_to_json gives it (bigints as JSON numbers). */
-interface SummaryRow {
-  task_id: string;
-  workflow: string;
-  kind: string;
-  status: string;
-  outcome: string | null;
-  last_event_id: number;
-  max_generation: number;
-  turn: number;
-  queued: number;
-  last_input_id: string | null;
-  created_at: number;
-  updated_at: number;
-}
-
-interface LeaseRow {
-  owner: string;
-  instance: string;
-  generation: number | string;
-  expires_at: number | string;
-}
 
 /** A task's head read under row locks, with the database's clock at that moment. */
 interface LockedHead {
@@ -981,116 +957,11 @@ export class PostgresHistoryStore implements HistoryStore {
 
 /**
  * The recoverable tasks, in id order. Index-backed: the partial index of in-progress summaries
- * finds them, the leases' primary key joins. Phase 2 can make it a claim by adding
- * `LIMIT n FOR UPDATE OF s SKIP LOCKED` (test: "listRecoverable is index-backed").
+ * finds them, the leases' primary key joins (test: "listRecoverable is index-backed"). The engine
+ * claims orphans with `claimOrphans` (`FOR UPDATE SKIP LOCKED`) instead; this stays for tools.
  */
 export function recoverableSql(s: string): string {
   return `SELECT s.task_id FROM ${s}.summaries s LEFT JOIN ${s}.leases l ON l.task_id = s.task_id
        WHERE s.status = 'in_progress' AND (l.task_id IS NULL OR l.expires_at <= ${DB_NOW})
        ORDER BY s.task_id`;
-}
-
-/**
- * Moves lease times between the caller's clock (the `now` it passed, or its events' time) and
- * the database's: a stored lease keeps its remaining time on the database clock, so the pure
- * rules of task-head.ts decide liveness as the database sees it.
- */
-class ClockFrame {
-  constructor(
-    readonly dbNow: number,
-    readonly callerNow: number,
-  ) {}
-
-  headToCaller(head: TaskHead): TaskHead {
-    if (!head.lease) return head;
-    return { ...head, lease: { ...head.lease, expiresAt: head.lease.expiresAt - this.dbNow + this.callerNow } };
-  }
-
-  leaseToDb(l: Lease): Lease {
-    return { owner: l.owner, instance: l.instance, generation: l.generation, expiresAt: l.expiresAt - this.callerNow + this.dbNow };
-  }
-}
-
-/**
- * A SQL string literal, as node-postgres's escapeLiteral builds it: quotes doubled, and an
- * E'' literal with doubled backslashes when there are any (correct whatever
- * standard_conforming_strings is). Task ids never hold NUL (checkTaskId).
- */
-export function quoteLiteral(value: string): string {
-  const body = value.replace(/'/g, "''");
-  return body.includes('\\') ? ` E'${body.replace(/\\/g, '\\\\')}'` : `'${body}'`;
-}
-
-const CONNECTION_TRIES = 5;
-const guarded = new WeakSet<object>();
-
-/** A checked-out client's connection error rejects its query; unheard, it would crash the process. */
-function guard(client: object): void {
-  if (guarded.has(client)) return;
-  guarded.add(client);
-  (client as { on?(e: string, f: () => void): void }).on?.('error', () => undefined);
-}
-
-/** The server or the network dropped the connection (restart, pg_terminate_backend, reset). */
-export function isConnectionLoss(err: unknown): boolean {
-  const code = String((err as { code?: unknown })?.code ?? '');
-  if (/^(57P0[123]|08\d{3}|ECONNRESET|ECONNREFUSED|EPIPE|ETIMEDOUT)$/.test(code)) return true;
-  return /Connection terminated|connection error|Client was closed|timeout exceeded when trying to connect/i.test(String((err as Error)?.message ?? ''));
-}
-
-/** A Buffer view of encoded bytes, without a copy. */
-function asBuffer(bytes: Uint8Array): Buffer {
-  return Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-}
-
-function toSummary(r: SummaryRow): TaskSummary {
-  const kind = r.kind as WorkflowKind;
-  const status = r.status as TaskStatus;
-  if (!KINDS.includes(kind) || !STATUSES.includes(status)) {
-    throw new HistoryCorruptError(`summaries(${JSON.stringify(r.task_id)})`, `kind ${r.kind}, status ${r.status}`);
-  }
-  const s: TaskSummary = {
-    taskId: r.task_id,
-    workflow: r.workflow,
-    kind,
-    status,
-    lastEventId: Number(r.last_event_id),
-    turn: Number(r.turn),
-    queued: Number(r.queued),
-    createdAt: Number(r.created_at),
-    updatedAt: Number(r.updated_at),
-  };
-  if (r.outcome !== null && OUTCOMES.includes(r.outcome as TaskOutcome)) s.outcome = r.outcome as TaskOutcome;
-  if (r.last_input_id !== null) s.lastInputId = r.last_input_id;
-  return s;
-}
-
-function toLease(r: LeaseRow): Lease {
-  return { owner: r.owner, instance: r.instance, generation: Number(r.generation), expiresAt: Number(r.expires_at) };
-}
-
-/** The connection string without its password, for messages. */
-function redact(url: string): string {
-  try {
-    const u = new URL(url);
-    if (u.password) u.password = '***';
-    return u.toString();
-  } catch {
-    return 'postgres';
-  }
-}
-
-/** Loads `pg` on first use; a clear error when the optional peer dependency is missing. */
-async function loadPg(): Promise<{ Pool: new (config: Record<string, unknown>) => unknown }> {
-  const name = 'pg';
-  try {
-    const mod = (await import(name)) as { default?: unknown; Pool?: unknown };
-    return (mod.default ?? mod) as { Pool: new (config: Record<string, unknown>) => unknown };
-  } catch (err) {
-    throw new TurnlogError(
-      'TURNLOG_DRIVER_MISSING',
-      'The PostgreSQL store needs the `pg` package, which is not installed. Run `npm install pg` in your application.',
-      { cause: err },
-    );
-  }
 }
