@@ -24,11 +24,26 @@ export interface Clock {
 export const systemClock: Clock = {
   now: () => Date.now(),
   setTimer(fn, ms, options) {
-    const t = setTimeout(fn, Math.max(0, ms));
-    if (options?.background) t.unref();
+    const at = Date.now() + Math.max(0, ms);
+    let t: NodeJS.Timeout;
+    // Node's setTimeout fires at once (with a warning) past 2^31-1 ms (~24.8 days): a long
+    // sleep or a far deliverAt would fire early. Wait in chunks and re-arm until due.
+    const arm = (): void => {
+      const left = at - Date.now();
+      if (left > MAX_TIMEOUT_MS) {
+        t = setTimeout(arm, MAX_TIMEOUT_MS);
+      } else {
+        t = setTimeout(fn, Math.max(0, left));
+      }
+      if (options?.background) t.unref();
+    };
+    arm();
     return { cancel: () => clearTimeout(t) };
   },
 };
+
+/** The longest delay Node's setTimeout honours (2^31-1 ms). */
+export const MAX_TIMEOUT_MS = 2 ** 31 - 1;
 
 /** Resolves after `ms` on `clock`, or rejects with the signal's reason when it aborts. */
 export function sleep(clock: Clock, ms: number, signal?: AbortSignal): Promise<void> {
