@@ -35,6 +35,8 @@ export interface ActiveAttempt {
   refused?: PayloadTooLargeError;
   timers: Timer[];
   renewFailures: number;
+  /** Shared stores: when the request that got the current lease was sent (the engine's clock). */
+  leaseFrom?: number;
   /** Observers were told this attempt ended (once, by whoever ended it first). */
   endNoted?: boolean;
   done: Promise<void>;
