@@ -30,7 +30,7 @@ import { claimDue, releaseDue } from './postgres-claims.js';
 import { decodeCursor, encodeCursor, pageLimit, iterateInPages, readBounds } from './paging.js';
 import { Batcher } from './batcher.js';
 import { PgListener, encodeNotice, noticeChannel } from './postgres-listener.js';
-import { CONNECTION_TRIES, ClockFrame, DB_NOW, asBuffer, guard, isConnectionLoss, loadPg, quoteLiteral, redact, toLease, toSummary, type LeaseRow, type SummaryRow } from './postgres-rows.js';
+import { CONNECTION_TRIES, ClockFrame, DB_NOW, asBuffer, guard, isConnectionLoss, loadPg, quoteLiteral, redact, toLease, toSummary, unavailable, type LeaseRow, type SummaryRow } from './postgres-rows.js';
 
 export { isConnectionLoss, quoteLiteral } from './postgres-rows.js';
 import { appliedVersions, migrate, migrationGap, quoteSchema, unknownMigrationsError, type SqlClient } from './postgres-migrations.js';
@@ -309,7 +309,9 @@ export class PostgresHistoryStore implements HistoryStore {
   async #tx<T>(fn: (c: PgClientLike) => Promise<T>, sync = true, notices?: (out: T) => string[]): Promise<T> {
     const pool = this.#checkedPool();
     for (let attempt = 1; ; attempt++) {
-      const client = await pool.connect();
+      const client = await pool.connect().catch((err: unknown) => {
+        throw unavailable(err, this.location, 'a write');
+      });
       guard(client);
       let broken: Error | undefined;
       // BEGIN rides with the transaction's first statement when that one has no parameters
@@ -342,7 +344,7 @@ export class PostgresHistoryStore implements HistoryStore {
         });
         const code = (err as { code?: unknown }).code;
         if (attempt < 4 && (code === '23505' || code === '40P01' || code === '40001')) continue;
-        throw err;
+        throw unavailable(err, this.location, 'a write');
       } finally {
         if (notify.length) this.#notify(client, notify);
         else client.release(broken);
@@ -676,7 +678,12 @@ export class PostgresHistoryStore implements HistoryStore {
   // Reads: single statements, so they never block writers and see committed data only.
 
   async #query(text: string, values: unknown[]): Promise<any[]> {
-    return (await this.#checkedPool().query(text, values)).rows;
+    const pool = this.#checkedPool();
+    try {
+      return (await pool.query(text, values)).rows;
+    } catch (err) {
+      throw unavailable(err, this.location, 'a read');
+    }
   }
 
   async readEvents(taskId: string, options: ReadOptions = {}): Promise<HistoryEvent[]> {
