@@ -689,6 +689,8 @@ export class Engine implements TaskClient {
       const args: ActionArgs = { taskId: text('taskId')!, by: text('by')!, ...(reason === undefined ? {} : { reason }) };
       return this.operatorAction(op as OperatorActionKind, args, raw);
     };
+    // `turnlog signal`: its record is the SignalReceived event (no OperatorAction).
+    if (op === 'signal') return this.signal(text('taskId')!, text('name')!, raw['value']).then((signalId) => ({ action: 'signal', done: true, signalId, message: `signal ${signalId} sent to task ${String(raw['taskId'])}` }));
     return op === 'cancel' || op === 'withdraw' || op === 'resend' || op === 'resume' ? run() : undefined;
   }
 

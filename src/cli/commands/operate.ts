@@ -1,5 +1,5 @@
 /**
- * Operator actions (docs/cli.md#operator-actions): `cancel`, `withdraw`, `resend` and `resume`
+ * Operator actions (docs/cli.md#operator-actions): `cancel`, `withdraw`, `resend`, `resume` and `signal`
  * against the running engine that holds a LevelDB store (over its inspection socket). Each asks
  * for confirmation unless `--yes` (and refuses without a terminal), and the engine records it in
  * the history as an `OperatorAction` event naming `--by` (default: the OS user).
@@ -72,8 +72,42 @@ function common(c: Command): Command {
     .option('-y, --yes', 'do not ask for confirmation (required without a terminal)');
 }
 
-/** Registers `cancel`, `withdraw`, `resend` and `resume` on the program. */
+/** `turnlog signal`: sends a named signal through the running engine (no confirmation: it only adds an event). */
+async function signal(cmd: Command, taskId: string, name: string, json: string | undefined): Promise<void> {
+  const g = globals(cmd);
+  let value: unknown;
+  try {
+    value = json === undefined ? null : JSON.parse(json);
+  } catch (err) {
+    throw usageError(`The signal value must be JSON (got ${JSON.stringify(json)}: ${(err as Error).message}). Quote it for the shell, e.g. '{"approved":true}'.`);
+  }
+  if (isPostgresUrl(g.store)) {
+    throw usageError(`Signals to a PostgreSQL store go through a running engine's API (engine.signal(taskId, name, value)); this CLI reaches engines over a LevelDB store's inspection socket only.`);
+  }
+  const engine = await connectLiveEngine(g.store);
+  if (!engine) {
+    throw new TurnlogError('TURNLOG_INSPECT_SOCKET', `No running engine answers on store ${g.store}: a signal is appended by the engine that holds the store. Start the engine (with inspect on, the default) and run this again.`);
+  }
+  try {
+    const result = await engine.action<{ message: string; signalId: string }>('signal', { taskId, name, value });
+    if (g.json) await printJSON(result);
+    else await printText(result.message);
+  } finally {
+    engine.close();
+  }
+}
+
+/** Registers `cancel`, `withdraw`, `resend`, `resume` and `signal` on the program. */
 export function registerOperatorActions(program: Command): void {
+  program
+    .command('signal')
+    .description("send a named signal to a task (ends its turn's ctx.waitFor(name), or waits buffered until one does)")
+    .argument('<task>', 'task id')
+    .argument('<name>', 'the signal name')
+    .argument('[json]', 'the value, as JSON (default null)')
+    .action(async (taskId: string, name: string, json: string | undefined, _flags: unknown, cmd: Command) => {
+      await signal(cmd, taskId, name, json);
+    });
   common(
     program
       .command('cancel')
