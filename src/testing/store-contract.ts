@@ -15,7 +15,9 @@
  */
 import { isTurnlogError, type ErrorCode } from '../errors.js';
 import type { HistoryEvent, Lease } from '../history/events.js';
+import { compaction } from '../replay/compact.js';
 import type { DueBatch, HistoryStore } from '../store/history-store.js';
+import { historyBuilder } from './history-builder.js';
 import { created, queued, started, step, steps, taskCompleted, turnCompleted } from './store-events.js';
 
 /** The assertions the suite uses; vitest's and jest's `expect` have them. */
@@ -526,6 +528,28 @@ export function storeContract(api: ContractTestApi, name: string, factory: () =>
         expect([...(await store.getSnapshot('t1'))!.data]).toEqual([1, 2, 3]);
         await rejectsWith(store.putSnapshot('t1', { eventId: 3, data: new Uint8Array() }), 'TURNLOG_INVALID_ARGUMENT');
         await rejectsWith(store.putSnapshot('none', { eventId: 1, data: new Uint8Array() }), 'TURNLOG_INVALID_ARGUMENT');
+      });
+    });
+
+    describe('compaction', () => {
+      // Stores without the optional compactHistory skip compaction; nothing to prove then.
+      it('compactHistory replaces events 2..N and keeps the dropped input ids (across a reopen)', async () => {
+        if (!store.compactHistory) return;
+        const b = historyBuilder('c1').created({ kind: 'multi-turn' });
+        for (let i = 1; i <= 4; i++) b.input(`m${i}`, { id: `req-${i}` }).turnStarted().suspended('waiting', { state: { n: i } });
+        const events = b.build();
+        await store.append('c1', events, { expectedLastEventId: 0, generation: 1 });
+        const c = compaction('c1', events, 2)!;
+        await store.compactHistory('c1', c);
+        const read = async () => (await store.readEvents('c1')).map((e) => e.eventId);
+        const kept = events.filter((e) => e.eventId > c.throughEventId).map((e) => e.eventId);
+        expect(await read()).toEqual([1, 2, ...kept]);
+        const second = (await store.readEvents('c1', { fromEventId: 2, toEventId: 2 }))[0];
+        expect(second).toMatchObject({ type: 'HistoryCompacted', throughEventId: c.throughEventId, droppedInputIds: ['req-1', 'req-2'] });
+        if (fx.reopen) {
+          store = await fx.reopen();
+          expect((await store.readEvents('c1'))[1]).toMatchObject({ droppedInputIds: ['req-1', 'req-2'] });
+        }
       });
     });
 
