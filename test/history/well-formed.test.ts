@@ -39,6 +39,7 @@ const ID_FIELDS: Partial<Record<EventType, string[]>> = {
   SignalReceived: ['signalId', 'name'],
   WaitStarted: ['name'],
   WaitEnded: ['signalId'],
+  HistoryCompacted: ['droppedInputIds'],
 };
 
 function hasIllFormedId(e: HistoryEvent): boolean {
