@@ -677,12 +677,25 @@ export class PostgresHistoryStore implements HistoryStore {
   // ---------------------------------------------------------------------------------------------
   // Reads: single statements, so they never block writers and see committed data only.
 
-  async #query(text: string, values: unknown[]): Promise<any[]> {
+  /**
+   * One statement on a guarded client (not `pool.query`, whose one-shot error listener leaves a
+   * second connection error of a terminated session unheard: an uncaught exception under
+   * `pg_terminate_backend`, test: runtime/postgres-failures).
+   */
+  async #query(text: string, values: unknown[], what = 'a read'): Promise<any[]> {
     const pool = this.#checkedPool();
+    const client = await pool.connect().catch((err: unknown) => {
+      throw unavailable(err, this.location, what);
+    });
+    guard(client);
+    let broken: Error | undefined;
     try {
-      return (await pool.query(text, values)).rows;
+      return (await client.query(text, values)).rows;
     } catch (err) {
-      throw unavailable(err, this.location, 'a read');
+      if (isConnectionLoss(err)) broken = err as Error;
+      throw unavailable(err, this.location, what);
+    } finally {
+      client.release(broken);
     }
   }
 
@@ -803,10 +816,11 @@ export class PostgresHistoryStore implements HistoryStore {
     this.#checkedPool();
     checkTaskId(mark.taskId);
     // Not through the task's rows: reading them may be what fails. Only this row is written.
-    await this.#checkedPool().query(
+    await this.#query(
       `INSERT INTO ${this.#s}.corrupt_marks (task_id, key, code, message, time) VALUES ($1, $2, $3, $4, $5)
        ON CONFLICT (task_id) DO UPDATE SET key = EXCLUDED.key, code = EXCLUDED.code, message = EXCLUDED.message, time = EXCLUDED.time`,
       [mark.taskId, mark.key, mark.code, mark.message, mark.time],
+      'a write',
     );
   }
 

@@ -65,7 +65,8 @@ describePg('a network partition between an engine and PostgreSQL', () => {
     const logA: Logger = { ...silentLogger, warn: (m) => warnings.push(m) };
     const storeA = createPostgresStore({ connectionString: proxy.url(PG_URL), schema, max: 4 });
     cleanups.push(() => storeA.close());
-    const leaseMs = 2_000;
+    // Long enough that a renewal slowed by a loaded machine does not lapse before the cut.
+    const leaseMs = 3_000;
     const a = await Engine.open({ store: storeA, workflows: [work], logger: logA, owner: 'a', instance: 'a-1', leaseMs, scanIntervalMs: 0 });
     cleanups.push(() => a.shutdown({ graceMs: 0 }));
     const ids = ['p1', 'p2', 'p3'];
