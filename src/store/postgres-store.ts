@@ -32,7 +32,7 @@ import { PgListener, encodeNotice, noticeChannel } from './postgres-listener.js'
 import { CONNECTION_TRIES, ClockFrame, asBuffer, guard, isConnectionLoss, loadPg, quoteLiteral, redact, toLease, toSummary, type LeaseRow, type SummaryRow } from './postgres-rows.js';
 
 export { isConnectionLoss, quoteLiteral } from './postgres-rows.js';
-import { SCHEMA_VERSION, appliedVersions, migrate, quoteSchema, type SqlClient } from './postgres-migrations.js';
+import { appliedVersions, migrate, migrationGap, quoteSchema, unknownMigrationsError, type SqlClient } from './postgres-migrations.js';
 import { applyAppend, applyClaim, applyRelease, applyRenew, withMark, type TaskHead } from './task-head.js';
 
 /** The `pg` PoolClient surface this store uses. */
@@ -268,18 +268,12 @@ export class PostgresHistoryStore implements HistoryStore {
   async #checkSchema(): Promise<void> {
     const client = await this.#pool!.connect();
     try {
-      const versions = await appliedVersions(client, this.schema);
-      const current = versions?.length ? Math.max(...versions) : 0;
-      if (current > SCHEMA_VERSION) {
-        throw new TurnlogError(
-          'TURNLOG_HISTORY_FORMAT',
-          `PostgreSQL schema ${this.schema} is at migration ${current}; this build knows up to ${SCHEMA_VERSION}. Upgrade turnlog to use it.`,
-        );
-      }
-      if (current < SCHEMA_VERSION) {
+      const gap = migrationGap((await appliedVersions(client, this.schema)) ?? []);
+      if (gap.unknown.length > 0) throw unknownMigrationsError(this.schema, gap.unknown);
+      if (gap.missing.length > 0) {
         throw new TurnlogError(
           'TURNLOG_STORE_NOT_FOUND',
-          `Store ${this.location} has no turnlog schema at the current version (found migration ${current}, need ${SCHEMA_VERSION}). Run \`turnlog migrate --store <url>\`, or open an engine on it, first.`,
+          `Store ${this.location} has no turnlog schema at the current version (migration${gap.missing.length > 1 ? 's' : ''} ${gap.missing.join(', ')} not applied). Run \`turnlog migrate --store <url>\`, or open an engine on it, first.`,
         );
       }
     } finally {
