@@ -173,7 +173,12 @@ export const CALLS: { readonly [K in CallKind]: CallSpec<K> } = {
           return true;
         });
         if (!s.name) bad(`step record ${seq} has no name`);
-        if (s.limit !== undefined) s.waitedMs ??= 0;
+        // A limit is a non-empty name; its wait comes only with it.
+        if (s.limit) s.waitedMs ??= 0;
+        else {
+          delete s.limit;
+          delete s.waitedMs;
+        }
         if (!s.result === !s.failure) bad(`step record ${seq} ("${s.name}") must carry exactly one of result and failure`);
         if (!Number.isFinite(s.durationMs) || s.durationMs < 0) bad(`step record ${seq} has duration ${s.durationMs}`);
         return s;

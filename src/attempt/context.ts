@@ -158,6 +158,7 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     if (limit !== undefined && (typeof limit !== 'string' || limit === '')) {
       throw invalidArgument(`Task ${this.taskId}, turn ${this.turn}: step "${String(name)}" limit must be the non-empty name of a flow limit, got ${JSON.stringify(limit)}.`);
     }
+    if (limit !== undefined && !limit.isWellFormed()) throw invalidArgument(`Task ${this.taskId}: step ${illFormedText('limit', limit)}.`);
     const stopped = this.intercept({ kind: 'step', name });
     if (stopped) return stopped;
     // Names are matched on replay: one with no UTF-8 form would be recorded as another name.
