@@ -15,7 +15,7 @@ type Fields<T extends EventType> = readonly (keyof Extract<HistoryEvent, { type:
  */
 const STRING_FIELDS: { [T in EventType]: { ids: Fields<T>; text: Fields<T> } } = {
   TaskCreated: { ids: ['workflow'], text: [] },
-  HistoryCompacted: { ids: [], text: [] },
+  HistoryCompacted: { ids: ['droppedInputIds'], text: [] },
   InputQueued: { ids: ['inputId'], text: [] },
   InputWithdrawn: { ids: ['inputId'], text: ['reason'] },
   TurnStarted: { ids: ['inputIds', 'owner', 'instance'], text: [] },
@@ -121,6 +121,8 @@ function allWellFormed(e: HistoryEvent): boolean {
       return ok(e.reason) && payloadOk(e.output) && payloadOk(e.state);
     case 'LeaseClaimed':
       return ok(e.owner) && ok(e.instance) && ok(e.reason);
+    case 'HistoryCompacted':
+      return listOk(e.droppedInputIds);
     default:
       // TimeoutCancelRequested, TurnTimedOut, TaskCompleted: no strings.
       return true;

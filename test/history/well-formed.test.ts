@@ -36,6 +36,7 @@ const ID_FIELDS: Partial<Record<EventType, string[]>> = {
   PatchMarked: ['patchId'],
   LeaseClaimed: ['owner', 'instance'],
   OperatorAction: ['inputId', 'newInputId'],
+  HistoryCompacted: ['droppedInputIds'],
 };
 
 function hasIllFormedId(e: HistoryEvent): boolean {
