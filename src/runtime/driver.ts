@@ -21,6 +21,7 @@ import { finalizeDrafts, outcomeDrafts, oversized, turnStartDrafts, withinLimits
 import { emitOutput, noteAttemptEnded } from './observe.js';
 import type { Runtime } from './runtime.js';
 import type { Supervisor } from './supervisor.js';
+import { Waits } from './waits.js';
 import { MAX_RACES, type ActiveAttempt, type LockedTask, type TaskCache, type TaskEntry } from './task-cache.js';
 
 /** After a ConcurrencyError (and its re-read): the history still has this attempt's turn open. */
@@ -43,6 +44,8 @@ export class Driver {
   #starting = 0;
   /** Arms a wake-up for a task waiting for a scheduled input (rule waiting-for-timer). */
   readonly #waitUntil: (taskId: string, at: number) => void;
+  /** Ends the named waits (ctx.waitFor) of attempts running here. */
+  readonly #waits: Waits;
 
   constructor(
     rt: Runtime,
@@ -51,8 +54,10 @@ export class Driver {
     appender: Appender,
     supervisor: Supervisor,
     waitUntil: (taskId: string, at: number) => void = () => {},
+    waits: Waits = new Waits(rt, cache, appender),
   ) {
     this.#waitUntil = waitUntil;
+    this.#waits = waits;
     this.#rt = rt;
     this.#executors = executors;
     this.#cache = cache;
@@ -272,6 +277,7 @@ export class Driver {
             queue: () => dueInputs(t, this.#rt.clock.now()),
             decode: this.#rt.codec?.decode ?? ((p) => p),
             empty: () => this.#rt.converter.toPayload(undefined),
+            now: () => this.#rt.clock.now(),
           };
           const rec = callSpec(call.kind).append(call as never, env) as Recording<CallReplies[C['kind']]>;
           if (rec.refused) throw (active.refused = rec.refused);
@@ -281,6 +287,8 @@ export class Driver {
       pendingInputCount: () => dueInputs(t, this.#rt.clock.now()).length,
       now: () => this.#rt.clock.now(),
       sleep: (ms, signal) => sleep(this.#rt.clock, ms, signal),
+      wait: (seq) => this.#waits.wait(t, active, seq),
+      random: this.#rt.random,
       emit: (item, dropped) => emitOutput(this.#rt, t, active, item, dropped),
     };
   }
