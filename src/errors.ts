@@ -43,6 +43,8 @@ export type ErrorCode =
   | 'TURNLOG_INPUT_NOT_FOUND'
   | 'TURNLOG_WRONG_KIND'
   | 'TURNLOG_TURN_NOT_ENDED'
+  // time: flow limits and schedules
+  | 'TURNLOG_LIMIT_UNKNOWN'
   // isolation
   | 'TURNLOG_ISOLATION_BOUNDARY'
   | 'TURNLOG_WORKER_CRASHED'
