@@ -8,7 +8,9 @@ import type {
   FailureInfo,
   Payload,
   CancelScope,
+  ChildStatus,
   TaskOutcome,
+  TaskParent,
   TaskStatus,
   TurnPolicy,
   WorkflowKind,
@@ -40,7 +42,27 @@ export type RecordedCall =
   | { kind: 'checkpoint'; seq: number; eventId: number; data: Payload }
   | { kind: 'take-inputs'; seq: number; eventId: number; inputIds: string[] }
   | { kind: 'patch'; seq: number; eventId: number; patchId: string; deprecated: boolean }
-  | { kind: 'sleep'; seq: number; eventId: number; durationMs: number; fireAt: number };
+  | { kind: 'sleep'; seq: number; eventId: number; durationMs: number; fireAt: number }
+  | { kind: 'child'; seq: number; eventId: number; op: 'start'; childId: string; workflow: string; detached: boolean }
+  | { kind: 'child'; seq: number; eventId: number; op: 'await'; childId: string; outcome: ChildOutcome };
+
+/** A child's outcome as recorded in its parent (ChildEnded). */
+export interface ChildOutcome {
+  status: ChildStatus;
+  output?: Payload;
+  failure?: FailureInfo;
+  reason?: string;
+}
+
+/** A child task this task started (from its ChildStarted; `status` once a ChildEnded recorded it). */
+export interface ChildRef {
+  childId: string;
+  workflow: string;
+  turn: number;
+  seq: number;
+  detached: boolean;
+  status?: ChildStatus;
+}
 
 export interface OpenTurn {
   turn: number;
@@ -111,4 +133,8 @@ export interface TaskState {
   /** A task-scoped cancel requested while no turn was open and not yet finalized. */
   cancelRequested?: { scope: CancelScope; reason: string; eventId: number };
   lastInputId?: string;
+  /** Set on a child task: its parent (TaskCreated.parent). */
+  parent?: TaskParent;
+  /** Children this task started, in start order (ChildStarted); empty for most tasks. */
+  children?: ChildRef[];
 }

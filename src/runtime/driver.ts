@@ -13,12 +13,13 @@ import { decide, isDue } from '../replay/index.js';
 import type { Decision } from '../replay/decision.js';
 import type { Executor, Reservation } from '../executor/executor.js';
 import type { AttemptOutcome, TurnHost, TurnSpec } from '../attempt/host.js';
-import { callSpec, type CallRecord, type CallReplies, type RecordEnv, type Recording } from '../attempt/calls.js';
+import { callSpec, type CallRecord, type CallRecords, type CallReplies, type RecordEnv, type Recording } from '../attempt/calls.js';
 import { turnSpecFor } from '../attempt/turn-spec.js';
 import { sleep } from './clock.js';
 import { isStale, logFailure, type Appender } from './appender.js';
 import { finalizeDrafts, outcomeDrafts, oversized, turnStartDrafts, withinLimits, type Draft } from './drafts.js';
 import { emitOutput, noteAttemptEnded } from './observe.js';
+import type { Children } from './children.js';
 import type { Runtime } from './runtime.js';
 import type { Supervisor } from './supervisor.js';
 import { MAX_RACES, type ActiveAttempt, type LockedTask, type TaskCache, type TaskEntry } from './task-cache.js';
@@ -43,6 +44,8 @@ export class Driver {
   #starting = 0;
   /** Arms a wake-up for a task waiting for a scheduled input (rule waiting-for-timer). */
   readonly #waitUntil: (taskId: string, at: number) => void;
+  /** Child tasks: creates a child before its ChildStarted, waits for its end before ChildEnded. */
+  readonly #children: Children | undefined;
 
   constructor(
     rt: Runtime,
@@ -51,8 +54,10 @@ export class Driver {
     appender: Appender,
     supervisor: Supervisor,
     waitUntil: (taskId: string, at: number) => void = () => {},
+    children?: Children,
   ) {
     this.#waitUntil = waitUntil;
+    this.#children = children;
     this.#rt = rt;
     this.#executors = executors;
     this.#cache = cache;
@@ -259,8 +264,10 @@ export class Driver {
     };
     const at = `Task ${t.id}, turn ${active.turn}`;
     return {
-      record: <C extends CallRecord>(call: C) =>
-        this.#cache.withLock(t, async (t) => {
+      record: async <C extends CallRecord>(call0: C) => {
+        // Outside the parent's lock: creating a child locks the child, and a wait can be long.
+        const call = call0.kind === 'child' ? ((await this.#prepareChild(t.id, active, call0 as CallRecords['child'], check)) as C) : call0;
+        return this.#cache.withLock(t, async (t) => {
           check();
           const env: RecordEnv = {
             turn: active.turn,
@@ -275,7 +282,8 @@ export class Driver {
           if (rec.refused) throw (active.refused = rec.refused);
           await record(t, rec.events);
           return rec.reply();
-        }),
+        });
+      },
       pendingInputCount: () => dueInputs(t, this.#rt.clock.now()).length,
       now: () => this.#rt.clock.now(),
       sleep: (ms, signal) => sleep(this.#rt.clock, ms, signal),
@@ -283,8 +291,22 @@ export class Driver {
     };
   }
 
+  /** A child record, made ready to append: the child created (start) or its outcome filled in (await). */
+  async #prepareChild(taskId: string, active: ActiveAttempt, call: CallRecords['child'], check: () => void): Promise<CallRecords['child']> {
+    check();
+    if (!this.#children) throw new TurnlogError('TURNLOG_INVALID_ARGUMENT', `Task ${taskId}: this host runs no child tasks.`);
+    if (call.op === 'start') {
+      await this.#children.start({ taskId, turn: active.turn, seq: call.seq, detached: call.detached }, call.childId, call.workflow, call.input);
+      return call;
+    }
+    const outcome = await this.#children.outcome(call.childId, (active.stop ??= new AbortController()).signal);
+    return { ...call, outcome };
+  }
+
   async #finishAttempt(t: LockedTask, active: ActiveAttempt, outcome: AttemptOutcome): Promise<void> {
     for (const tm of active.timers) tm.cancel();
+    // A child wait of this attempt stops with it (its record would be fenced anyway).
+    active.stop?.abort(new FencedError(t.id, active.turn, active.attempt, 'the attempt ended'));
     noteAttemptEnded(this.#rt, t.id, active, outcome);
     if (t.active !== active || active.finalized) {
       this.#rt.log.debug?.('late outcome discarded', { taskId: t.id, turn: active.turn, outcome: outcome.kind });

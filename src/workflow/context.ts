@@ -4,6 +4,7 @@
  * process and replay executors share (TurnSpec, TurnHost, AttemptOutcome).
  */
 import type { EntryMode, RetryPolicy } from '../history/events.js';
+import type { Workflow } from './define-workflow.js';
 import type { JsonValue, PayloadMode, Payloadable } from './json.js';
 
 export interface StepOptions {
@@ -106,10 +107,38 @@ export interface TurnContext<I = unknown, S = unknown, P extends PayloadMode = '
    * @example await ctx.sleep(30_000); // then poll again
    */
   sleep(ms: number): Promise<void>;
+  /**
+   * Starts a child task (a sub-agent) running `workflow` with `input`, recorded: a re-run of this
+   * turn gets the same child back and never starts a second one. The child id is `options.childId`
+   * or `<taskId>/c<turn>.<seq>`. Cancelling this task cancels the child unless `cancelWithParent: false`.
+   * docs/children.md
+   * @example const child = await ctx.startChild(researcher, 'solar panels'); const notes = await child.result();
+   */
+  startChild<CI, CO>(workflow: Workflow<CI, CO, any, any> | string, input: CI, options?: StartChildOptions): Promise<ChildHandle<CO>>;
+  /**
+   * Waits inside this turn for child `childId` (started by this task) and returns its first turn's
+   * output; the outcome is recorded, so a re-run gets it back without waiting. A child that failed,
+   * was cancelled or timed out throws ChildFailedError (TURNLOG_CHILD_FAILED).
+   */
+  awaitChild<O = unknown>(childId: string): Promise<O>;
   /** `return ctx.suspend(reason, output)` ends a multi-turn turn as suspended (waiting for input). */
   suspend<O>(reason: string, output?: O): Suspension<O>;
   /** `return ctx.exitForRecovery()` while shutting down: the next engine re-runs this turn. */
   exitForRecovery(reason?: string): ExitForRecovery;
+}
+
+export interface StartChildOptions {
+  /** The child's task id; default `<parent task id>/c<turn>.<seq>` (unique per parent call). */
+  childId?: string;
+  /** Cancel the child when this task is cancelled (default true); recorded in the child's TaskCreated. */
+  cancelWithParent?: boolean;
+}
+
+/** A child task started by `ctx.startChild`. */
+export interface ChildHandle<O = unknown> {
+  readonly childId: string;
+  /** `ctx.awaitChild(childId)`: the child's first turn's output, recorded in the parent's history. */
+  result(): Promise<O>;
 }
 
 /** @internal marks a Suspension (the attempt's runHandler recognizes it). */
