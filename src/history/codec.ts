@@ -353,7 +353,7 @@ function eventToProto(e: HistoryEvent): Record<string, unknown> {
     case 'HistoryCompacted':
       return {
         eventId, timeMs, generation,
-        historyCompacted: { throughEventId: e.throughEventId, state: e.state, turns: e.turns, droppedEvents: e.droppedEvents },
+        historyCompacted: { throughEventId: e.throughEventId, state: e.state, turns: e.turns, droppedEvents: e.droppedEvents, droppedInputIds: e.droppedInputIds ?? [] },
       };
   }
 }
@@ -801,6 +801,7 @@ function eventFromProto(m: EventMsg, taskId: string): HistoryEvent {
         state: asBytes(a.state),
         turns: a.turns,
         droppedEvents: a.droppedEvents,
+        ...(a.droppedInputIds?.length ? { droppedInputIds: [...a.droppedInputIds] } : {}),
       };
     default:
       // An event type added by a newer turnlog: proto3 keeps it as an unknown field.

@@ -320,6 +320,12 @@ export interface HistoryCompacted extends EventBase {
   /** Turns 1..turns ended before the cut. */
   turns: number;
   droppedEvents: number;
+  /**
+   * Ids of every input whose `InputQueued` was dropped (by this compaction or an earlier one),
+   * so an idempotent send still knows them. Absent when none, and in histories compacted before
+   * the field existed (proto field 5).
+   */
+  droppedInputIds?: string[];
 }
 
 export type HistoryEvent =

@@ -21,6 +21,7 @@ export function compaction(taskId: string, events: readonly HistoryEvent[], keep
   if (cut === undefined) return undefined;
   const k = events.indexOf(cut);
   const at = fold(taskId, events.slice(0, k + 1));
+  const droppedInputIds = droppedInputs(events.slice(1, k + 1));
   return {
     type: 'HistoryCompacted',
     eventId: 2,
@@ -30,5 +31,19 @@ export function compaction(taskId: string, events: readonly HistoryEvent[], keep
     state: encodeState(at),
     turns: cutTurn,
     droppedEvents: cut.eventId - 1,
+    ...(droppedInputIds.length > 0 ? { droppedInputIds } : {}),
   };
+}
+
+/**
+ * The ids of the inputs queued in `dropped` (events 2..cut), with those an earlier compaction
+ * (`dropped[0]`) recorded: an idempotent send must still find them (docs/history.md#compaction).
+ */
+function droppedInputs(dropped: readonly HistoryEvent[]): string[] {
+  const ids = new Set<string>();
+  for (const e of dropped) {
+    if (e.type === 'InputQueued') ids.add(e.inputId);
+    else if (e.type === 'HistoryCompacted') for (const id of e.droppedInputIds ?? []) ids.add(id);
+  }
+  return [...ids];
 }

@@ -55,6 +55,10 @@ export function forkEvents(taskId: string, events: readonly HistoryEvent[], opti
       const inner = decodeState(copy.state);
       const queue = inner.queue.filter((q) => !queued.has(q.inputId));
       const cancel = pendingCancel && inner.cancelRequested?.scope === 'task';
+      // Their ids go too: a send to the fork with one of them is a new input there.
+      const dropped = copy.droppedInputIds?.filter((id) => !queued.has(id));
+      if (dropped?.length) copy.droppedInputIds = dropped;
+      else delete copy.droppedInputIds;
       if (queue.length !== inner.queue.length || cancel) {
         inner.queue = queue;
         // The last input the fork has: a dropped one was queued after every kept one (the queue

@@ -397,12 +397,16 @@ export class Engine implements TaskClient {
     return payload;
   }
 
-  /** True if the task has ever received `inputId`. Scans the history (only for caller-chosen ids). */
+  /**
+   * True if the task has ever received `inputId`. Scans the history (only for caller-chosen ids),
+   * with the ids a compaction dropped (`HistoryCompacted.droppedInputIds`).
+   */
   async #hasInput(t: TaskEntry, inputId: string): Promise<boolean> {
     const s = t.state!;
     if (s.lastInputId === inputId || s.queue.some((q) => q.inputId === inputId)) return true;
     for await (const e of this.store.iterateEvents(t.id)) {
       if (e.type === 'InputQueued' && e.inputId === inputId) return true;
+      if (e.type === 'HistoryCompacted' && e.droppedInputIds?.includes(inputId)) return true;
     }
     return false;
   }

@@ -144,7 +144,8 @@ export class TurnResults {
     let compactedTurns = 0;
     const turnInputs = new Map<number, string[]>();
     for await (const e of this.#rt.store.iterateEvents(taskId)) {
-      if (e.type === 'HistoryCompacted') compactedTurns = e.turns;
+      // A compaction that lists its dropped inputs (proto field 5) says whether this was one.
+      if (e.type === 'HistoryCompacted') compactedTurns = e.droppedInputIds === undefined || e.droppedInputIds.includes(inputId) ? e.turns : 0;
       else if (e.type === 'InputQueued' && e.inputId === inputId) seen = true;
       else if (e.type === 'TurnStarted' && e.attempt === 1) turnInputs.set(e.turn, [...e.inputIds]);
       else if (e.type === 'InputsTaken') turnInputs.get(e.turn)?.push(...e.inputIds);
@@ -156,7 +157,7 @@ export class TurnResults {
       if (turn === 0 && (e.type === 'TurnStarted' || e.type === 'InputsTaken') && e.inputIds.includes(inputId)) turn = e.turn;
       if (turn !== 0 && isTurnTerminal(e) && e.turn === turn) return this.#resultFromEvent(taskId, e, turnInputs.get(turn) ?? [inputId]);
     }
-    // Not in the kept events: with a compacted history, it may be an input of a dropped turn.
+    // Not in the kept events: with a compacted history, an input of a dropped turn.
     return compactedTurns > 0 ? compactedTurns : undefined;
   }
 

@@ -84,10 +84,23 @@ export const MIGRATIONS: readonly Migration[] = [
       );
     `,
   },
+  {
+    version: 5,
+    name: 'claims of due work',
+    // One row per task an engine claimed in claimDueWork; expires_at on the database clock.
+    sql: (s) => `
+      CREATE TABLE ${s}.due_claims (
+        task_id text COLLATE "C" PRIMARY KEY,
+        instance text NOT NULL,
+        expires_at bigint NOT NULL
+      );
+      COMMENT ON COLUMN ${s}.due_claims.expires_at IS 'milliseconds since the epoch on the database clock';
+    `,
+  },
 ];
 
-/** The schema version this build writes and reads. */
-export const SCHEMA_VERSION = MIGRATIONS[MIGRATIONS.length - 1]!.version;
+/** The schema version this build writes and reads: its highest migration (all of MIGRATIONS must be applied). */
+export const SCHEMA_VERSION = Math.max(...MIGRATIONS.map((m) => m.version));
 
 /** The minimal client surface the migrations need (a `pg` PoolClient fits). */
 export interface SqlClient {
@@ -114,14 +127,37 @@ export async function appliedVersions(client: SqlClient, schema: string): Promis
 }
 
 /**
- * Applies the pending migrations in order, each in one transaction under
- * `pg_advisory_xact_lock` keyed by the schema name, re-reading the applied versions inside the
- * lock. Safe from many connections and processes at once. Returns the versions it applied.
+ * What `applied` lacks of `migrations` and what it holds that they do not know, by version.
+ * Presence, not the maximum: migrations written on parallel branches (4 and 5) apply in any order.
  */
-export async function migrate(client: SqlClient, schema: string): Promise<number[]> {
+export function migrationGap(applied: readonly number[], migrations: readonly Migration[] = MIGRATIONS): { missing: number[]; unknown: number[] } {
+  const known = new Set(migrations.map((m) => m.version));
+  const have = new Set(applied);
+  return {
+    missing: migrations.map((m) => m.version).filter((v) => !have.has(v)).sort((a, b) => a - b),
+    unknown: [...have].filter((v) => !known.has(v)).sort((a, b) => a - b),
+  };
+}
+
+/** TURNLOG_HISTORY_FORMAT for a schema holding migrations this build does not know (a newer turnlog's). */
+export function unknownMigrationsError(schema: string, unknown: readonly number[], migrations: readonly Migration[] = MIGRATIONS): TurnlogError {
+  return new TurnlogError(
+    'TURNLOG_HISTORY_FORMAT',
+    `PostgreSQL schema ${schema} has migration${unknown.length > 1 ? 's' : ''} ${unknown.join(', ')} applied, which this build does not know (it knows ${migrations.map((m) => m.version).join(', ')}). Upgrade turnlog to use it.`,
+  );
+}
+
+/**
+ * Applies every migration whose version is not recorded in `schema_migrations` (by presence, in
+ * version order), each in one transaction under `pg_advisory_xact_lock` keyed by the schema name,
+ * re-reading the applied versions inside the lock. Safe from many connections and processes at
+ * once. Returns the versions it applied. `migrations` is for tests (default: this build's).
+ */
+export async function migrate(client: SqlClient, schema: string, migrations: readonly Migration[] = MIGRATIONS): Promise<number[]> {
   const s = quoteSchema(schema);
   const applied: number[] = [];
-  for (const m of MIGRATIONS) {
+  const ordered = [...migrations].sort((a, b) => a.version - b.version);
+  for (const m of ordered) {
     await client.query('BEGIN');
     try {
       await client.query(`SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, [`turnlog.migrate:${schema}`]);
@@ -129,15 +165,11 @@ export async function migrate(client: SqlClient, schema: string): Promise<number
       await client.query(
         `CREATE TABLE IF NOT EXISTS ${s}.schema_migrations (version integer PRIMARY KEY, name text NOT NULL, applied_at timestamptz NOT NULL DEFAULT now())`,
       );
-      const done = await client.query(`SELECT max(version) AS v FROM ${s}.schema_migrations`);
-      const current = Number(done.rows[0].v ?? 0);
-      if (current > SCHEMA_VERSION) {
-        throw new TurnlogError(
-          'TURNLOG_HISTORY_FORMAT',
-          `PostgreSQL schema ${schema} is at migration ${current}; this build knows up to ${SCHEMA_VERSION}. Upgrade turnlog to use it.`,
-        );
-      }
-      if (current < m.version) {
+      const done = await client.query(`SELECT version FROM ${s}.schema_migrations`);
+      const versions = done.rows.map((r: { version: number }) => Number(r.version));
+      const gap = migrationGap(versions, migrations);
+      if (gap.unknown.length > 0) throw unknownMigrationsError(schema, gap.unknown, migrations);
+      if (gap.missing.includes(m.version)) {
         await client.query(m.sql(s));
         await client.query(`INSERT INTO ${s}.schema_migrations (version, name) VALUES ($1, $2)`, [m.version, m.name]);
         applied.push(m.version);

@@ -165,7 +165,10 @@ export function eventArbitraries(unit: fc.Arbitrary<string> | 'grapheme' = 'grap
       expiresAt: ms,
     }),
     TaskCompleted: fc.record({ type: fc.constant('TaskCompleted'), ...base, outcome: fc.constantFrom('succeeded', 'failed', 'cancelled', 'timed_out') }),
-    HistoryCompacted: fc.record({ type: fc.constant('HistoryCompacted'), ...base, throughEventId: u32, state: fc.uint8Array({ maxLength: 32 }), turns: u32, droppedEvents: u32 }),
+    HistoryCompacted: fc.record(
+      { type: fc.constant('HistoryCompacted'), ...base, throughEventId: u32, state: fc.uint8Array({ maxLength: 32 }), turns: u32, droppedEvents: u32, droppedInputIds: fc.array(nonEmpty, { minLength: 1, maxLength: 5 }) },
+      { requiredKeys: ['type', 'eventId', 'time', 'generation', 'throughEventId', 'state', 'turns', 'droppedEvents'] },
+    ),
   };
 
   const anyEvent: fc.Arbitrary<HistoryEvent> = fc.oneof(...ALL_EVENT_TYPES.map((t) => arbitraries[t] as fc.Arbitrary<HistoryEvent>));

@@ -38,6 +38,7 @@ const ID_FIELDS: Partial<Record<EventType, string[]>> = {
   ChildEnded: ['childId'],
   LeaseClaimed: ['owner', 'instance'],
   OperatorAction: ['inputId', 'newInputId'],
+  HistoryCompacted: ['droppedInputIds'],
 };
 
 function hasIllFormedId(e: HistoryEvent): boolean {

@@ -61,4 +61,25 @@ describe('compaction', () => {
     expect(f.map((e) => e.eventId)).toEqual(f.map((_, i) => i + 1));
     expect(Buffer.from(fold('f', f).state!.data)).toEqual(Buffer.from(fold('sim', events.slice(0, last.eventId)).state!.data));
   });
+
+  it('droppedInputIds: every input queued in the dropped events, kept across a second compaction', () => {
+    let checked = 0;
+    fc.assert(
+      fc.property(arbChatHistory, fc.integer({ min: 1, max: 3 }), (full, keep) => {
+        const events = withDeltas(full);
+        const c = compaction('sim', events, keep);
+        if (c === undefined) return;
+        const queuedIds = (upTo: number) => [...new Set(events.filter((e) => e.type === 'InputQueued' && e.eventId <= upTo).map((e) => (e as { inputId: string }).inputId))];
+        expect(c.droppedInputIds).toEqual(queuedIds(c.throughEventId));
+        const once = apply(events, c).map((e) => decodeEvent(encodeEvent(e), 'sim'));
+        const again = compaction('sim', once, 1);
+        if (again === undefined) return;
+        // The second cut's list holds the first's (now inside it) and the inputs queued since.
+        expect(again.droppedInputIds).toEqual(queuedIds(again.throughEventId));
+        checked++;
+      }),
+      { numRuns: 80, seed: 45 },
+    );
+    expect(checked).toBeGreaterThan(5);
+  });
 });

@@ -86,3 +86,31 @@ describe('property: forking a compacted history = forking the whole one', () => 
     expect(checked).toBeGreaterThan(20);
   });
 });
+
+describe('property: a fork of a compacted history knows the same input ids as the fork of the whole one', () => {
+  // An idempotent send looks for the id in InputQueued events and HistoryCompacted.droppedInputIds;
+  // an input still queued at the fork point belongs to the original's future, in both lists.
+  const known = (events: readonly HistoryEvent[]) =>
+    new Set(events.flatMap((e) => (e.type === 'InputQueued' ? [e.inputId] : e.type === 'HistoryCompacted' ? (e.droppedInputIds ?? []) : [])));
+  it('at every kept turn', () => {
+    let checked = 0;
+    fc.assert(
+      fc.property(arbChatHistory, fc.integer({ min: 1, max: 3 }), (full, keep) => {
+        const events = withDeltas(full);
+        if (events[0]!.type !== 'TaskCreated' || events[0]!.kind !== 'multi-turn') return;
+        const c = compaction('sim', events, keep);
+        if (c === undefined) return;
+        const stored = apply(events, c);
+        for (const end of stored.filter(isTurnTerminal)) {
+          const turn = (end as { turn: number }).turn;
+          const a = known(forkEvents('sim', events, { atTurn: turn, newTaskId: 'f' }));
+          const b = known(forkEvents('sim', stored, { atTurn: turn, newTaskId: 'f' }));
+          expect([...b].sort()).toEqual([...a].sort());
+          checked++;
+        }
+      }),
+      { numRuns: 100, seed: 12 },
+    );
+    expect(checked).toBeGreaterThan(20);
+  });
+});

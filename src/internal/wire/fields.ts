@@ -84,7 +84,7 @@ export const LeaseClaimed = { owner: 10, instance: 18, generation: 24, previousG
 /** turnlog.v1.TaskCompleted */
 export const TaskCompleted = { outcome: 8 } as const;
 /** turnlog.v1.HistoryCompacted */
-export const HistoryCompacted = { throughEventId: 8, state: 18, turns: 24, droppedEvents: 32 } as const;
+export const HistoryCompacted = { throughEventId: 8, state: 18, turns: 24, droppedEvents: 32, droppedInputIds: 42 } as const;
 /** turnlog.v1.OperatorAction */
 export const OperatorAction = { action: 10, by: 18, reason: 26, turn: 32, inputId: 42, newInputId: 50 } as const;
 /** turnlog.v1.HistoryEvent */
