@@ -119,7 +119,8 @@ export class Driver {
             // Not ours to run (a deploy without this workflow): leave the task untouched for
             // an engine that has it, instead of failing its turn (test: "unregistered workflow").
             if (pending.length) await this.#appender.append(t, pending);
-            this.#rt.log.warn('task left waiting: its workflow is not registered with this engine', { taskId: t.id, workflow: preview.workflow });
+            // An operator engine has no workflows by design: an engine that runs the task starts it.
+            if (!this.#rt.operatorOnly) this.#rt.log.warn('task left waiting: its workflow is not registered with this engine', { taskId: t.id, workflow: preview.workflow });
             return;
           }
           if (this.running() >= this.#rt.maxRunningTurns) {

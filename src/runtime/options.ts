@@ -114,6 +114,15 @@ export interface EngineOptions {
   streamBufferItems?: number;
 }
 
+/**
+ * `Engine.openForOperator` options: the store and how to read its payloads, no workflows. The
+ * engine appends operator actions (cancel, withdraw, resend, resume) and runs nothing itself.
+ */
+export type OperatorOptions = Pick<
+  EngineOptions,
+  'store' | 'owner' | 'instance' | 'clock' | 'payloadCodecs' | 'payloadConverter' | 'encodeFailureAttributes' | 'logger' | 'logFormat' | 'observers'
+>;
+
 export interface ActivateOptions {
   /** Deployment identity for this activation (e.g. bound to a restored session). */
   owner?: string;
@@ -192,13 +201,15 @@ export interface EngineSettings {
   readonly limits: Readonly<PayloadLimits>;
   readonly observerOption: readonly EngineObserver[];
   readonly streamBufferItems: number;
+  /** `Engine.openForOperator`: appends actions under the task's current generation, claims and runs nothing. */
+  readonly operatorOnly: boolean;
 }
 
 /**
  * Validates `Engine.open` options and fills in every default, in one place. Throws
  * TURNLOG_INVALID_ARGUMENT (workflows, converter, durations, limits) before anything is opened.
  */
-export function resolveOptions(options: EngineOptions): EngineSettings {
+export function resolveOptions(options: EngineOptions, operatorOnly = false): EngineSettings {
   if (!options || typeof options.workflows !== 'object' || options.workflows === null) {
     throw invalidArgument('Engine.open needs { workflows }: a list of the workflows this engine runs, or their module (import * as workflows).');
   }
@@ -248,6 +259,7 @@ export function resolveOptions(options: EngineOptions): EngineSettings {
     limits: resolveLimits(options.limits),
     observerOption: resolveObservers(options.observers),
     streamBufferItems: positiveInteger('streamBufferItems', options.streamBufferItems ?? 1000),
+    operatorOnly,
   };
 }
 

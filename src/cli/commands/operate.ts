@@ -1,15 +1,29 @@
 /**
  * Operator actions (docs/cli.md#operator-actions): `cancel`, `withdraw`, `resend` and `resume`
- * against the running engine that holds a LevelDB store (over its inspection socket). Each asks
+ * against the running engine that holds a LevelDB store (over its inspection socket), or on a
+ * PostgreSQL store appended by the CLI itself (Engine.openForOperator, no claim). Each asks
  * for confirmation unless `--yes` (and refuses without a terminal), and the engine records it in
  * the history as an `OperatorAction` event naming `--by` (default: the OS user).
  */
-import { userInfo } from 'node:os';
+import { hostname, userInfo } from 'node:os';
 import { createInterface } from 'node:readline/promises';
 import type { Command } from 'commander';
 import { TurnlogError } from '../../errors.js';
 import { isPostgresUrl } from '../../store/postgres-store.js';
-import { CliError, EXIT, connectLiveEngine, globals, positiveInt, printJSON, printText, usageError } from '../context.js';
+import { Engine } from '../../runtime/engine.js';
+import {
+  CliError,
+  EXIT,
+  connectLiveEngine,
+  globals,
+  loadCodecsModule,
+  openPostgresCliStore,
+  positiveInt,
+  printJSON,
+  printText,
+  usageError,
+  type GlobalOptions,
+} from '../context.js';
 
 interface ActionFlags {
   by?: string;
@@ -43,11 +57,9 @@ async function confirm(question: string, flags: ActionFlags): Promise<void> {
 /** Sends one action to the engine holding the store and prints what it did. */
 async function act(cmd: Command, question: string, op: 'cancel' | 'withdraw' | 'resend' | 'resume', args: Record<string, unknown>, flags: ActionFlags): Promise<void> {
   const g = globals(cmd);
-  if (isPostgresUrl(g.store)) {
-    throw usageError(`Operator actions on a PostgreSQL store go through a running engine's API (engine.cancel, engine.withdraw, …); this CLI reaches engines over a LevelDB store's inspection socket only.`);
-  }
   const by = flags.by ?? defaultBy();
   if (by === '') throw usageError('--by must not be empty.');
+  if (isPostgresUrl(g.store)) return actOnPostgres(g, question, op, args, { ...flags, by });
   const engine = await connectLiveEngine(g.store);
   if (!engine) {
     throw new TurnlogError(
@@ -62,6 +74,35 @@ async function act(cmd: Command, question: string, op: 'cancel' | 'withdraw' | '
     else await printText(result.message);
   } finally {
     engine.close();
+  }
+}
+
+/**
+ * On a shared PostgreSQL store the CLI appends the action itself (Engine.openForOperator): under
+ * the task's current generation, without claiming it; the engine running the task hears it.
+ */
+async function actOnPostgres(g: GlobalOptions, question: string, op: string, args: Record<string, unknown>, flags: ActionFlags & { by: string }): Promise<void> {
+  const loaded = g.codecs === undefined ? undefined : await loadCodecsModule(g.codecs);
+  const store = await openPostgresCliStore(g.store, { create: false, write: true });
+  try {
+    await confirm(question, flags);
+    const engine = await Engine.openForOperator({
+      store,
+      // The command prints its one result; the engine's own lines (a retried race) stay quiet.
+      logger: { info: () => {}, warn: () => {}, error: () => {} },
+      owner: `${hostname()}|turnlog-cli`,
+      ...(loaded ? { payloadCodecs: loaded.codecs, ...(loaded.converter ? { payloadConverter: loaded.converter } : {}) } : {}),
+    });
+    try {
+      const taskId = args['taskId'] as string;
+      const result = await engine.operatorAction(op, { taskId, by: flags.by, ...(flags.reason === undefined ? {} : { reason: flags.reason }) }, args);
+      if (g.json) await printJSON(result);
+      else await printText(result.message);
+    } finally {
+      await engine.shutdown();
+    }
+  } finally {
+    await store.close();
   }
 }
 
