@@ -12,7 +12,7 @@ import type { ChildOutcome } from '../history/state.js';
 import { MAX_PAYLOAD_BYTES, payloadSize, type PayloadConverter } from '../history/payload.js';
 import { illFormedText } from '../history/well-formed.js';
 import type { Workflow } from '../workflow/define-workflow.js';
-import { EXIT, SUSPENSION, type CancelKind, type ChildHandle, type StartChildOptions, type ExitForRecovery, type StepFn, type StepOptions, type Suspension, type TurnContext } from '../workflow/context.js';
+import { EXIT, SUSPENSION, type CancelKind, type ChildHandle, type StartChildOptions, type ExitForRecovery, type StepFn, type StepOptions, type Suspension, type TurnContext, type WaitOptions, type WaitResult } from '../workflow/context.js';
 import { CALLS, replayMismatch, type CallIntent, type Recorded } from './calls.js';
 import type { AttemptOutcome, TurnHost, TurnSpec } from './host.js';
 
@@ -405,12 +405,36 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
       // (cancel, timeout, shutdown) stops the wait here, while the record slot stays taken.
       const reply = this.#reserve().record(() => this.#host.record({ kind: 'child', seq, op: 'await', childId }));
       reply.catch(() => undefined);
-      outcome = (await abortable(reply, this.signal)).outcome;
+      outcome = (await untilAborted(reply, this.signal)).outcome;
     }
     if (!outcome) throw new TurnlogError('TURNLOG_HISTORY_INVARIANT', `Task ${this.taskId}, turn ${this.turn}: child ${childId} was awaited without an outcome.`);
     if (outcome.status === 'completed' || outcome.status === 'suspended') return this.#converter.fromPayload<O>(outcome.output ?? this.#converter.toPayload(undefined));
     const cause = outcome.failure ? failureToError(outcome.failure) : undefined;
     throw new ChildFailedError(this.taskId, childId, outcome.status, outcome.failure?.message ?? outcome.reason ?? '', cause ? { cause } : {});
+  }
+
+  async waitFor<T = unknown>(name: string, options: WaitOptions = {}): Promise<WaitResult<T>> {
+    const timeoutMs = options.timeoutMs;
+    if (timeoutMs !== undefined && (typeof timeoutMs !== 'number' || !Number.isFinite(timeoutMs) || timeoutMs < 0)) {
+      throw invalidArgument(`Task ${this.taskId}, turn ${this.turn}: ctx.waitFor() timeoutMs must be a finite number of milliseconds >= 0, got ${String(timeoutMs)}.`);
+    }
+    if (typeof name !== 'string' || name === '') throw invalidArgument(`Task ${this.taskId}: ctx.waitFor() needs a non-empty string signal name, got ${typeof name === 'string' ? '""' : typeof name}.`);
+    if (!name.isWellFormed()) throw invalidArgument(`Task ${this.taskId}: ctx.waitFor() ${illFormedText('signal name', name)}.`);
+    const stopped = this.intercept({ kind: 'wait', name });
+    if (stopped) return stopped;
+    const seq = ++this.#seq;
+    const recorded = this.#replayed(seq, { kind: 'wait', name });
+    let ended = recorded && CALLS.wait.result(recorded, this.#spec.taken).ended;
+    if (!recorded) {
+      this.#checkFenced();
+      const call = timeoutMs === undefined ? { kind: 'wait' as const, seq, name } : { kind: 'wait' as const, seq, name, timeoutMs };
+      await this.#reserve().record(() => this.#host.record(call));
+    }
+    // Not yet ended (a new wait, or a re-run of one that was waiting): the engine ends it,
+    // with a signal or at the recorded deadline; the turn's signal (timeout, cancel) cuts it short.
+    ended ??= await untilAborted(this.#host.wait(seq), this.signal);
+    if (ended.timedOut) return { ok: false, timedOut: true };
+    return { ok: true, value: this.#converter.fromPayload<T>(ended.value ?? this.#converter.toPayload(undefined)) };
   }
 
   suspend<O>(reason: string, output?: O): Suspension<O> {
@@ -485,13 +509,22 @@ function encodeFor(converter: PayloadConverter, value: unknown, field: PayloadFi
   return p;
 }
 
-/** `p`, or the signal's reason as soon as it aborts. */
-function abortable<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
+/** `p`, or a rejection with the signal's reason once it aborts. */
+function untilAborted<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
   if (signal.aborted) return Promise.reject(signal.reason);
   return new Promise<T>((resolve, reject) => {
     const stop = (): void => reject(signal.reason);
     signal.addEventListener('abort', stop, { once: true });
-    p.then(resolve, reject).finally(() => signal.removeEventListener('abort', stop));
+    p.then(
+      (v) => {
+        signal.removeEventListener('abort', stop);
+        resolve(v);
+      },
+      (err) => {
+        signal.removeEventListener('abort', stop);
+        reject(err);
+      },
+    );
   });
 }
 

@@ -98,6 +98,19 @@ function callMsg(c: RecordedCall): Msg {
       }
       return { seq: c.seq, eventId: c.eventId, child };
     }
+    case 'wait': {
+      const w: Msg = { name: c.name };
+      if (c.timeoutMs !== undefined) w['timeoutMs'] = c.timeoutMs;
+      if (c.deadline !== undefined) w['deadlineMs'] = c.deadline;
+      if (c.ended) {
+        w['ended'] = true;
+        w['signalId'] = c.ended.signalId;
+        w['timedOut'] = c.ended.timedOut;
+        w['endedEventId'] = c.ended.eventId;
+        if (c.ended.value !== undefined) w['value'] = payloadMsg(c.ended.value);
+      }
+      return { seq: c.seq, eventId: c.eventId, wait: w };
+    }
   }
 }
 
@@ -171,6 +184,9 @@ export function encodeState(state: TaskState): Uint8Array {
       if (c.status !== undefined) x['status'] = toNum(CHILD_STATUSES, c.status);
       return x;
     });
+  }
+  if (state.signals !== undefined) {
+    m['signals'] = state.signals.map((x) => ({ signalId: x.signalId, name: x.name, value: payloadMsg(x.value), eventId: x.eventId, timeMs: x.time }));
   }
   return SnapshotType.encode(m as never).finish();
 }
@@ -252,6 +268,17 @@ class Reader {
         if (x['failure']) outcome.failure = failureOf(x['failure']);
         if (x['reason']) outcome.reason = x['reason'];
         return { kind: 'child', seq, eventId, op: 'await', childId: x['childId'], outcome };
+      }
+      case 'wait': {
+        const w: Msg = m['wait'];
+        const c: RecordedCall = { kind: 'wait', seq, eventId, name: w['name'] };
+        if (w['timeoutMs'] != null) c.timeoutMs = w['timeoutMs'];
+        if (w['deadlineMs'] != null) c.deadline = w['deadlineMs'];
+        if (w['ended']) {
+          c.ended = { signalId: w['signalId'], timedOut: w['timedOut'] === true, eventId: w['endedEventId'] };
+          if (w['value']) c.ended.value = payloadOf(w['value']);
+        }
+        return c;
       }
       default:
         throw new HistoryFormatError(this.taskId, this.eventId, SNAPSHOT_VERSION, 'snapshot has a recorded call of unknown kind');
@@ -347,6 +374,10 @@ export function decodeState(data: Uint8Array): TaskState {
       if (x['status']) c.status = fromNum(CHILD_STATUSES, x['status'], 'child status', taskId, lastEventId);
       return c;
     });
+  }
+  const signals = m['signals'] as Msg[] | undefined;
+  if (signals?.length) {
+    s.signals = signals.map((x) => ({ signalId: x['signalId'], name: x['name'], value: payloadOf(x['value'] ?? {}), eventId: x['eventId'], time: x['timeMs'] }));
   }
   return s;
 }

@@ -44,7 +44,17 @@ export type RecordedCall =
   | { kind: 'patch'; seq: number; eventId: number; patchId: string; deprecated: boolean }
   | { kind: 'sleep'; seq: number; eventId: number; durationMs: number; fireAt: number }
   | { kind: 'child'; seq: number; eventId: number; op: 'start'; childId: string; workflow: string; detached: boolean }
-  | { kind: 'child'; seq: number; eventId: number; op: 'await'; childId: string; outcome: ChildOutcome };
+  | { kind: 'child'; seq: number; eventId: number; op: 'await'; childId: string; outcome: ChildOutcome }
+  | {
+      kind: 'wait';
+      seq: number;
+      eventId: number;
+      name: string;
+      timeoutMs?: number;
+      deadline?: number;
+      /** Set by WaitEnded: the signal taken or the timeout. */
+      ended?: WaitOutcome;
+    };
 
 /** A child's outcome as recorded in its parent (ChildEnded). */
 export interface ChildOutcome {
@@ -62,6 +72,24 @@ export interface ChildRef {
   seq: number;
   detached: boolean;
   status?: ChildStatus;
+}
+
+/** How a wait ended (WaitEnded). */
+export interface WaitOutcome {
+  /** The signal taken; '' when timed out. */
+  signalId: string;
+  value?: Payload;
+  timedOut: boolean;
+  eventId: number;
+}
+
+/** A signal received and not yet taken by a wait. */
+export interface BufferedSignal {
+  signalId: string;
+  name: string;
+  value: Payload;
+  eventId: number;
+  time: number;
 }
 
 export interface OpenTurn {
@@ -137,4 +165,6 @@ export interface TaskState {
   parent?: TaskParent;
   /** Children this task started, in start order (ChildStarted); empty for most tasks. */
   children?: ChildRef[];
+  /** Signals received and not yet taken by a `ctx.waitFor`, in arrival order (absent: none). */
+  signals?: BufferedSignal[];
 }

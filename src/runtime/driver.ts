@@ -22,6 +22,7 @@ import { emitOutput, noteAttemptEnded } from './observe.js';
 import type { Children } from './children.js';
 import type { Runtime } from './runtime.js';
 import type { Supervisor } from './supervisor.js';
+import { Waits } from './waits.js';
 import { MAX_RACES, type ActiveAttempt, type LockedTask, type TaskCache, type TaskEntry } from './task-cache.js';
 
 /** After a ConcurrencyError (and its re-read): the history still has this attempt's turn open. */
@@ -46,6 +47,8 @@ export class Driver {
   readonly #waitUntil: (taskId: string, at: number) => void;
   /** Child tasks: creates a child before its ChildStarted, waits for its end before ChildEnded. */
   readonly #children: Children | undefined;
+  /** Ends the named waits (ctx.waitFor) of attempts running here. */
+  readonly #waits: Waits;
 
   constructor(
     rt: Runtime,
@@ -54,9 +57,11 @@ export class Driver {
     appender: Appender,
     supervisor: Supervisor,
     waitUntil: (taskId: string, at: number) => void = () => {},
+    waits: Waits = new Waits(rt, cache, appender),
     children?: Children,
   ) {
     this.#waitUntil = waitUntil;
+    this.#waits = waits;
     this.#children = children;
     this.#rt = rt;
     this.#executors = executors;
@@ -278,6 +283,7 @@ export class Driver {
             queue: () => dueInputs(t, this.#rt.clock.now()),
             decode: this.#rt.codec?.decode ?? ((p) => p),
             empty: () => this.#rt.converter.toPayload(undefined),
+            now: () => this.#rt.clock.now(),
           };
           const rec = callSpec(call.kind).append(call as never, env) as Recording<CallReplies[C['kind']]>;
           if (rec.refused) throw (active.refused = rec.refused);
@@ -288,6 +294,8 @@ export class Driver {
       pendingInputCount: () => dueInputs(t, this.#rt.clock.now()).length,
       now: () => this.#rt.clock.now(),
       sleep: (ms, signal) => sleep(this.#rt.clock, ms, signal),
+      wait: (seq) => this.#waits.wait(t, active, seq),
+      random: this.#rt.random,
       emit: (item, dropped) => emitOutput(this.#rt, t, active, item, dropped),
     };
   }

@@ -51,6 +51,7 @@ import { Wakeups } from './wakeups.js';
 import { Supervisor } from './supervisor.js';
 import { TaskCache, type TaskEntry } from './task-cache.js';
 import { Watcher } from './watcher.js';
+import { Waits } from './waits.js';
 import { noteEngineActivation } from './work-log.js';
 import { startInspection } from './inspection.js';
 import type { InspectServer } from '../inspect/server.js';
@@ -100,6 +101,7 @@ export class Engine implements TaskClient {
   readonly #watcher: Watcher;
   readonly #wakeups: Wakeups;
   readonly #children: Children;
+  readonly #waits: Waits;
   #state: 'inactive' | 'activating' | 'open' | 'quiescing' | 'closed' = 'inactive';
   /** The recovery pass this activation started at open. */
   #recovery: Promise<void> = Promise.resolve();
@@ -154,7 +156,9 @@ export class Engine implements TaskClient {
       turnResult: (id, inputId) => this.turnResult(id, inputId),
       cancel: (id, reason) => this.cancel(id, reason),
     });
-    this.#driver = new Driver(this.#rt, this.#executors, this.#cache, this.#appender, this.#supervisor, (id, at) => this.#wakeups.add(id, at), this.#children);
+    const waits = (this.#waits = new Waits(this.#rt, this.#cache, this.#appender));
+    this.#rt.observers.onAppend((t, _before, events) => waits.afterAppend(t, events));
+    this.#driver = new Driver(this.#rt, this.#executors, this.#cache, this.#appender, this.#supervisor, (id, at) => this.#wakeups.add(id, at), waits, this.#children);
     this.#watcher = new Watcher(this.#rt, this.#cache, this.#appender, this.#results, (t) => this.#driver.drive(t));
     this.#scanner = new Scanner(this.#rt, this.#cache, this.#driver, () => this.#watcher.poll());
     this.#executors.set('inline', new InlineExecutor(o.workflows, o.converter));
@@ -477,6 +481,16 @@ export class Engine implements TaskClient {
     return done;
   }
 
+  /**
+   * Sends signal `name` with `value` to a task (docs/time.md#waiting-for-an-event-approvals): it
+   * ends the turn's `ctx.waitFor(name)`, or is buffered (durably) until one waits. Returns its id.
+   * @example await engine.signal('refund-42', 'approval', { approved: true, by: 'ana' });
+   */
+  async signal(taskId: string, name: string, value?: unknown): Promise<string> {
+    this.#assertOpen('signal');
+    return this.#waits.signal(taskId, name, value, notFound);
+  }
+
   /** Withdraws a queued input that no turn has taken yet. */
   async withdraw(taskId: string, inputId: string, reason = 'withdrawn by caller'): Promise<void> {
     await this.#withdraw(taskId, inputId, reason, []);
@@ -727,6 +741,8 @@ export class Engine implements TaskClient {
       const args: ActionArgs = { taskId: text('taskId')!, by: text('by')!, ...(reason === undefined ? {} : { reason }) };
       return this.operatorAction(op as OperatorActionKind, args, raw);
     };
+    // `turnlog signal`: its record is the SignalReceived event (no OperatorAction).
+    if (op === 'signal') return this.signal(text('taskId')!, text('name')!, raw['value']).then((signalId) => ({ action: 'signal', done: true, signalId, message: `signal ${signalId} sent to task ${String(raw['taskId'])}` }));
     return op === 'cancel' || op === 'withdraw' || op === 'resend' || op === 'resume' ? run() : undefined;
   }
 

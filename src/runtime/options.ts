@@ -38,6 +38,11 @@ export interface EngineOptions {
   /** How long shutdown waits for running turns before leaving them to recovery. Default 25 s. */
   shutdownGraceMs?: number;
   clock?: Clock;
+  /**
+   * Randomness for retry jitter (`RetryPolicy.jitter`) of inline turns: a function returning a
+   * number in [0, 1). Default `Math.random`; tests pass `seededRandom(seed)` from turnlog/testing.
+   */
+  random?: () => number;
   /** Codecs (encryption, compression) applied to every payload at the store boundary. */
   payloadCodecs?: readonly PayloadCodec[];
   /**
@@ -184,6 +189,7 @@ export interface EngineSettings {
   readonly ownerOption: string | undefined;
   readonly instanceOption: string | undefined;
   readonly clock: Clock;
+  readonly random: () => number;
   readonly codec: CodecChain | undefined;
   /** Payload codecs encode failure text (codecs present, encodeFailureAttributes not false). */
   readonly encodesFailureText: boolean;
@@ -243,6 +249,7 @@ export function resolveOptions(options: EngineOptions, operatorOnly = false): En
     ownerOption: options.owner,
     instanceOption: options.instance,
     clock: options.clock ?? systemClock,
+    random: resolveRandom(options.random),
     codec: pipeline.chain,
     encodesFailureText: pipeline.chain !== undefined && options.encodeFailureAttributes !== false,
     leaseMs: positive('leaseMs', options.leaseMs ?? 60_000),
@@ -263,6 +270,12 @@ export function resolveOptions(options: EngineOptions, operatorOnly = false): En
   };
 }
 
+
+function resolveRandom(given: (() => number) | undefined): () => number {
+  if (given === undefined) return Math.random;
+  if (typeof given !== 'function') throw invalidArgument(`random must be a function returning a number in [0, 1), got ${typeof given}.`);
+  return given;
+}
 
 function resolveObservers(given: readonly EngineObserver[] | undefined): readonly EngineObserver[] {
   if (given === undefined) return [];

@@ -161,6 +161,12 @@ export function describeEvent(e: HistoryEvent, max: number, converter?: PayloadC
       return `call ${e.seq}: child ${e.childId} ${e.status}${e.output ? ` → ${pv(e.output)}` : ''}${e.failure ? `: ${failureText(e.failure, max)}` : ''}${e.reason ? ` (${e.reason})` : ''}`;
     case 'Checkpointed':
       return `call ${e.seq}: checkpoint ${pv(e.data)}`;
+    case 'SignalReceived':
+      return `signal "${e.name}" received (${e.signalId}): ${pv(e.value)}`;
+    case 'WaitStarted':
+      return `call ${e.seq}: wait for signal "${e.name}"${e.deadline === undefined ? ' (no timeout)' : `, times out at ${isoTime(e.deadline)} (after ${duration(e.timeoutMs ?? 0)})`}`;
+    case 'WaitEnded':
+      return e.timedOut ? `call ${e.seq}: wait timed out` : `call ${e.seq}: wait ended by signal ${e.signalId}`;
     case 'PatchMarked':
       return `call ${e.seq}: patch ${e.patchId} taken (new branch)${e.deprecated ? ', deprecated' : ''}`;
     case 'TimeoutCancelRequested':

@@ -2,7 +2,7 @@
 // generated descriptor (lookupType) and history/codec.ts' Failure mapping. The reference that
 // protocol-codec.test.ts holds src/executor/protocol.ts' hand codec to, byte for byte.
 import type { EntryMode, FailureInfo, Payload, RetryPolicy, WorkflowKind } from '../../src/history/events.js';
-import type { ChildOutcome, QueuedInput, RecordedCall } from '../../src/history/state.js';
+import type { ChildOutcome, QueuedInput, RecordedCall, WaitOutcome } from '../../src/history/state.js';
 import { failureFromProto, failureToProto } from '../../src/history/codec.js';
 import { lookupType } from '../../src/internal/proto/root.js';
 import type { CancelKind, EmitItem, TurnSpec } from '../../src/attempt/host.js';
@@ -48,11 +48,19 @@ export function reflectedEncodeEngineMessage(m: EngineMessage): Uint8Array {
       const ack: Msg = { seq: m.seq, error: m.error ? failureToProto(m.error) : null };
       if (m.reply?.kind === 'take-inputs') ack.takeInputs = { inputs: m.reply.value.map((q) => ({ inputId: q.inputId, input: payloadOut(q.input) })) };
       if (m.reply?.kind === 'child') ack.child = childReplyOut(m.reply.value);
+      if (m.reply?.kind === 'wait') ack.wait = m.reply.value.deadline === undefined ? {} : { deadlineMs: m.reply.value.deadline };
       body = { ack };
       break;
     }
     case 'pending-inputs':
       body = { pendingInputs: { count: m.count } };
+      break;
+    case 'signals':
+      body = {
+        signals: {
+          ended: m.ended.map(({ seq, outcome: o }) => ({ seq, signalId: o.signalId, value: o.value ? payloadOut(o.value) : null, timedOut: o.timedOut })),
+        },
+      };
       break;
     case 'shutdown':
       body = { shutdown: {} };
@@ -83,9 +91,21 @@ export function reflectedDecodeEngineMessage(bytes: Uint8Array): EngineMessage {
     if (f.ack.takeInputs) {
       m.reply = { kind: 'take-inputs', value: (f.ack.takeInputs.inputs ?? []).map((q: Msg) => ({ inputId: q.inputId ?? '', input: payloadIn(q.input)! })) };
     }
+    if (f.ack.wait) m.reply = { kind: 'wait', value: f.ack.wait.deadlineMs != null ? { deadline: f.ack.wait.deadlineMs } : {} };
     return m;
   }
   if (f.pendingInputs) return { type: 'pending-inputs', count: f.pendingInputs.count ?? 0 };
+  if (f.signals) {
+    return {
+      type: 'signals',
+      ended: (f.signals.ended ?? []).map((e: Msg) => {
+        const outcome: WaitOutcome = { signalId: e.signalId ?? '', timedOut: e.timedOut ?? false, eventId: 0 };
+        const value = payloadIn(e.value);
+        if (value) outcome.value = value;
+        return { seq: e.seq ?? 0, outcome };
+      }),
+    };
+  }
   if (f.shutdown) return { type: 'shutdown' };
   throw new WorkerProtocolError('empty or unknown engine frame');
 }
@@ -141,6 +161,13 @@ function callOut(c: RecordedCall): Msg {
       return c.op === 'start'
         ? { ...base, child: { childId: c.childId, workflow: c.workflow, detached: c.detached } }
         : { ...base, child: { childId: c.childId, ended: true, outcome: childReplyOut({ childId: c.childId, outcome: c.outcome }) } };
+    case 'wait': {
+      const wait: Msg = { name: c.name };
+      if (c.timeoutMs !== undefined) wait.timeoutMs = c.timeoutMs;
+      if (c.deadline !== undefined) wait.deadlineMs = c.deadline;
+      if (c.ended) Object.assign(wait, { ended: true, signalId: c.ended.signalId, value: c.ended.value ? payloadOut(c.ended.value) : null, timedOut: c.ended.timedOut });
+      return { ...base, wait };
+    }
   }
 }
 
@@ -230,6 +257,18 @@ function callIn(c: Msg): RecordedCall {
     if (!x.ended) return { kind: 'child', seq, eventId, op: 'start', childId: x.childId ?? '', workflow: x.workflow ?? '', detached: x.detached ?? false };
     return { kind: 'child', seq, eventId, op: 'await', childId: x.childId ?? '', outcome: childReplyIn(x.outcome ?? {}).outcome ?? { status: 'completed' } };
   }
+  if (c.wait) {
+    const w = c.wait;
+    const call: Extract<RecordedCall, { kind: 'wait' }> = { kind: 'wait', seq, eventId, name: w.name ?? '' };
+    if (w.timeoutMs != null) call.timeoutMs = w.timeoutMs;
+    if (w.deadlineMs != null) call.deadline = w.deadlineMs;
+    if (w.ended) {
+      call.ended = { signalId: w.signalId ?? '', timedOut: w.timedOut ?? false, eventId: 0 };
+      const value = payloadIn(w.value);
+      if (value) call.ended.value = value;
+    }
+    return call;
+  }
   throw new WorkerProtocolError(`recorded call ${seq} has no kind`);
 }
 
@@ -282,6 +321,8 @@ function recordOut(c: CallRecord): Msg {
       return c.op === 'start'
         ? { seq: c.seq, child: { childId: c.childId, workflow: c.workflow, input: payloadOut(c.input), detached: c.detached } }
         : { seq: c.seq, child: { childId: c.childId, wait: true } };
+    case 'wait':
+      return { seq: c.seq, wait: c.timeoutMs === undefined ? { name: c.name } : { name: c.name, timeoutMs: c.timeoutMs } };
   }
 }
 
@@ -351,6 +392,17 @@ export function reflectedDecodeWorkerMessage(bytes: Uint8Array): WorkerMessage {
       return { type: 'record', call: { kind: 'patch', seq, patchId: rec.patch.patchId, deprecated: rec.patch.deprecated ?? false } };
     }
     if (rec.sleep) return { type: 'record', call: { kind: 'sleep', seq: positiveSeq(seq0, 'sleep'), durationMs: rec.sleep.durationMs ?? 0, fireAt: rec.sleep.fireAtMs ?? 0 } };
+    if (rec.wait) {
+      const seq = positiveSeq(seq0, 'wait record');
+      if (!rec.wait.name) throw new WorkerProtocolError(`wait record ${seq} has no name`);
+      const call: Extract<CallRecord, { kind: 'wait' }> = { kind: 'wait', seq, name: rec.wait.name };
+      if (rec.wait.timeoutMs != null) {
+        const t = rec.wait.timeoutMs;
+        if (!(Number.isFinite(t) && t >= 0)) throw new WorkerProtocolError(`wait record ${seq} has timeout ${t}`);
+        call.timeoutMs = t;
+      }
+      return { type: 'record', call };
+    }
     throw new WorkerProtocolError(`record ${seq0} carries no call`);
   }
   if (f.heartbeat) return { type: 'heartbeat' };

@@ -127,6 +127,12 @@ export function eventArbitraries(unit: fc.Arbitrary<string> | 'grapheme' = 'grap
       },
       { requiredKeys: ['type', 'eventId', 'time', 'generation', 'turn', 'seq', 'childId', 'status'] },
     ),
+    SignalReceived: fc.record({ type: fc.constant('SignalReceived'), ...base, signalId: str, name: str, value: payload }),
+    WaitStarted: fc.record(
+      { type: fc.constant('WaitStarted'), ...base, turn: small, seq: small, name: str, timeoutMs: ms, deadline: ms },
+      { requiredKeys: ['type', 'eventId', 'time', 'generation', 'turn', 'seq', 'name'] },
+    ),
+    WaitEnded: fc.record({ type: fc.constant('WaitEnded'), ...base, turn: small, seq: small, signalId: str, timedOut: fc.boolean() }),
     TimeoutCancelRequested: fc.record({ type: fc.constant('TimeoutCancelRequested'), ...base, turn: small, at: ms, graceUntil: ms }),
     CancelRequested: fc.record({ type: fc.constant('CancelRequested'), ...base, scope: fc.constantFrom('task', 'turn'), turn: small, reason: str }),
     WorkerKilled: fc.record({ type: fc.constant('WorkerKilled'), ...base, turn: small, pid: u32, signal: str, reason: str }),

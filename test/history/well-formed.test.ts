@@ -38,6 +38,9 @@ const ID_FIELDS: Partial<Record<EventType, string[]>> = {
   ChildEnded: ['childId'],
   LeaseClaimed: ['owner', 'instance'],
   OperatorAction: ['inputId', 'newInputId'],
+  SignalReceived: ['signalId', 'name'],
+  WaitStarted: ['name'],
+  WaitEnded: ['signalId'],
   HistoryCompacted: ['droppedInputIds'],
 };
 

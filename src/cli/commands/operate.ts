@@ -1,5 +1,5 @@
 /**
- * Operator actions (docs/cli.md#operator-actions): `cancel`, `withdraw`, `resend` and `resume`
+ * Operator actions (docs/cli.md#operator-actions): `cancel`, `withdraw`, `resend`, `resume` and `signal`
  * against the running engine that holds a LevelDB store (over its inspection socket), or on a
  * PostgreSQL store appended by the CLI itself (Engine.openForOperator, no claim). Each asks
  * for confirmation unless `--yes` (and refuses without a terminal), and the engine records it in
@@ -106,6 +106,53 @@ async function actOnPostgres(g: GlobalOptions, question: string, op: string, arg
   }
 }
 
+/**
+ * `turnlog signal`: a named signal, appended by the engine holding a LevelDB store (its socket)
+ * or, on PostgreSQL, by an operator engine of the CLI. No confirmation: it only adds an event.
+ */
+async function signal(cmd: Command, taskId: string, name: string, json: string | undefined): Promise<void> {
+  const g = globals(cmd);
+  let value: unknown;
+  try {
+    value = json === undefined ? null : JSON.parse(json);
+  } catch (err) {
+    throw usageError(`The signal value must be JSON (got ${JSON.stringify(json)}: ${(err as Error).message}). Quote it for the shell, e.g. '{"approved":true}'.`);
+  }
+  let result: { message: string; signalId: string };
+  if (isPostgresUrl(g.store)) {
+    const loaded = g.codecs === undefined ? undefined : await loadCodecsModule(g.codecs);
+    const store = await openPostgresCliStore(g.store, { create: false, write: true });
+    try {
+      const engine = await Engine.openForOperator({
+        store,
+        logger: { info: () => {}, warn: () => {}, error: () => {} },
+        owner: `${hostname()}|turnlog-cli`,
+        ...(loaded ? { payloadCodecs: loaded.codecs, ...(loaded.converter ? { payloadConverter: loaded.converter } : {}) } : {}),
+      });
+      try {
+        const signalId = await engine.signal(taskId, name, value);
+        result = { action: 'signal', done: true, signalId, message: `signal ${signalId} sent to task ${taskId}` } as typeof result;
+      } finally {
+        await engine.shutdown();
+      }
+    } finally {
+      await store.close();
+    }
+  } else {
+    const engine = await connectLiveEngine(g.store);
+    if (!engine) {
+      throw new TurnlogError('TURNLOG_INSPECT_SOCKET', `No running engine answers on store ${g.store}: a signal is appended by the engine that holds the store. Start the engine (with inspect on, the default) and run this again.`);
+    }
+    try {
+      result = await engine.action<{ message: string; signalId: string }>('signal', { taskId, name, value });
+    } finally {
+      engine.close();
+    }
+  }
+  if (g.json) await printJSON(result);
+  else await printText(result.message);
+}
+
 function common(c: Command): Command {
   return c
     .option('--by <who>', 'who is acting, recorded in the history (default: the OS user)')
@@ -113,8 +160,17 @@ function common(c: Command): Command {
     .option('-y, --yes', 'do not ask for confirmation (required without a terminal)');
 }
 
-/** Registers `cancel`, `withdraw`, `resend` and `resume` on the program. */
+/** Registers `cancel`, `withdraw`, `resend`, `resume` and `signal` on the program. */
 export function registerOperatorActions(program: Command): void {
+  program
+    .command('signal')
+    .description("send a named signal to a task (ends its turn's ctx.waitFor(name), or waits buffered until one does)")
+    .argument('<task>', 'task id')
+    .argument('<name>', 'the signal name')
+    .argument('[json]', 'the value, as JSON (default null)')
+    .action(async (taskId: string, name: string, json: string | undefined, _flags: unknown, cmd: Command) => {
+      await signal(cmd, taskId, name, json);
+    });
   common(
     program
       .command('cancel')
