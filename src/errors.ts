@@ -46,6 +46,8 @@ export type ErrorCode =
   // child tasks
   | 'TURNLOG_CHILD_FAILED'
   | 'TURNLOG_CHILD_CONFLICT'
+  // time: flow limits and schedules
+  | 'TURNLOG_LIMIT_UNKNOWN'
   // isolation
   | 'TURNLOG_ISOLATION_BOUNDARY'
   | 'TURNLOG_WORKER_CRASHED'

@@ -271,6 +271,8 @@ export class Driver {
     const at = `Task ${t.id}, turn ${active.turn}`;
     return {
       record: async <C extends CallRecord>(call0: C) => {
+        // The step's fn is done: its flow-limit slot is free for the next step.
+        if (call0.kind === 'step') releaseGrant(active, call0.seq);
         // Outside the parent's lock: creating a child locks the child, and a wait can be long.
         const call = call0.kind === 'child' ? ((await this.#prepareChild(t.id, active, call0 as CallRecords['child'], check)) as C) : call0;
         return this.#cache.withLock(t, async (t) => {
@@ -290,6 +292,13 @@ export class Driver {
           await record(t, rec.events);
           return rec.reply();
         });
+      },
+      acquire: async (limit, seq, signal) => {
+        const grant = await this.#rt.limiter.acquire(limit, signal, `${at}, step ${seq}`);
+        // An attempt that ended while the step waited gives the slot straight back.
+        if (active.grantsReleased) grant.release();
+        else (active.grants ??= new Map()).set(seq, grant);
+        return grant.waitedMs;
       },
       pendingInputCount: () => dueInputs(t, this.#rt.clock.now()).length,
       now: () => this.#rt.clock.now(),
@@ -316,6 +325,7 @@ export class Driver {
     for (const tm of active.timers) tm.cancel();
     // A child wait of this attempt stops with it (its record would be fenced anyway).
     active.stop?.abort(new FencedError(t.id, active.turn, active.attempt, 'the attempt ended'));
+    releaseGrants(active); // a crashed or killed worker's steps never sent their records
     noteAttemptEnded(this.#rt, t.id, active, outcome);
     if (t.active !== active || active.finalized) {
       this.#rt.log.debug?.('late outcome discarded', { taskId: t.id, turn: active.turn, outcome: outcome.kind });
@@ -360,6 +370,17 @@ export class Driver {
     }
     return ex;
   }
+}
+
+function releaseGrant(active: ActiveAttempt, seq: number): void {
+  active.grants?.get(seq)?.release();
+  active.grants?.delete(seq);
+}
+
+function releaseGrants(active: ActiveAttempt): void {
+  active.grantsReleased = true;
+  for (const g of active.grants?.values() ?? []) g.release();
+  active.grants?.clear();
 }
 
 /** The task's queued inputs a turn may take now: scheduled ones only once due. */
