@@ -150,6 +150,8 @@ export function encodeState(state: TaskState): Uint8Array {
   }
   if (state.cancelRequested !== undefined) m['cancelRequested'] = cancelMsg(state.cancelRequested);
   if (state.lastInputId !== undefined) m['lastInputId'] = state.lastInputId;
+  if (state.stateVersion !== undefined) m['stateVersion'] = state.stateVersion;
+  if (state.openTurn?.workflowVersion !== undefined) m['openTurnWorkflowVersion'] = state.openTurn.workflowVersion;
   return SnapshotType.encode(m as never).finish();
 }
 
@@ -305,5 +307,7 @@ export function decodeState(data: Uint8Array): TaskState {
   }
   if (m['cancelRequested']) s.cancelRequested = r.cancel(m['cancelRequested']);
   if (m['lastInputId'] != null) s.lastInputId = m['lastInputId'];
+  if (m['stateVersion'] != null) s.stateVersion = m['stateVersion'];
+  if (m['openTurnWorkflowVersion'] != null && s.openTurn) s.openTurn.workflowVersion = m['openTurnWorkflowVersion'];
   return s;
 }

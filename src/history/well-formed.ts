@@ -16,6 +16,7 @@ type Fields<T extends EventType> = readonly (keyof Extract<HistoryEvent, { type:
 const STRING_FIELDS: { [T in EventType]: { ids: Fields<T>; text: Fields<T> } } = {
   TaskCreated: { ids: ['workflow'], text: [] },
   HistoryCompacted: { ids: ['droppedInputIds'], text: [] },
+  StateMigrated: { ids: [], text: [] },
   InputQueued: { ids: ['inputId'], text: [] },
   InputWithdrawn: { ids: ['inputId'], text: ['reason'] },
   TurnStarted: { ids: ['inputIds', 'owner', 'instance'], text: [] },
@@ -123,6 +124,8 @@ function allWellFormed(e: HistoryEvent): boolean {
       return ok(e.owner) && ok(e.instance) && ok(e.reason);
     case 'HistoryCompacted':
       return listOk(e.droppedInputIds);
+    case 'StateMigrated':
+      return payloadOk(e.state);
     default:
       // TimeoutCancelRequested, TurnTimedOut, TaskCompleted: no strings.
       return true;
