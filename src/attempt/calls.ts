@@ -23,6 +23,7 @@ export interface CallIntents {
   'take-inputs': { kind: 'take-inputs' };
   patch: { kind: 'patch'; patchId: string };
   sleep: { kind: 'sleep'; ms: number };
+  wait: { kind: 'wait'; name: string };
 }
 /** A new call as the host records it (the body of a worker's Record frame). */
 export interface CallRecords {
@@ -32,6 +33,8 @@ export interface CallRecords {
   patch: { kind: 'patch'; seq: number; patchId: string; deprecated: boolean };
   /** `fireAt` is the host's now + `durationMs` when the sleep starts. */
   sleep: { kind: 'sleep'; seq: number; durationMs: number; fireAt: number };
+  /** The engine adds the deadline (its now + `timeoutMs`) and answers it. */
+  wait: { kind: 'wait'; seq: number; name: string; timeoutMs?: number };
 }
 /** An input handed to the handler by takeInputs(). */
 export interface TakenInput {
@@ -45,6 +48,8 @@ export interface CallReplies {
   'take-inputs': TakenInput[];
   patch: undefined;
   sleep: undefined;
+  /** When the wait times out (engine clock); absent: no timeout. */
+  wait: { deadline?: number };
 }
 /** What a recorded call gives back to a later attempt. */
 export interface CallResults {
@@ -55,6 +60,8 @@ export interface CallResults {
   patch: true;
   /** When the timer fires (a later attempt sleeps only what is left). */
   sleep: number;
+  /** The wait as recorded: `ended` set once it ended (else a later attempt waits for the rest). */
+  wait: Recorded<'wait'>;
 }
 
 export type CallIntent = CallIntents[CallKind];
@@ -79,6 +86,8 @@ export interface RecordEnv {
   decode(p: Payload): Payload;
   /** The payload of `undefined`. */
   empty(): Payload;
+  /** The engine's clock. */
+  now(): number;
 }
 
 /** How the engine records one call: refused outright, or events to append then a reply. */
@@ -120,6 +129,12 @@ export interface CallSpec<K extends CallKind> {
 }
 
 const REC = pb.WorkerFrame_Record;
+const optDouble = (w: Writer, tag: number, v: number | undefined): void => {
+  if (v !== undefined) {
+    w.uint32(tag);
+    w.double(v);
+  }
+};
 const CALL = pb.EngineFrame_Call;
 const TAKEN = pb.EngineFrame_TakenInput;
 
@@ -412,6 +427,87 @@ export const CALLS: { readonly [K in CallKind]: CallSpec<K> } = {
       events: () => [{ type: 'TimerStarted', turn: env.turn, seq: rec.seq, durationMs: rec.durationMs, fireAt: rec.fireAt }],
       reply: () => undefined,
     }),
+  },
+
+  wait: {
+    kind: 'wait',
+    describe: (c) => `waitFor("${c.name}")`,
+    // By name: a wait for another event at this position is another program.
+    matches: (r, i) => r.name === i.name,
+    result: (r) => r,
+    decoded: (c, codec) => (c.ended?.value ? { ...c, ended: { ...c.ended, value: codec.decode(c.ended.value) } } : c),
+    record: {
+      tag: REC.wait,
+      noun: 'wait record',
+      write: (w, c) => {
+        w.stringField(pb.WorkerFrame_Record_Wait.name, c.name);
+        optDouble(w, pb.WorkerFrame_Record_Wait.timeoutMs, c.timeoutMs);
+      },
+      read: (r, seq, bad) => {
+        const F = pb.WorkerFrame_Record_Wait;
+        const c: CallRecords['wait'] = { kind: 'wait', seq, name: '' };
+        fields(r, (t) => {
+          if (t === F.name) c.name = r.string();
+          else if (t === F.timeoutMs) c.timeoutMs = r.double();
+          else return false;
+          return true;
+        });
+        if (!c.name) bad(`wait record ${seq} has no name`);
+        if (c.timeoutMs !== undefined && !(Number.isFinite(c.timeoutMs) && c.timeoutMs >= 0)) bad(`wait record ${seq} has timeout ${c.timeoutMs}`);
+        return c;
+      },
+    },
+    reply: {
+      tag: pb.EngineFrame_Ack.wait,
+      what: 'The deadline of ctx.waitFor()',
+      write: (w, v) => optDouble(w, pb.EngineFrame_WaitReply.deadlineMs, v.deadline),
+      read: (r) => {
+        const v: CallReplies['wait'] = {};
+        fields(r, (t) => t === pb.EngineFrame_WaitReply.deadlineMs && (v.deadline = r.double()) !== undefined);
+        return v;
+      },
+    },
+    recorded: {
+      tag: CALL.wait,
+      write: (w, c) => {
+        const F = pb.EngineFrame_WaitCall;
+        w.stringField(F.name, c.name);
+        optDouble(w, F.timeoutMs, c.timeoutMs);
+        optDouble(w, F.deadlineMs, c.deadline);
+        if (c.ended) {
+          w.boolField(F.ended, true);
+          w.stringField(F.signalId, c.ended.signalId);
+          if (c.ended.value) writePayload(w, F.value, c.ended.value);
+          w.boolField(F.timedOut, c.ended.timedOut);
+        }
+      },
+      read: (r, { seq, eventId }) => {
+        const F = pb.EngineFrame_WaitCall;
+        const c: Recorded<'wait'> = { kind: 'wait', seq, eventId, name: '' };
+        let ended = false;
+        const end: NonNullable<Recorded<'wait'>['ended']> = { signalId: '', timedOut: false, eventId: 0 };
+        fields(r, (t) => {
+          if (t === F.name) c.name = r.string();
+          else if (t === F.timeoutMs) c.timeoutMs = r.double();
+          else if (t === F.deadlineMs) c.deadline = r.double();
+          else if (t === F.ended) ended = r.bool();
+          else if (t === F.signalId) end.signalId = r.string();
+          else if (t === F.value) end.value = r.nested(readPayload);
+          else if (t === F.timedOut) end.timedOut = r.bool();
+          else return false;
+          return true;
+        });
+        if (ended) c.ended = end;
+        return c;
+      },
+    },
+    append: (rec, env) => {
+      const deadline = rec.timeoutMs === undefined ? undefined : env.now() + rec.timeoutMs;
+      const draft: EventDraft = { type: 'WaitStarted', turn: env.turn, seq: rec.seq, name: rec.name };
+      if (rec.timeoutMs !== undefined) draft.timeoutMs = rec.timeoutMs;
+      if (deadline !== undefined) draft.deadline = deadline;
+      return { events: () => [{ ...draft }], reply: () => (deadline === undefined ? {} : { deadline }) };
+    },
   },
 };
 

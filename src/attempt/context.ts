@@ -10,7 +10,7 @@ import type { EntryMode, Payload, RetryPolicy } from '../history/events.js';
 import { errorToFailure } from '../history/failure.js';
 import { MAX_PAYLOAD_BYTES, payloadSize, type PayloadConverter } from '../history/payload.js';
 import { illFormedText } from '../history/well-formed.js';
-import { EXIT, SUSPENSION, type CancelKind, type ExitForRecovery, type StepFn, type StepOptions, type Suspension, type TurnContext } from '../workflow/context.js';
+import { EXIT, SUSPENSION, type CancelKind, type ExitForRecovery, type StepFn, type StepOptions, type Suspension, type TurnContext, type WaitOptions, type WaitResult } from '../workflow/context.js';
 import { CALLS, replayMismatch, type CallIntent, type Recorded } from './calls.js';
 import type { AttemptOutcome, TurnHost, TurnSpec } from './host.js';
 
@@ -366,6 +366,30 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     else this.signal.throwIfAborted();
   }
 
+  async waitFor<T = unknown>(name: string, options: WaitOptions = {}): Promise<WaitResult<T>> {
+    const timeoutMs = options.timeoutMs;
+    if (timeoutMs !== undefined && (typeof timeoutMs !== 'number' || !Number.isFinite(timeoutMs) || timeoutMs < 0)) {
+      throw invalidArgument(`Task ${this.taskId}, turn ${this.turn}: ctx.waitFor() timeoutMs must be a finite number of milliseconds >= 0, got ${String(timeoutMs)}.`);
+    }
+    if (typeof name !== 'string' || name === '') throw invalidArgument(`Task ${this.taskId}: ctx.waitFor() needs a non-empty string signal name, got ${typeof name === 'string' ? '""' : typeof name}.`);
+    if (!name.isWellFormed()) throw invalidArgument(`Task ${this.taskId}: ctx.waitFor() ${illFormedText('signal name', name)}.`);
+    const stopped = this.intercept({ kind: 'wait', name });
+    if (stopped) return stopped;
+    const seq = ++this.#seq;
+    const recorded = this.#replayed(seq, { kind: 'wait', name });
+    let ended = recorded && CALLS.wait.result(recorded, this.#spec.taken).ended;
+    if (!recorded) {
+      this.#checkFenced();
+      const call = timeoutMs === undefined ? { kind: 'wait' as const, seq, name } : { kind: 'wait' as const, seq, name, timeoutMs };
+      await this.#reserve().record(() => this.#host.record(call));
+    }
+    // Not yet ended (a new wait, or a re-run of one that was waiting): the engine ends it,
+    // with a signal or at the recorded deadline; the turn's signal (timeout, cancel) cuts it short.
+    ended ??= await untilAborted(this.#host.wait(seq), this.signal);
+    if (ended.timedOut) return { ok: false, timedOut: true };
+    return { ok: true, value: this.#converter.fromPayload<T>(ended.value ?? this.#converter.toPayload(undefined)) };
+  }
+
   suspend<O>(reason: string, output?: O): Suspension<O> {
     if (this.#spec.kind !== 'multi-turn') {
       throw new TurnlogError(
@@ -436,6 +460,25 @@ function encodeFor(converter: PayloadConverter, value: unknown, field: PayloadFi
     throw new PayloadTooLargeError(field, size, MAX_PAYLOAD_BYTES, subject, "That is turnlog's hard cap (no limit can be set above it): keep large data outside the task and pass a reference.");
   }
   return p;
+}
+
+/** `p`, or a rejection with the signal's reason once it aborts. */
+function untilAborted<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  return new Promise<T>((resolve, reject) => {
+    const stop = (): void => reject(signal.reason);
+    signal.addEventListener('abort', stop, { once: true });
+    p.then(
+      (v) => {
+        signal.removeEventListener('abort', stop);
+        resolve(v);
+      },
+      (err) => {
+        signal.removeEventListener('abort', stop);
+        reject(err);
+      },
+    );
+  });
 }
 
 function isRetryable(err: unknown, policy: RetryPolicy): boolean {

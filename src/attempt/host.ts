@@ -4,7 +4,7 @@
  * history) and how it ends (AttemptOutcome). Inline, process and replay executors share it.
  */
 import type { EntryMode, FailureInfo, Payload, RetryPolicy, WorkflowKind } from '../history/events.js';
-import type { QueuedInput, RecordedCall } from '../history/state.js';
+import type { QueuedInput, RecordedCall, WaitOutcome } from '../history/state.js';
 import type { CallRecord, CallReplies } from './calls.js';
 
 export type { CancelKind } from '../workflow/context.js';
@@ -57,6 +57,13 @@ export interface TurnHost {
   now(): number;
   /** Retry backoff; rejects when `signal` aborts. */
   sleep(ms: number, signal: AbortSignal): Promise<void>;
+  /**
+   * The end of the recorded wait at `seq` (ctx.waitFor), once WaitEnded is durable, payloads
+   * decoded. The engine ends it (a signal, or the timeout on its clock); may never resolve.
+   */
+  wait(seq: number): Promise<WaitOutcome>;
+  /** A number in [0, 1) for retry jitter (EngineOptions.random inline; Math.random elsewhere). */
+  random?(): number;
   /**
    * Non-durable output (docs/streaming.md): never awaited, never blocks the turn; a host may drop
    * it (`dropped` counts emits it dropped before this one). Absent under replay testing.

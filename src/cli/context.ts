@@ -145,9 +145,10 @@ export function positiveInt(value: string): number {
 /**
  * Opens a PostgreSQL store for one command. `?schema=` in the URL (else `TURNLOG_PG_SCHEMA`,
  * else `turnlog`) names the schema. Reading commands connect read-only
- * (`default_transaction_read_only`) and never migrate; `create` (import, migrate) migrates.
+ * (`default_transaction_read_only`) and never migrate; `create` (import, migrate) migrates;
+ * `write` (operator actions) connects read-write without migrating.
  */
-export async function openPostgresCliStore(url: string, options: { create: boolean }): Promise<PostgresHistoryStore> {
+export async function openPostgresCliStore(url: string, options: { create: boolean; write?: boolean }): Promise<PostgresHistoryStore> {
   const { createPostgresStore, parsePostgresUrl } = await import('../store/postgres-store.js');
   let parsed: ReturnType<typeof parsePostgresUrl>;
   try {
@@ -162,7 +163,8 @@ export async function openPostgresCliStore(url: string, options: { create: boole
     ...(schema === undefined ? {} : { schema }),
     max: 2,
     migrate: options.create,
-    readOnly: !options.create,
+    // Operator actions write (an append under fencing) but never migrate a schema.
+    readOnly: !options.create && options.write !== true,
   });
   try {
     await store.open();

@@ -86,6 +86,8 @@ export interface TaskClient {
   latestTurnResult<O = unknown>(taskId: string): Promise<TurnResult<O>>;
   cancel(taskId: string, reason?: string, scope?: 'task' | 'turn'): Promise<void>;
   withdraw(taskId: string, inputId: string, reason?: string): Promise<void>;
+  /** Sends a named signal (ends a `ctx.waitFor(name)`, or is buffered until one waits); returns its id. */
+  signal(taskId: string, name: string, value?: unknown): Promise<string>;
   describe(taskId: string): Promise<TaskDescription>;
   history(taskId: string): Promise<HistoryEvent[]>;
   /** The task's stream: lifecycle items and live output, in offset order (docs/streaming.md). */

@@ -90,6 +90,15 @@ export class TaskHandle<I = unknown, O = unknown> {
     return this.#engine.withdraw(this.taskId, inputId, reason);
   }
 
+  /**
+   * Sends signal `name` with `value`: it ends the turn's `ctx.waitFor(name)`, or waits durably
+   * (buffered) until a turn waits for it. Returns the signal's id. docs/time.md
+   * @example await task.signal('approval', { approved: true });
+   */
+  signal(name: string, value?: unknown): Promise<string> {
+    return this.#engine.signal(this.taskId, name, value);
+  }
+
   describe(): Promise<TaskDescription> {
     return this.#engine.describe(this.taskId);
   }

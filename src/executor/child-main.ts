@@ -21,6 +21,7 @@ import { TurnContextImpl, runHandler } from '../attempt/context.js';
 import type { CallRecord, CallReplies } from '../attempt/calls.js';
 import type { TurnHost, TurnSpec } from '../attempt/host.js';
 import type { Workflow } from '../workflow/define-workflow.js';
+import type { WaitOutcome } from '../history/state.js';
 import { workflowList } from '../workflow/workflow-source.js';
 import { markIsolatedWorker } from './isolation.js';
 import {
@@ -55,6 +56,10 @@ interface Pending {
 interface Turn {
   ctx: TurnContextImpl<unknown, unknown> | undefined;
   pending: Map<number, Pending>;
+  /** Waits the engine ended (Signals frames), by seq, until ctx.waitFor takes them. */
+  ended: Map<number, WaitOutcome>;
+  /** ctx.waitFor calls waiting for their Signals frame, by seq. */
+  waiting: Map<number, (o: WaitOutcome) => void>;
   heartbeat: NodeJS.Timeout;
   taskId: string;
   turn: number;
@@ -160,6 +165,15 @@ function onMessage(m: EngineMessage): void {
     case 'pending-inputs':
       pendingInputs = m.count;
       return;
+    case 'signals':
+      for (const { seq, outcome } of m.ended) {
+        const w = turn?.waiting.get(seq);
+        if (w) {
+          turn!.waiting.delete(seq);
+          w(outcome);
+        } else turn?.ended.set(seq, outcome);
+      }
+      return;
     case 'shutdown':
       shutdownAsked = true;
       if (!turn) exitFlushed(0);
@@ -203,6 +217,15 @@ function hostFor(t: Turn): TurnHost {
     pendingInputCount: () => pendingInputs,
     now: () => Date.now(),
     sleep,
+    // The engine ends every wait (a signal, or the deadline on its clock) and pushes the outcome.
+    wait: (seq) => {
+      const known = t.ended.get(seq);
+      if (known) {
+        t.ended.delete(seq);
+        return Promise.resolve(known);
+      }
+      return new Promise((resolve) => t.waiting.set(seq, resolve));
+    },
     emit: (item) => {
       if (turn !== t) return;
       if (pipe.writableLength > EMIT_QUEUE_BYTES) {
@@ -218,7 +241,9 @@ function hostFor(t: Turn): TurnHost {
 async function runTurn(spec: TurnSpec): Promise<void> {
   const heartbeat = setInterval(() => send({ type: 'heartbeat' }), HEARTBEAT_INTERVAL_MS);
   heartbeat.unref();
-  const t: Turn = { ctx: undefined, pending: new Map(), heartbeat, taskId: spec.taskId, turn: spec.turn, attempt: spec.attempt };
+  const t: Turn = { ctx: undefined, pending: new Map(),
+    ended: new Map(),
+    waiting: new Map(), heartbeat, taskId: spec.taskId, turn: spec.turn, attempt: spec.attempt };
   turn = t;
   let outcome: TerminalOutcome;
   const wf = workflows.get(spec.workflow);

@@ -358,6 +358,8 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
     }
     // Sent at once, even before Ready: the pipe buffers it until the worker has loaded the module.
     w.sendFrame(run);
+    // Waits an earlier attempt recorded and that have not ended: the worker waits for their end again.
+    for (const c of this.#spec.calls) if (c.kind === 'wait' && !c.ended) this.#forwardWait(c.seq);
     if (this.#cancelled) w.send({ type: 'cancel', kind: this.#cancelled, reason: 'requested before the worker started' });
     // Heartbeats start with the turn, after Ready: a slow module load is not silence.
     if (this.#heartbeatTimeoutMs > 0) {
@@ -489,6 +491,7 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
         if (this.#done) return;
         this.#syncPending();
         const reply = CALLS[call.kind].reply;
+        if (call.kind === 'wait') this.#forwardWait(seq);
         if (!reply) return w.send({ type: 'ack', seq });
         const frame = encodeEngineMessage({ type: 'ack', seq, reply: { kind: call.kind, value } as CallReply });
         if (frame.length <= MAX_FRAME_BYTES) return w.sendFrame(frame);
@@ -500,6 +503,16 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
         if (this.#done) return;
         w.send({ type: 'ack', seq, error: errorToFailure(err) });
       },
+    );
+  }
+
+  /** Pushes the end of the wait at `seq` to the worker (a Signals frame) once the engine ended it. */
+  #forwardWait(seq: number): void {
+    this.#host.wait(seq).then(
+      (outcome) => {
+        if (!this.#done) this.#worker?.send({ type: 'signals', ended: [{ seq, outcome }] });
+      },
+      () => undefined, // the attempt ended while it waited: its outcome says how
     );
   }
 

@@ -9,14 +9,14 @@
  */
 import { TurnlogError } from '../errors.js';
 import type { EntryMode, FailureInfo, Payload, RetryPolicy, WorkflowKind } from '../history/events.js';
-import type { RecordedCall } from '../history/state.js';
+import type { RecordedCall, WaitOutcome } from '../history/state.js';
 import type { AttemptOutcome, CancelKind, EmitItem, TurnSpec } from '../attempt/host.js';
 import { CALLS, RECORDED_BY_TAG, RECORD_BY_TAG, REPLY_BY_TAG, readTaken, writeTaken, type CallRecord, type CallReply, type MemberCodec } from '../attempt/calls.js';
 import * as pb from '../internal/wire/fields.js';
 import { EMPTY_BYTES as EMPTY, LEN, Reader, Writer, readFailure, readPayload, writeFailure, writePayload } from '../internal/wire/wire.js';
 
 /** Bumped for any change a peer of the other version would misread. */
-export const PROTOCOL_VERSION = 2;
+export const PROTOCOL_VERSION = 3;
 /** Frames above this size are refused (the worker is killed). */
 export const MAX_FRAME_BYTES = 64 * 1024 * 1024;
 /** The child's file descriptor for the protocol pipe (0–2 stay stdin/stdout/stderr). */
@@ -45,6 +45,8 @@ export type EngineMessage =
   /** The answer to a worker's record with this seq: durable (with its reply, for kinds that have one) or refused. */
   | { type: 'ack'; seq: number; error?: FailureInfo; reply?: CallReply }
   | { type: 'pending-inputs'; count: number }
+  /** Waits of the running turn that ended (WaitEnded durable), by seq: ctx.waitFor returns them. */
+  | { type: 'signals'; ended: { seq: number; outcome: WaitOutcome }[] }
   | { type: 'shutdown' };
 
 /** The terminal outcomes a worker can report (crashed and killed are the engine's to observe). */
@@ -104,6 +106,22 @@ export function encodeEngineMessage(m: EngineMessage): Uint8Array {
       w.uint32Field(pb.EngineFrame_PendingInputs.count, m.count);
       w.ldelim(at);
       break;
+    case 'signals': {
+      const O = pb.EngineFrame_WaitOutcome;
+      w.uint32(EF.signals);
+      at = w.fork();
+      for (const { seq, outcome } of m.ended) {
+        w.uint32(pb.EngineFrame_Signals.ended);
+        const o = w.fork();
+        w.uint32Field(O.seq, seq);
+        w.stringField(O.signalId, outcome.signalId);
+        if (outcome.value) writePayload(w, O.value, outcome.value);
+        w.boolField(O.timedOut, outcome.timedOut);
+        w.ldelim(o);
+      }
+      w.ldelim(at);
+      break;
+    }
     case 'shutdown':
       w.emptyField(EF.shutdown);
       break;
@@ -166,6 +184,33 @@ export function decodeEngineMessage(bytes: Uint8Array): EngineMessage {
             }
           });
           m = { type: 'pending-inputs', count };
+          continue;
+        }
+        case EF.signals: {
+          const O = pb.EngineFrame_WaitOutcome;
+          const ended: Extract<EngineMessage, { type: 'signals' }>['ended'] = [];
+          r.nested((r) => {
+            while (r.more()) {
+              const u = r.uint32();
+              if (u !== pb.EngineFrame_Signals.ended) {
+                r.skip(u & 7);
+                continue;
+              }
+              const e = { seq: 0, outcome: { signalId: '', timedOut: false, eventId: 0 } as WaitOutcome };
+              r.nested((r) => {
+                while (r.more()) {
+                  const v = r.uint32();
+                  if (v === O.seq) e.seq = r.uint32();
+                  else if (v === O.signalId) e.outcome.signalId = r.string();
+                  else if (v === O.value) e.outcome.value = r.nested(readPayload);
+                  else if (v === O.timedOut) e.outcome.timedOut = r.bool();
+                  else r.skip(v & 7);
+                }
+              });
+              ended.push(e);
+            }
+          });
+          m = { type: 'signals', ended };
           continue;
         }
         case EF.shutdown:

@@ -153,6 +153,7 @@ interface RetryMsg {
   backoffCoefficient?: number;
   maxIntervalMs?: number;
   nonRetryableTypes?: string[];
+  jitter?: number | null;
 }
 interface PolicyMsg {
   turnTimeoutMs?: number;
@@ -183,6 +184,8 @@ function retryFromProto(m: RetryMsg | null | undefined): RetryPolicy {
     backoffCoefficient: m?.backoffCoefficient ?? 0,
     maxIntervalMs: m?.maxIntervalMs ?? 0,
     nonRetryableTypes: m?.nonRetryableTypes ? [...m.nonRetryableTypes] : [],
+    // Absent in histories recorded before jitter existed: they keep reading as before (default).
+    ...(m?.jitter != null ? { jitter: m.jitter } : {}),
   };
 }
 
@@ -278,6 +281,15 @@ function eventToProto(e: HistoryEvent): Record<string, unknown> {
       return { eventId, timeMs, generation, timerStarted: { turn: e.turn, seq: e.seq, durationMs: e.durationMs, fireAtMs: e.fireAt } };
     case 'Checkpointed':
       return { eventId, timeMs, generation, checkpointed: { turn: e.turn, seq: e.seq, data: payloadToProto(e.data) } };
+    case 'SignalReceived':
+      return { eventId, timeMs, generation, signalReceived: { signalId: e.signalId, name: e.name, value: payloadToProto(e.value) } };
+    case 'WaitStarted':
+      return {
+        eventId, timeMs, generation,
+        waitStarted: { turn: e.turn, seq: e.seq, name: e.name, ...(e.timeoutMs === undefined ? {} : { timeoutMs: e.timeoutMs }), ...(e.deadline === undefined ? {} : { deadlineMs: e.deadline }) },
+      };
+    case 'WaitEnded':
+      return { eventId, timeMs, generation, waitEnded: { turn: e.turn, seq: e.seq, signalId: e.signalId, timedOut: e.timedOut } };
     case 'PatchMarked':
       return { eventId, timeMs, generation, patchMarked: { turn: e.turn, seq: e.seq, patchId: e.patchId, deprecated: e.deprecated } };
     case 'TimeoutCancelRequested':
@@ -654,6 +666,16 @@ function eventFromProto(m: EventMsg, taskId: string): HistoryEvent {
       return { type: 'PatchMarked', eventId, time, generation, turn: a.turn, seq: a.seq, patchId: a.patchId, deprecated: a.deprecated === true };
     case 'timerStarted':
       return { type: 'TimerStarted', eventId, time, generation, turn: a.turn, seq: a.seq, durationMs: a.durationMs, fireAt: a.fireAtMs };
+    case 'signalReceived':
+      return { type: 'SignalReceived', eventId, time, generation, signalId: a.signalId, name: a.name, value: payloadFromProto(a.value) ?? EMPTY_PAYLOAD };
+    case 'waitStarted': {
+      const e: HistoryEvent = { type: 'WaitStarted', eventId, time, generation, turn: a.turn, seq: a.seq, name: a.name };
+      if (a.timeoutMs != null) e.timeoutMs = a.timeoutMs;
+      if (a.deadlineMs != null) e.deadline = a.deadlineMs;
+      return e;
+    }
+    case 'waitEnded':
+      return { type: 'WaitEnded', eventId, time, generation, turn: a.turn, seq: a.seq, signalId: a.signalId, timedOut: a.timedOut === true };
     case 'checkpointed':
       return {
         type: 'Checkpointed',

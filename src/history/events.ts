@@ -50,6 +50,11 @@ export interface RetryPolicy {
   maxIntervalMs: number;
   /** Error `type`s (class names) that are never retried. */
   nonRetryableTypes: string[];
+  /**
+   * Each backoff delay is spread by ± this fraction at random (0.2: ±20%, the default when
+   * absent; 0: none), so many tasks failing together do not retry in lockstep.
+   */
+  jitter?: number;
 }
 
 /** Per-turn policy. Recorded in `TaskCreated`; every turn's deadline is recorded in `TurnStarted`. */
@@ -146,6 +151,32 @@ export interface TimerStarted extends EventBase {
   seq: number;
   durationMs: number;
   fireAt: number;
+}
+/** `task.signal(name, value)`: buffered until a `ctx.waitFor(name)` takes it (docs/time.md). */
+export interface SignalReceived extends EventBase {
+  type: 'SignalReceived';
+  signalId: string;
+  name: string;
+  value: Payload;
+}
+/** `ctx.waitFor(name, { timeoutMs })` started: a recorded call; `deadline` = engine now + timeoutMs. */
+export interface WaitStarted extends EventBase {
+  type: 'WaitStarted';
+  turn: number;
+  seq: number;
+  name: string;
+  timeoutMs?: number;
+  /** When the wait times out; absent: it waits until a signal (or the turn's end). */
+  deadline?: number;
+}
+/** The wait at `seq` ended: it took signal `signalId` (with its `value`), or timed out. */
+export interface WaitEnded extends EventBase {
+  type: 'WaitEnded';
+  turn: number;
+  seq: number;
+  /** The signal taken ('' when timed out); its value is the SignalReceived's, not copied here. */
+  signalId: string;
+  timedOut: boolean;
 }
 export interface Checkpointed extends EventBase {
   type: 'Checkpointed';
@@ -333,7 +364,10 @@ export type HistoryEvent =
   | HistoryCompacted
   | OperatorAction
   | TimerStarted
-  | StateMigrated;
+  | StateMigrated
+  | SignalReceived
+  | WaitStarted
+  | WaitEnded;
 
 export type EventType = HistoryEvent['type'];
 
@@ -391,6 +425,9 @@ export const ALL_EVENT_TYPES = [
   'OperatorAction',
   'TimerStarted',
   'StateMigrated',
+  'SignalReceived',
+  'WaitStarted',
+  'WaitEnded',
 ] as const satisfies readonly EventType[];
 
 /** A lease record: who may write a task now. */

@@ -35,6 +35,8 @@ export function mapEventPayloads(e: HistoryEvent, fn: PayloadFn, failure: Failur
     }
     case 'Checkpointed':
       return { ...e, data: fn(e.data) };
+    case 'SignalReceived':
+      return { ...e, value: fn(e.value) };
     case 'TurnCompleted':
     case 'TurnSuspended': {
       const out = { ...e };

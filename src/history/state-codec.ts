@@ -84,6 +84,19 @@ function callMsg(c: RecordedCall): Msg {
       return { seq: c.seq, eventId: c.eventId, patch: { patchId: c.patchId, deprecated: c.deprecated } };
     case 'sleep':
       return { seq: c.seq, eventId: c.eventId, sleep: { durationMs: c.durationMs, fireAtMs: c.fireAt } };
+    case 'wait': {
+      const w: Msg = { name: c.name };
+      if (c.timeoutMs !== undefined) w['timeoutMs'] = c.timeoutMs;
+      if (c.deadline !== undefined) w['deadlineMs'] = c.deadline;
+      if (c.ended) {
+        w['ended'] = true;
+        w['signalId'] = c.ended.signalId;
+        w['timedOut'] = c.ended.timedOut;
+        w['endedEventId'] = c.ended.eventId;
+        if (c.ended.value !== undefined) w['value'] = payloadMsg(c.ended.value);
+      }
+      return { seq: c.seq, eventId: c.eventId, wait: w };
+    }
   }
 }
 
@@ -152,6 +165,9 @@ export function encodeState(state: TaskState): Uint8Array {
   if (state.lastInputId !== undefined) m['lastInputId'] = state.lastInputId;
   if (state.stateVersion !== undefined) m['stateVersion'] = state.stateVersion;
   if (state.openTurn?.workflowVersion !== undefined) m['openTurnWorkflowVersion'] = state.openTurn.workflowVersion;
+  if (state.signals !== undefined) {
+    m['signals'] = state.signals.map((x) => ({ signalId: x.signalId, name: x.name, value: payloadMsg(x.value), eventId: x.eventId, timeMs: x.time }));
+  }
   return SnapshotType.encode(m as never).finish();
 }
 
@@ -224,6 +240,17 @@ class Reader {
         return { kind: 'patch', seq, eventId, patchId: m['patch']['patchId'], deprecated: m['patch']['deprecated'] === true };
       case 'sleep':
         return { kind: 'sleep', seq, eventId, durationMs: m['sleep']['durationMs'], fireAt: m['sleep']['fireAtMs'] };
+      case 'wait': {
+        const w: Msg = m['wait'];
+        const c: RecordedCall = { kind: 'wait', seq, eventId, name: w['name'] };
+        if (w['timeoutMs'] != null) c.timeoutMs = w['timeoutMs'];
+        if (w['deadlineMs'] != null) c.deadline = w['deadlineMs'];
+        if (w['ended']) {
+          c.ended = { signalId: w['signalId'], timedOut: w['timedOut'] === true, eventId: w['endedEventId'] };
+          if (w['value']) c.ended.value = payloadOf(w['value']);
+        }
+        return c;
+      }
       default:
         throw new HistoryFormatError(this.taskId, this.eventId, SNAPSHOT_VERSION, 'snapshot has a recorded call of unknown kind');
     }
@@ -309,5 +336,9 @@ export function decodeState(data: Uint8Array): TaskState {
   if (m['lastInputId'] != null) s.lastInputId = m['lastInputId'];
   if (m['stateVersion'] != null) s.stateVersion = m['stateVersion'];
   if (m['openTurnWorkflowVersion'] != null && s.openTurn) s.openTurn.workflowVersion = m['openTurnWorkflowVersion'];
+  const signals = m['signals'] as Msg[] | undefined;
+  if (signals?.length) {
+    s.signals = signals.map((x) => ({ signalId: x['signalId'], name: x['name'], value: payloadOf(x['value'] ?? {}), eventId: x['eventId'], time: x['timeMs'] }));
+  }
   return s;
 }

@@ -40,7 +40,35 @@ export type RecordedCall =
   | { kind: 'checkpoint'; seq: number; eventId: number; data: Payload }
   | { kind: 'take-inputs'; seq: number; eventId: number; inputIds: string[] }
   | { kind: 'patch'; seq: number; eventId: number; patchId: string; deprecated: boolean }
-  | { kind: 'sleep'; seq: number; eventId: number; durationMs: number; fireAt: number };
+  | { kind: 'sleep'; seq: number; eventId: number; durationMs: number; fireAt: number }
+  | {
+      kind: 'wait';
+      seq: number;
+      eventId: number;
+      name: string;
+      timeoutMs?: number;
+      deadline?: number;
+      /** Set by WaitEnded: the signal taken or the timeout. */
+      ended?: WaitOutcome;
+    };
+
+/** How a wait ended (WaitEnded). */
+export interface WaitOutcome {
+  /** The signal taken; '' when timed out. */
+  signalId: string;
+  value?: Payload;
+  timedOut: boolean;
+  eventId: number;
+}
+
+/** A signal received and not yet taken by a wait. */
+export interface BufferedSignal {
+  signalId: string;
+  name: string;
+  value: Payload;
+  eventId: number;
+  time: number;
+}
 
 export interface OpenTurn {
   turn: number;
@@ -119,4 +147,6 @@ export interface TaskState {
    * state, and when folded from a snapshot written before state versions existed.
    */
   stateVersion?: number;
+  /** Signals received and not yet taken by a `ctx.waitFor`, in arrival order (absent: none). */
+  signals?: BufferedSignal[];
 }

@@ -25,6 +25,9 @@ const STRING_FIELDS: { [T in EventType]: { ids: Fields<T>; text: Fields<T> } } =
   Checkpointed: { ids: [], text: [] },
   PatchMarked: { ids: ['patchId'], text: [] },
   TimerStarted: { ids: [], text: [] },
+  SignalReceived: { ids: ['signalId', 'name'], text: [] },
+  WaitStarted: { ids: ['name'], text: [] },
+  WaitEnded: { ids: ['signalId'], text: [] },
   TimeoutCancelRequested: { ids: [], text: [] },
   CancelRequested: { ids: [], text: ['reason'] },
   WorkerKilled: { ids: [], text: ['signal', 'reason'] },
@@ -40,7 +43,7 @@ const STRING_FIELDS: { [T in EventType]: { ids: Fields<T>; text: Fields<T> } } =
   OperatorAction: { ids: ['inputId', 'newInputId'], text: ['by', 'reason'] },
 };
 
-const PAYLOAD_FIELDS = ['input', 'result', 'data', 'output', 'state'] as const;
+const PAYLOAD_FIELDS = ['input', 'result', 'data', 'output', 'state', 'value'] as const;
 
 /** True for a string with no lone surrogate (one UTF-8 form, round-trips through any store). */
 export function isWellFormed(s: string): boolean {
@@ -106,6 +109,12 @@ function allWellFormed(e: HistoryEvent): boolean {
       return payloadOk(e.data);
     case 'PatchMarked':
       return ok(e.patchId);
+    case 'SignalReceived':
+      return ok(e.signalId) && ok(e.name) && payloadOk(e.value);
+    case 'WaitStarted':
+      return ok(e.name);
+    case 'WaitEnded':
+      return ok(e.signalId);
     case 'CancelRequested':
     case 'TurnCancelled':
     case 'TurnExitedForRecovery':

@@ -22,7 +22,7 @@ export function socketPath(storeDir: string): string {
 /** Read operations every live engine answers (the read side of `HistoryStore`). */
 export type ReadOp = 'readEvents' | 'getSummary' | 'listTasks' | 'getLease' | 'getSnapshot' | 'listCorrupt' | 'now' | 'hello';
 /** Operator actions (docs/cli.md#operator-actions); each is recorded in the history with `by`. */
-export type ActionOp = 'cancel' | 'withdraw' | 'resend' | 'resume';
+export type ActionOp = 'cancel' | 'withdraw' | 'resend' | 'resume' | 'signal';
 export type Op = ReadOp | ActionOp;
 
 export interface Request {

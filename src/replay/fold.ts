@@ -4,7 +4,7 @@
  */
 import { HistoryInvariantError } from '../errors.js';
 import type { HistoryEvent, TurnTerminalEvent } from '../history/events.js';
-import type { OpenTurn, QueuedInput, TaskState } from '../history/state.js';
+import type { OpenTurn, QueuedInput, TaskState, WaitOutcome } from '../history/state.js';
 import { applyStateDelta, turnSources, withFullState } from '../history/state-delta.js';
 import { decodeState } from '../history/state-codec.js';
 
@@ -112,6 +112,7 @@ function cloneState(from: TaskState): TaskState {
   if (from.cancelRequested !== undefined) s.cancelRequested = from.cancelRequested;
   if (from.lastInputId !== undefined) s.lastInputId = from.lastInputId;
   if (from.stateVersion !== undefined) s.stateVersion = from.stateVersion;
+  if (from.signals !== undefined) s.signals = from.signals.slice();
   return s;
 }
 
@@ -246,6 +247,23 @@ function apply(s: TaskState, e: HistoryEvent): void {
       t.calls.push({ kind: 'sleep', seq: e.seq, eventId: e.eventId, durationMs: e.durationMs, fireAt: e.fireAt });
       break;
     }
+    case 'SignalReceived':
+      if (s.signals?.some((x) => x.signalId === e.signalId)) fail(s, e, 'duplicate-signal', `signal ${e.signalId} is already buffered`);
+      (s.signals ??= []).push({ signalId: e.signalId, name: e.name, value: e.value, eventId: e.eventId, time: e.time });
+      break;
+    case 'WaitStarted': {
+      const t = openTurnFor(s, e);
+      requireRunning(s, t, e);
+      nextSeq(s, t, e);
+      const call: OpenTurn['calls'][number] = { kind: 'wait', seq: e.seq, eventId: e.eventId, name: e.name };
+      if (e.timeoutMs !== undefined) call.timeoutMs = e.timeoutMs;
+      if (e.deadline !== undefined) call.deadline = e.deadline;
+      t.calls.push(call);
+      break;
+    }
+    case 'WaitEnded':
+      waitEnded(s, e);
+      break;
     case 'Checkpointed': {
       const t = openTurnFor(s, e);
       requireRunning(s, t, e);
@@ -326,6 +344,28 @@ function apply(s: TaskState, e: HistoryEvent): void {
   s.lastEventId = e.eventId;
   s.updatedAt = e.time;
   s.highestGeneration = e.generation;
+}
+
+/** A wait ends once, in the attempt that runs it; the signal it took leaves the buffer. */
+function waitEnded(s: TaskState, e: Extract<HistoryEvent, { type: 'WaitEnded' }>): void {
+  const t = openTurnFor(s, e);
+  requireRunning(s, t, e);
+  const k = t.calls.findIndex((c) => c.seq === e.seq);
+  const call = t.calls[k];
+  if (call?.kind !== 'wait') return fail(s, e, 'wait-ended', `call ${e.seq} of turn ${t.turn} is not a wait`);
+  if (call.ended) fail(s, e, 'wait-ended', `the wait at ${e.seq} already ended (event ${call.ended.eventId})`);
+  if (e.timedOut === (e.signalId !== '')) fail(s, e, 'wait-ended', 'a wait ends with exactly one of a signal and its timeout');
+  const ended: WaitOutcome = { signalId: e.signalId, timedOut: e.timedOut, eventId: e.eventId };
+  if (!e.timedOut) {
+    const i = s.signals?.findIndex((x) => x.signalId === e.signalId) ?? -1;
+    const sig = s.signals?.[i];
+    if (sig === undefined || sig.name !== call.name) fail(s, e, 'wait-ended', `signal ${e.signalId} named "${call.name}" is not buffered`);
+    s.signals!.splice(i, 1);
+    if (s.signals!.length === 0) delete s.signals;
+    ended.value = sig!.value;
+  }
+  // Recorded calls are shared with the state folded from: replaced, never changed in place.
+  t.calls[k] = { ...call, ended };
 }
 
 /** Compaction: event 2 stands for events 2..throughEventId; the state there is in the event. */

@@ -62,7 +62,9 @@ export class Appender {
 
   /** The generation this engine writes under: its own lease's, never below the history's highest. */
   generation(t: TaskEntry): number {
-    return Math.max(t.lease?.instance === this.#rt.instance ? t.lease.generation : 0, t.state?.highestGeneration ?? 0);
+    // An operator engine (openForOperator) writes under whoever holds the task: it never claims.
+    const own = t.lease && (this.#rt.operatorOnly || t.lease.instance === this.#rt.instance) ? t.lease.generation : 0;
+    return Math.max(own, t.state?.highestGeneration ?? 0);
   }
 
   /** The state `drafts` would fold to, without writing (the driver decides on it). */

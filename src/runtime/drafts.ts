@@ -218,3 +218,18 @@ export function withinLimits(limits: Readonly<PayloadLimits>, taskId: string, a:
       : (oversized(limits, 'output', o.output, `${at}, ${o.kind === 'suspended' ? 'suspend output' : 'output'}`) ?? oversized(limits, 'state', o.state, `${at}, ctx.state`)));
   return refused ? { kind: 'failed', failure: errorToFailure(refused) } : o;
 }
+
+/**
+ * How the wait at `seq` of the open turn ends now (ctx.waitFor), or undefined while it waits:
+ * with the first buffered signal of its name (a signal wins over a deadline that also passed),
+ * else by its timeout once `now` reaches the recorded deadline.
+ */
+export function waitEndDraft(s: TaskState, seq: number, now: number): Draft | undefined {
+  const ot = s.openTurn;
+  const call = ot?.calls[seq - 1];
+  if (!ot || call?.kind !== 'wait' || call.ended) return undefined;
+  const sig = s.signals?.find((x) => x.name === call.name);
+  if (sig) return { type: 'WaitEnded', turn: ot.turn, seq, signalId: sig.signalId, timedOut: false };
+  if (call.deadline !== undefined && now >= call.deadline) return { type: 'WaitEnded', turn: ot.turn, seq, signalId: '', timedOut: true };
+  return undefined;
+}

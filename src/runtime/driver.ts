@@ -22,6 +22,7 @@ import { migrateState, newerStateError } from './migration.js';
 import { emitOutput, noteAttemptEnded } from './observe.js';
 import type { Runtime } from './runtime.js';
 import type { Supervisor } from './supervisor.js';
+import { Waits } from './waits.js';
 import { MAX_RACES, type ActiveAttempt, type LockedTask, type TaskCache, type TaskEntry } from './task-cache.js';
 
 /** After a ConcurrencyError (and its re-read): the history still has this attempt's turn open. */
@@ -44,6 +45,8 @@ export class Driver {
   #starting = 0;
   /** Arms a wake-up for a task waiting for a scheduled input (rule waiting-for-timer). */
   readonly #waitUntil: (taskId: string, at: number) => void;
+  /** Ends the named waits (ctx.waitFor) of attempts running here. */
+  readonly #waits: Waits;
 
   constructor(
     rt: Runtime,
@@ -52,8 +55,10 @@ export class Driver {
     appender: Appender,
     supervisor: Supervisor,
     waitUntil: (taskId: string, at: number) => void = () => {},
+    waits: Waits = new Waits(rt, cache, appender),
   ) {
     this.#waitUntil = waitUntil;
+    this.#waits = waits;
     this.#rt = rt;
     this.#executors = executors;
     this.#cache = cache;
@@ -115,7 +120,8 @@ export class Driver {
             // Not ours to run (a deploy without this workflow): leave the task untouched for
             // an engine that has it, instead of failing its turn (test: "unregistered workflow").
             if (pending.length) await this.#appender.append(t, pending);
-            this.#rt.log.warn('task left waiting: its workflow is not registered with this engine', { taskId: t.id, workflow: preview.workflow });
+            // An operator engine has no workflows by design: an engine that runs the task starts it.
+            if (!this.#rt.operatorOnly) this.#rt.log.warn('task left waiting: its workflow is not registered with this engine', { taskId: t.id, workflow: preview.workflow });
             return;
           }
           {
@@ -290,6 +296,7 @@ export class Driver {
             queue: () => dueInputs(t, this.#rt.clock.now()),
             decode: this.#rt.codec?.decode ?? ((p) => p),
             empty: () => this.#rt.converter.toPayload(undefined),
+            now: () => this.#rt.clock.now(),
           };
           const rec = callSpec(call.kind).append(call as never, env) as Recording<CallReplies[C['kind']]>;
           if (rec.refused) throw (active.refused = rec.refused);
@@ -299,6 +306,8 @@ export class Driver {
       pendingInputCount: () => dueInputs(t, this.#rt.clock.now()).length,
       now: () => this.#rt.clock.now(),
       sleep: (ms, signal) => sleep(this.#rt.clock, ms, signal),
+      wait: (seq) => this.#waits.wait(t, active, seq),
+      random: this.#rt.random,
       emit: (item, dropped) => emitOutput(this.#rt, t, active, item, dropped),
     };
   }

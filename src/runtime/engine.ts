@@ -14,6 +14,7 @@ import {
   TaskConflictError,
   TurnlogError,
   invalidArgument,
+  isTurnlogError,
 } from '../errors.js';
 import { HISTORY_FORMAT_VERSION, type ExecutorKind, type HistoryEvent, type OperatorActionKind, type Payload } from '../history/events.js';
 import type { TaskState } from '../history/state.js';
@@ -38,7 +39,7 @@ import { newerStateError } from './migration.js';
 import { failedTurnInputs, operatorDraft, type ActionArgs } from './operator.js';
 import { Driver } from './driver.js';
 import { FaultInjector } from './fault.js';
-import { checkId, isCaptureMode, resolveOptions, type ActivateOptions, type EngineOptions, type EngineSettings } from './options.js';
+import { checkId, isCaptureMode, resolveOptions, type ActivateOptions, type EngineOptions, type EngineSettings, type OperatorOptions } from './options.js';
 import { TurnResults } from './results.js';
 import { Observers, type EngineObserver } from './observe.js';
 import { StreamHub, type StreamSource } from '../stream/hub.js';
@@ -49,6 +50,7 @@ import { Wakeups } from './wakeups.js';
 import { Supervisor } from './supervisor.js';
 import { TaskCache, type TaskEntry } from './task-cache.js';
 import { Watcher } from './watcher.js';
+import { Waits } from './waits.js';
 import { noteEngineActivation } from './work-log.js';
 import { startInspection } from './inspection.js';
 import type { InspectServer } from '../inspect/server.js';
@@ -69,7 +71,7 @@ export interface OperatorResult {
   turn?: number;
   inputIds?: string[];
 }
-export { isCaptureMode, type ActivateOptions, type EngineOptions } from './options.js';
+export { isCaptureMode, type ActivateOptions, type EngineOptions, type OperatorOptions } from './options.js';
 
 /**
  * Opens with `Engine.open()`.
@@ -97,14 +99,15 @@ export class Engine implements TaskClient {
   #hub: StreamHub;
   readonly #watcher: Watcher;
   readonly #wakeups: Wakeups;
+  readonly #waits: Waits;
   #state: 'inactive' | 'activating' | 'open' | 'quiescing' | 'closed' = 'inactive';
   /** The recovery pass this activation started at open. */
   #recovery: Promise<void> = Promise.resolve();
   /** The live-inspection socket while open (docs/cli.md#live-inspection). */
   #inspection: InspectServer | undefined;
 
-  private constructor(options: EngineOptions) {
-    const o = (this.#o = resolveOptions(options));
+  private constructor(options: EngineOptions, operatorOnly = false) {
+    const o = (this.#o = resolveOptions(options, operatorOnly));
     const engine = this;
     this.#rt = {
       ...o,
@@ -146,8 +149,10 @@ export class Engine implements TaskClient {
     );
     this.#supervisor = new Supervisor(this.#rt, this.#cache, this.#results, this.#appender, (t) => this.#driver.drive(t));
     this.#wakeups = new Wakeups(this.#rt, (id) => this.#scanner.wake(id));
-    this.#driver = new Driver(this.#rt, this.#executors, this.#cache, this.#appender, this.#supervisor, (id, at) => this.#wakeups.add(id, at));
-    this.#watcher = new Watcher(this.#rt, this.#cache, this.#appender, this.#results);
+    const waits = (this.#waits = new Waits(this.#rt, this.#cache, this.#appender));
+    this.#rt.observers.onAppend((t, _before, events) => waits.afterAppend(t, events));
+    this.#driver = new Driver(this.#rt, this.#executors, this.#cache, this.#appender, this.#supervisor, (id, at) => this.#wakeups.add(id, at), waits);
+    this.#watcher = new Watcher(this.#rt, this.#cache, this.#appender, this.#results, (t) => this.#driver.drive(t));
     this.#scanner = new Scanner(this.#rt, this.#cache, this.#driver, () => this.#watcher.poll());
     this.#executors.set('inline', new InlineExecutor(o.workflows, o.converter));
     for (const [kind, ex] of Object.entries(options.executors ?? {})) if (ex) this.#executors.set(kind as ExecutorKind, ex);
@@ -164,6 +169,20 @@ export class Engine implements TaskClient {
     assertOutsideWorker('Engine.open()');
     const engine = new Engine(options);
     if (!isCaptureMode(options)) await engine.activate();
+    return engine;
+  }
+
+  /**
+   * Opens an engine that only acts as an operator on a store that running engines share
+   * (PostgreSQL): `operatorAction` (cancel, withdraw, resend, resume) appends the action, recorded
+   * with `by`, under the task's current generation (fencing) without claiming the task. It runs no
+   * turn, scans nothing and recovers nothing: the engine running the task hears the append
+   * (LISTEN/NOTIFY) and acts on it. `turnlog cancel|withdraw|resend|resume --store postgres://…`.
+   */
+  static async openForOperator(options: OperatorOptions): Promise<Engine> {
+    assertOutsideWorker('Engine.openForOperator()');
+    const engine = new Engine({ ...options, workflows: [], inspect: false, scanIntervalMs: 0 }, true);
+    await engine.activate();
     return engine;
   }
 
@@ -227,6 +246,8 @@ export class Engine implements TaskClient {
         this.#o.log.error('task isolated: its stored history cannot be read', { taskId: m.taskId, key: m.key, error: m.message });
       }
       this.#state = 'open';
+      // An operator engine (openForOperator) acts on request only: no socket, watcher, scan or recovery.
+      if (this.#o.operatorOnly) return;
       this.#inspection = await startInspection(this.#rt, this.#o.inspect, (op, args) => this.#operatorAction(op, args));
       this.#watcher.start();
       // Scanner before recovery: every phase that can fail runs before any turn starts, so a
@@ -369,6 +390,9 @@ export class Engine implements TaskClient {
       }
       const busy = t.active !== undefined || t.state!.openTurn !== undefined;
       if (busy) {
+        if (this.#o.operatorOnly) {
+          throw new TaskConflictError(t.id, 'in_progress', `turn ${t.state!.turn} is running. Re-send once it has ended (an operator's re-send never steers a running turn).`);
+        }
         if (!wf.steerable) {
           throw new TaskConflictError(t.id, 'in_progress', `turn ${t.state!.turn} is running and workflow ${wf.name} does not accept steering inputs. Wait for the turn, or enable steering.`);
         }
@@ -433,6 +457,16 @@ export class Engine implements TaskClient {
       }
       return true;
     });
+  }
+
+  /**
+   * Sends signal `name` with `value` to a task (docs/time.md#waiting-for-an-event-approvals): it
+   * ends the turn's `ctx.waitFor(name)`, or is buffered (durably) until one waits. Returns its id.
+   * @example await engine.signal('refund-42', 'approval', { approved: true, by: 'ana' });
+   */
+  async signal(taskId: string, name: string, value?: unknown): Promise<string> {
+    this.#assertOpen('signal');
+    return this.#waits.signal(taskId, name, value, notFound);
   }
 
   /** Withdraws a queued input that no turn has taken yet. */
@@ -683,14 +717,30 @@ export class Engine implements TaskClient {
       const args: ActionArgs = { taskId: text('taskId')!, by: text('by')!, ...(reason === undefined ? {} : { reason }) };
       return this.operatorAction(op as OperatorActionKind, args, raw);
     };
+    // `turnlog signal`: its record is the SignalReceived event (no OperatorAction).
+    if (op === 'signal') return this.signal(text('taskId')!, text('name')!, raw['value']).then((signalId) => ({ action: 'signal', done: true, signalId, message: `signal ${signalId} sent to task ${String(raw['taskId'])}` }));
     return op === 'cancel' || op === 'withdraw' || op === 'resend' || op === 'resume' ? run() : undefined;
   }
 
   /**
-   * @internal An operator action (the CLI's `cancel`, `withdraw`, `resend`, `resume`), recorded
-   * in the history as an `OperatorAction` event with `by`, in the same append as its effect.
+   * An operator action (the CLI's `cancel`, `withdraw`, `resend`, `resume`), recorded in the
+   * history as an `OperatorAction` event with `by`, in the same append as its effect. `extra`:
+   * `{ scope: 'task' | 'turn' }` (cancel), `{ inputId }` (withdraw), `{ turn }` (resend).
+   * See docs/cli.md#operator-actions and {@link Engine.openForOperator}.
    */
   async operatorAction(op: string, args: ActionArgs, extra: Record<string, unknown> = {}): Promise<OperatorResult> {
+    for (let races = 0; ; races++) {
+      try {
+        return await this.#operatorActionOnce(op, args, extra);
+      } catch (err) {
+        // An operator engine writes under the generation it read: a claim in between (another
+        // engine recovering the task) fences it; the re-read decides again on the new lease.
+        if (!this.#o.operatorOnly || races >= 2 || !isTurnlogError(err, 'TURNLOG_STALE_GENERATION')) throw err;
+      }
+    }
+  }
+
+  async #operatorActionOnce(op: string, args: ActionArgs, extra: Record<string, unknown>): Promise<OperatorResult> {
     const { taskId, by } = args;
     const why = args.reason ?? `${op} by ${by} (turnlog CLI)`;
     switch (op) {
@@ -727,7 +777,7 @@ export class Engine implements TaskClient {
     const s = t.state;
     if (!s) throw notFound(taskId);
     const found = failedTurnInputs(taskId, await this.store.readEvents(taskId), turn);
-    const wf = this.#workflow(s.workflow);
+    const wf = this.#o.operatorOnly ? operatorWorkflow(s) : this.#workflow(s.workflow);
     const decode = this.#o.codec?.decode ?? ((p: Payload) => p);
     const ids: string[] = [];
     for (const [i, q] of found.inputs.entries()) {
@@ -774,6 +824,14 @@ export class Engine implements TaskClient {
       throw new TurnlogError('TURNLOG_ENGINE_CLOSED', `engine.${api}() called on an engine that is ${this.#state}. Open a new engine with Engine.open().`);
     }
   }
+}
+
+/**
+ * What an operator engine (no workflows) knows of a task's workflow, from its history: the name
+ * and policy. Not steerable: a re-send while a turn runs is refused instead of steering it.
+ */
+function operatorWorkflow(s: TaskState): Workflow<any, any, any, any> {
+  return { name: s.workflow, kind: s.kind, steerable: false, policy: s.policy } as unknown as Workflow<any, any, any, any>;
 }
 
 function notFound(taskId: string): TurnlogError {

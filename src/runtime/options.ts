@@ -38,6 +38,11 @@ export interface EngineOptions {
   /** How long shutdown waits for running turns before leaving them to recovery. Default 25 s. */
   shutdownGraceMs?: number;
   clock?: Clock;
+  /**
+   * Randomness for retry jitter (`RetryPolicy.jitter`) of inline turns: a function returning a
+   * number in [0, 1). Default `Math.random`; tests pass `seededRandom(seed)` from turnlog/testing.
+   */
+  random?: () => number;
   /** Codecs (encryption, compression) applied to every payload at the store boundary. */
   payloadCodecs?: readonly PayloadCodec[];
   /**
@@ -114,6 +119,15 @@ export interface EngineOptions {
   streamBufferItems?: number;
 }
 
+/**
+ * `Engine.openForOperator` options: the store and how to read its payloads, no workflows. The
+ * engine appends operator actions (cancel, withdraw, resend, resume) and runs nothing itself.
+ */
+export type OperatorOptions = Pick<
+  EngineOptions,
+  'store' | 'owner' | 'instance' | 'clock' | 'payloadCodecs' | 'payloadConverter' | 'encodeFailureAttributes' | 'logger' | 'logFormat' | 'observers'
+>;
+
 export interface ActivateOptions {
   /** Deployment identity for this activation (e.g. bound to a restored session). */
   owner?: string;
@@ -175,6 +189,7 @@ export interface EngineSettings {
   readonly ownerOption: string | undefined;
   readonly instanceOption: string | undefined;
   readonly clock: Clock;
+  readonly random: () => number;
   readonly codec: CodecChain | undefined;
   /** Payload codecs encode failure text (codecs present, encodeFailureAttributes not false). */
   readonly encodesFailureText: boolean;
@@ -192,13 +207,15 @@ export interface EngineSettings {
   readonly limits: Readonly<PayloadLimits>;
   readonly observerOption: readonly EngineObserver[];
   readonly streamBufferItems: number;
+  /** `Engine.openForOperator`: appends actions under the task's current generation, claims and runs nothing. */
+  readonly operatorOnly: boolean;
 }
 
 /**
  * Validates `Engine.open` options and fills in every default, in one place. Throws
  * TURNLOG_INVALID_ARGUMENT (workflows, converter, durations, limits) before anything is opened.
  */
-export function resolveOptions(options: EngineOptions): EngineSettings {
+export function resolveOptions(options: EngineOptions, operatorOnly = false): EngineSettings {
   if (!options || typeof options.workflows !== 'object' || options.workflows === null) {
     throw invalidArgument('Engine.open needs { workflows }: a list of the workflows this engine runs, or their module (import * as workflows).');
   }
@@ -232,6 +249,7 @@ export function resolveOptions(options: EngineOptions): EngineSettings {
     ownerOption: options.owner,
     instanceOption: options.instance,
     clock: options.clock ?? systemClock,
+    random: resolveRandom(options.random),
     codec: pipeline.chain,
     encodesFailureText: pipeline.chain !== undefined && options.encodeFailureAttributes !== false,
     leaseMs: positive('leaseMs', options.leaseMs ?? 60_000),
@@ -248,9 +266,16 @@ export function resolveOptions(options: EngineOptions): EngineSettings {
     limits: resolveLimits(options.limits),
     observerOption: resolveObservers(options.observers),
     streamBufferItems: positiveInteger('streamBufferItems', options.streamBufferItems ?? 1000),
+    operatorOnly,
   };
 }
 
+
+function resolveRandom(given: (() => number) | undefined): () => number {
+  if (given === undefined) return Math.random;
+  if (typeof given !== 'function') throw invalidArgument(`random must be a function returning a number in [0, 1), got ${typeof given}.`);
+  return given;
+}
 
 function resolveObservers(given: readonly EngineObserver[] | undefined): readonly EngineObserver[] {
   if (given === undefined) return [];

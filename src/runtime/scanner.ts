@@ -56,11 +56,17 @@ export class Scanner {
       const claimed = new Map<string, Lease | undefined>();
       for (const id of await this.#claimOrphans(store, claimed)) {
         while (running.size >= this.#rt.recoveryConcurrency) await Promise.race(running);
-        const p = this.#recoverTask(id, { previous: claimed.get(id) }).finally(() => running.delete(p));
+        const p: Promise<void> = this.#recoverTask(id, { previous: claimed.get(id) }).then(() => undefined).finally(() => running.delete(p));
         running.add(p);
       }
     }
     const purged: string[] = [];
+    // A store that claims (supports.claim): what we were handed is ours until released here, or
+    // until the claim expires if we die. A task left waiting with its wake-up armed keeps its
+    // claim until expiry, so other engines' scans do not load it and arm it too.
+    const claims = store.supports.claim && typeof store.releaseDueWork === 'function';
+    const handed = new Set<string>();
+    const waiting = new Set<string>();
     let cursor: string | undefined;
     try {
       do {
@@ -74,6 +80,9 @@ export class Scanner {
             // Scheduled inputs due before the next scan get their wake-up armed now; without a
             // periodic scan, every one of them (this pass is the only one).
             horizonMs: this.#rt.scanIntervalMs > 0 ? 2 * this.#rt.scanIntervalMs : Infinity,
+            // Orphans were claimed above with leases; a due claim of one here would only hide it.
+            ...(claiming ? { reasons: ['pending', 'queued', 'retention'] as const } : {}),
+            ...(claims ? { claimMs: this.#rt.leaseMs } : {}),
           })
           .catch((err: unknown) => {
             // An unreadable record the store could not route around: what was claimed so far is recovered.
@@ -81,6 +90,7 @@ export class Scanner {
             this.#rt.log.error('recovery could not claim every due task', { error: err });
             return { tasks: [] as DueTask[] } as DueBatch;
           });
+        for (const due of batch.tasks) handed.add(due.taskId);
         for (const due of batch.tasks) {
           if (!this.#rt.open) break;
           if (claiming && due.reason === 'in-progress') continue;
@@ -90,25 +100,39 @@ export class Scanner {
           }
           // Bounded: wait for a slot, then start this task's recovery and claim on meanwhile.
           while (running.size >= this.#rt.recoveryConcurrency) await Promise.race(running);
-          const p = this.#recoverTask(due.taskId).finally(() => running.delete(p));
+          const p: Promise<void> = this.#recoverTask(due.taskId)
+            .then((armed) => void (armed && waiting.add(due.taskId)))
+            .finally(() => running.delete(p));
           running.add(p);
         }
         cursor = batch.next;
       } while (cursor !== undefined && this.#rt.open);
     } finally {
       await Promise.all(running);
+      if (claims && handed.size > 0) await this.#release(store, [...handed].filter((id) => !waiting.has(id)));
     }
     if (purged.length) this.#rt.log.info('retention deleted completed tasks', { count: purged.length });
   }
 
-  /** A due wake-up (runtime/wakeups.ts): loads and drives the task like recovery does. */
-  wake(id: string): Promise<void> {
-    return this.#recoverTask(id);
+  /** Ends this engine's due claims; a failure is logged, the claims then expire on their own. */
+  async #release(store: HistoryStore, ids: string[]): Promise<void> {
+    if (ids.length === 0) return;
+    await store.releaseDueWork!(ids, this.#rt.instance).catch((err: unknown) =>
+      this.#rt.log.warn('could not release claims of due work; they expire on their own', { count: ids.length, error: err }),
+    );
   }
 
-  /** Loads and drives one task; never throws (one task must not stop the others, nor Engine.open). */
-  async #recoverTask(id: string, claim?: { previous: Lease | undefined }): Promise<void> {
-    if (!this.#rt.open || this.#cache.corruptMark(id)) return;
+  /** A due wake-up (runtime/wakeups.ts): loads and drives the task like recovery does. */
+  async wake(id: string): Promise<void> {
+    await this.#recoverTask(id);
+  }
+
+  /**
+   * Loads and drives one task; never throws (one task must not stop the others, nor Engine.open).
+   * True when it is left waiting for a scheduled input with its wake-up armed.
+   */
+  async #recoverTask(id: string, claim?: { previous: Lease | undefined }): Promise<boolean> {
+    if (!this.#rt.open || this.#cache.corruptMark(id)) return false;
     // One task that cannot be loaded (an unreadable or corrupt history, an id an older version
     // accepted) must not stop the others' recovery (test: runtime/engine "cannot be loaded").
     let t: TaskEntry;
@@ -116,11 +140,11 @@ export class Scanner {
       t = await this.#cache.load(id);
     } catch (err) {
       // A corrupt task was logged and marked by the cache (isolate); every other task is still served.
-      if (this.#cache.corruptMark(id)) return;
+      if (this.#cache.corruptMark(id)) return false;
       this.#rt.log.error('recovery failed: the task cannot be loaded', { taskId: id, error: err });
-      return;
+      return false;
     }
-    if (t.active) return;
+    if (t.active) return false;
     await this.#cache
       .withLock(t, async (t) => {
         if (!claim) return this.#driver.drive(t);
@@ -139,7 +163,9 @@ export class Scanner {
     const s = t.state;
     if (s && !t.active && t.busy === 0 && s.openTurn === undefined && nextWakeAt(s) !== undefined && !s.queue.some((q) => isDue(q, this.#rt.clock.now()))) {
       this.#cache.forgetIdle(id);
+      return true;
     }
+    return false;
   }
 
   /** Retention: deletes a completed task's records unless this engine still serves it. */

@@ -8,18 +8,21 @@ import type { AppendNotice } from '../store/history-store.js';
 import type { Appender } from './appender.js';
 import type { TurnResults } from './results.js';
 import type { Runtime } from './runtime.js';
-import type { TaskCache, TaskEntry } from './task-cache.js';
+import type { LockedTask, TaskCache, TaskEntry } from './task-cache.js';
 
 export class Watcher {
   readonly #rt: Runtime;
   readonly #cache: TaskCache;
   readonly #appender: Appender;
   readonly #results: TurnResults;
+  /** Decides and carries out (driver.ts), for a task an operator acted on. */
+  readonly #drive: (t: LockedTask) => Promise<void>;
   #unsubscribe: (() => void) | undefined;
   /** Re-reads heard, for tests and the benchmark. */
   refreshes = 0;
 
-  constructor(rt: Runtime, cache: TaskCache, appender: Appender, results: TurnResults) {
+  constructor(rt: Runtime, cache: TaskCache, appender: Appender, results: TurnResults, drive: (t: LockedTask) => Promise<void> = async () => undefined) {
+    this.#drive = drive;
     this.#rt = rt;
     this.#cache = cache;
     this.#appender = appender;
@@ -76,6 +79,10 @@ export class Watcher {
         this.refreshes++;
         const events = await this.#appender.refresh(t);
         if (events.length || upTo === Infinity) await this.#results.settleEnded(t);
+        // An operator (`turnlog resend --store postgres://…`, Engine.openForOperator) runs no
+        // turn: an engine that has the workflow starts what its action made due (a re-sent input,
+        // the next input after a cancelled turn) now rather than at its next scan.
+        if (!t.active && t.state && events.some((e) => e.type === 'OperatorAction') && this.#rt.workflows.has(t.state.workflow)) await this.#drive(t);
       })
       .catch((err) => this.#rt.log.warn('re-reading a task another engine appended to failed', { taskId: t.id, error: err }));
   }

@@ -40,6 +40,9 @@ export function checkClaim(request: ClaimRequest): void {
   if (!Number.isInteger(request.limit) || request.limit < 1) {
     throw invalidArgument(`claimDueWork limit ${String(request.limit)} must be a positive integer.`);
   }
+  if (request.claimMs !== undefined && (!Number.isInteger(request.claimMs) || request.claimMs < 1)) {
+    throw invalidArgument(`claimDueWork claimMs ${String(request.claimMs)} must be a positive integer (ms).`);
+  }
 }
 
 /** Why `e` is due in `phase`, or undefined when it is not. */
@@ -86,6 +89,11 @@ export async function claimFromIndex(request: ClaimRequest, readPage: ReadIndexP
       return batch;
     }
     const [status, reason] = PHASES[phase]!;
+    if (request.reasons !== undefined && !request.reasons.includes(reason)) {
+      phase++;
+      position = undefined;
+      continue;
+    }
     const page = await readPage(status, position, room);
     for (const e of page.entries) {
       const why = dueReason(e, reason, request);

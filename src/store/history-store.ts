@@ -93,8 +93,9 @@ export interface StoreSupports {
   readonly watch: boolean;
   /**
    * `claimDueWork` hands a task to one caller at a time even when many engines share the store
-   * (`FOR UPDATE SKIP LOCKED`). False: the claim is a plain read, safe only with one writer or
-   * with the fencing of leases and expected ids (which every store has) to sort out a tie.
+   * (`FOR UPDATE SKIP LOCKED`, a claim that expires after `claimMs`, `releaseDueWork`). False: the
+   * claim is a plain read, safe only with one writer or with the fencing of leases and expected
+   * ids (which every store has) to sort out a tie.
    */
   readonly claim: boolean;
   /** Concurrent appends share one durable write (store/group-commit.ts). */
@@ -133,6 +134,14 @@ export interface ClaimRequest {
    * (reason `queued`), so the engine can arm their wake-up. Absent: only those already due.
    */
   horizonMs?: number;
+  /** Only tasks due for these reasons (default: all four). */
+  reasons?: readonly DueReason[];
+  /**
+   * A store with `supports.claim`: each task handed out is claimed for `instance` until
+   * {@link WorkClaims.releaseDueWork} or this many ms on the store's clock (default 60,000);
+   * other instances' claims skip it meanwhile. Other stores ignore it.
+   */
+  claimMs?: number;
 }
 
 export interface DueBatch {
@@ -195,6 +204,11 @@ export interface WorkClaims {
    * `in-progress`, so the engine loads it, finds what is corrupt and isolates that one task.
    */
   claimDueWork(request: ClaimRequest): Promise<DueBatch>;
+  /**
+   * A store with `supports.claim`: ends `instance`'s claims on these tasks now, so another
+   * engine's next claim can take them. Claims of other instances are left alone.
+   */
+  releaseDueWork?(taskIds: readonly string[], instance: string): Promise<void>;
 }
 
 /** Snapshots: a shortcut past the start of a long history. */

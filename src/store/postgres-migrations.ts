@@ -84,6 +84,19 @@ export const MIGRATIONS: readonly Migration[] = [
       );
     `,
   },
+  {
+    version: 5,
+    name: 'claims of due work',
+    // One row per task an engine claimed in claimDueWork; expires_at on the database clock.
+    sql: (s) => `
+      CREATE TABLE ${s}.due_claims (
+        task_id text COLLATE "C" PRIMARY KEY,
+        instance text NOT NULL,
+        expires_at bigint NOT NULL
+      );
+      COMMENT ON COLUMN ${s}.due_claims.expires_at IS 'milliseconds since the epoch on the database clock';
+    `,
+  },
 ];
 
 /** The schema version this build writes and reads: its highest migration (all of MIGRATIONS must be applied). */

@@ -11,6 +11,9 @@ const KINDS: readonly WorkflowKind[] = ['one-shot', 'multi-turn'];
 const STATUSES: readonly TaskStatus[] = ['pending', 'in_progress', 'suspended', 'completed'];
 const OUTCOMES: readonly TaskOutcome[] = ['succeeded', 'failed', 'cancelled', 'timed_out'];
 
+// The database clock in ms, as bigint so comparisons with leases.expires_at can use its index.
+export const DB_NOW = `floor(extract(epoch from clock_timestamp()) * 1000)::bigint`;
+
 /** A summaries row as row_to_json gives it (bigints as JSON numbers). */
 export interface SummaryRow {
   task_id: string;

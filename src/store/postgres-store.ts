@@ -26,10 +26,11 @@ import type {
 } from './history-store.js';
 import { checkTaskId } from './keys.js';
 import { checkClaim } from './due-work.js';
+import { claimDue, releaseDue } from './postgres-claims.js';
 import { decodeCursor, encodeCursor, pageLimit, iterateInPages, readBounds } from './paging.js';
 import { Batcher } from './batcher.js';
 import { PgListener, encodeNotice, noticeChannel } from './postgres-listener.js';
-import { CONNECTION_TRIES, ClockFrame, asBuffer, guard, isConnectionLoss, loadPg, quoteLiteral, redact, toLease, toSummary, type LeaseRow, type SummaryRow } from './postgres-rows.js';
+import { CONNECTION_TRIES, ClockFrame, DB_NOW, asBuffer, guard, isConnectionLoss, loadPg, quoteLiteral, redact, toLease, toSummary, type LeaseRow, type SummaryRow } from './postgres-rows.js';
 
 export { isConnectionLoss, quoteLiteral } from './postgres-rows.js';
 import { appliedVersions, migrate, migrationGap, quoteSchema, unknownMigrationsError, type SqlClient } from './postgres-migrations.js';
@@ -103,8 +104,6 @@ interface PendingAppend {
   reject(err: unknown): void;
 }
 
-// The database clock in ms, as bigint so comparisons with leases.expires_at can use its index.
-const DB_NOW = `floor(extract(epoch from clock_timestamp()) * 1000)::bigint`;
 
 const SUMMARY_UPSERT = ` ON CONFLICT (task_id) DO UPDATE SET workflow = EXCLUDED.workflow, kind = EXCLUDED.kind,
   status = EXCLUDED.status, outcome = EXCLUDED.outcome, last_event_id = EXCLUDED.last_event_id,
@@ -164,7 +163,7 @@ export function parsePostgresUrl(url: string): { connectionString: string; schem
 export class PostgresHistoryStore implements HistoryStore {
   readonly location: string;
   readonly exclusive = false;
-  /** `claim: false`: `claimDueWork` is a plain read; orphans are claimed with SKIP LOCKED by `claimOrphans`. */
+  /** `claim: true`: `claimDueWork` claims (SKIP LOCKED, `due_claims`); orphans' leases are claimed by `claimOrphans`. */
   readonly supports: StoreSupports;
   /** The PostgreSQL schema holding the tables. */
   readonly schema: string;
@@ -192,7 +191,7 @@ export class PostgresHistoryStore implements HistoryStore {
     this.schema = options.schema ?? 'turnlog';
     this.#s = quoteSchema(this.schema);
     this.channel = noticeChannel(this.schema);
-    this.supports = { exclusive: false, watch: true, claim: false, groupCommit: options.groupCommit !== false };
+    this.supports = { exclusive: false, watch: true, claim: true, groupCommit: options.groupCommit !== false };
     if (options.groupCommit !== false) {
       // Half the pool writes batches; the rest serves lease renewals, reads and the listener.
       this.#batcher = new Batcher((entries) => this.#appendBatch(entries), Math.max(1, Math.floor((options.max ?? 10) / 2)));
@@ -651,7 +650,7 @@ export class PostgresHistoryStore implements HistoryStore {
   }
 
   async #deleteIds(c: SqlClient, ids: string[]): Promise<void> {
-    for (const table of ['events', 'payloads', 'snapshots', 'leases', 'summaries', 'corrupt_marks']) {
+    for (const table of ['events', 'payloads', 'snapshots', 'leases', 'summaries', 'corrupt_marks', 'due_claims']) {
       await c.query(`DELETE FROM ${this.#s}.${table} WHERE task_id = ANY($1::text[])`, [ids]);
     }
   }
@@ -819,41 +818,19 @@ export class PostgresHistoryStore implements HistoryStore {
   }
 
   /**
-   * In-progress tasks whose lease is missing or expired on the database clock. `now` and
-   * `instance` are ignored: a live lease of any instance is honoured (the store is not exclusive).
-   */
-  /**
-   * A plain query over the summaries (lease expiry on the database clock, retention on the
-   * caller's), ordered by phase then task id; the cursor is `<phase>.<task id>`.
+   * A real claim (postgres-claims.ts): due tasks locked `FOR UPDATE SKIP LOCKED`, each claimed
+   * for `request.instance` until released or `claimMs` on the database clock; lease expiry on the
+   * database clock, retention on the caller's. Ordered by phase then task id; cursor `<phase>.<task id>`.
    */
   async claimDueWork(request: ClaimRequest): Promise<DueBatch> {
     checkClaim(request);
-    let phase = 0;
-    let after = '';
-    if (request.cursor !== undefined) {
-      const dot = request.cursor.indexOf('.');
-      phase = Number(request.cursor.slice(0, dot));
-      after = request.cursor.slice(dot + 1);
-      if (dot < 1 || !Number.isInteger(phase)) throw invalidArgument(`claimDueWork cursor ${request.cursor} is not one this store returned. Pass the \`next\` of the previous batch, or none to start over.`);
-    }
-    const retention = request.retentionMs === undefined ? null : request.now - request.retentionMs;
-    const rows = await this.#query(
-      `SELECT task_id, phase FROM (
-         SELECT s.task_id, CASE s.status WHEN 'in_progress' THEN 0 WHEN 'pending' THEN 1 WHEN 'suspended' THEN 2 ELSE 3 END AS phase
-           FROM ${this.#s}.summaries s LEFT JOIN ${this.#s}.leases l ON l.task_id = s.task_id
-          WHERE (s.status = 'in_progress' AND (l.task_id IS NULL OR l.expires_at <= ${DB_NOW}))
-             OR s.status = 'pending' OR (s.status = 'suspended' AND s.queued > 0)
-             OR ($1::bigint IS NOT NULL AND s.status = 'completed' AND s.updated_at <= $1::bigint
-                 AND NOT EXISTS (SELECT 1 FROM ${this.#s}.corrupt_marks m WHERE m.task_id = s.task_id))
-       ) d WHERE (phase, task_id) > ($2::int, $3::text COLLATE "C") ORDER BY phase, task_id LIMIT $4`,
-      [retention, phase, after, request.limit + 1],
-    );
-    const reasons = ['in-progress', 'pending', 'queued', 'retention'] as const;
-    const page = rows.slice(0, request.limit) as { task_id: string; phase: number }[];
-    const batch: DueBatch = { tasks: page.map((r) => ({ taskId: r.task_id, reason: reasons[r.phase]! })) };
-    const last = page[page.length - 1];
-    if (rows.length > request.limit && last) batch.next = `${last.phase}.${last.task_id}`;
-    return batch;
+    return this.#tx((c) => claimDue(c, this.#s, request));
+  }
+
+  async releaseDueWork(taskIds: readonly string[], instance: string): Promise<void> {
+    this.#checkedPool();
+    for (const id of taskIds) checkTaskId(id);
+    await this.#tx((c) => releaseDue(c, this.#s, taskIds, instance));
   }
 
   async listRecoverable(_now: number, _instance: string): Promise<string[]> {

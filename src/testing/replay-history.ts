@@ -568,6 +568,8 @@ function replayHost(now: number, pendingInputCount: () => number): TurnHost {
     pendingInputCount,
     now: () => now,
     sleep: async () => {},
+    // A recorded wait that never ended (the turn was stopped while it waited): only an abort ends it.
+    wait: () => new Promise(() => {}),
   };
 }
 

@@ -16,7 +16,7 @@
 import { isTurnlogError, type ErrorCode } from '../errors.js';
 import type { HistoryEvent, Lease } from '../history/events.js';
 import { compaction } from '../replay/compact.js';
-import type { DueBatch, HistoryStore } from '../store/history-store.js';
+import type { DueBatch, DueReason, HistoryStore } from '../store/history-store.js';
 import { historyBuilder } from './history-builder.js';
 import { created, queued, started, step, steps, taskCompleted, turnCompleted } from './store-events.js';
 
@@ -402,7 +402,7 @@ export function storeContract(api: ContractTestApi, name: string, factory: () =>
           await store.append(id, [started(3, 1), turnCompleted(4, 1), taskCompleted(5, { time })], { expectedLastEventId: 2, generation: 1 });
         }
       }
-      const all = async (request: { limit: number; retentionMs?: number; now?: number }) => {
+      const all = async (request: { limit: number; retentionMs?: number; now?: number; reasons?: DueReason[] }) => {
         const seen: DueBatch['tasks'] = [];
         let cursor: string | undefined;
         for (let batches = 0; batches < 50; batches++) {
@@ -451,7 +451,32 @@ export function storeContract(api: ContractTestApi, name: string, factory: () =>
         expect(due).toEqual(['run-2']);
       });
 
+      it('reasons: only tasks due for those', async () => {
+        await population();
+        const due = await all({ limit: 2, retentionMs: 50_000, reasons: ['queued', 'retention'] });
+        expect(due).toEqual([
+          { taskId: 'wait-1', reason: 'queued' },
+          { taskId: 'wait-2', reason: 'queued' },
+          { taskId: 'old', reason: 'retention' },
+        ]);
+      });
+
+      it('a store that claims (supports.claim) hands a task to one instance until released', async () => {
+        if (!store.supports.claim) return;
+        await population();
+        const claim = (instance: string) => store.claimDueWork({ now: 100_000, instance, limit: 100, claimMs: 600_000 });
+        const mine = (await claim('a')).tasks.map((d) => d.taskId);
+        expect(mine).toEqual(['run-1', 'run-2', 'pend-1', 'pend-2', 'wait-1', 'wait-2']);
+        expect((await claim('b')).tasks).toEqual([]);
+        // Its own claims come back to the same instance (a later pass of the same engine).
+        expect((await claim('a')).tasks.map((d) => d.taskId)).toEqual(mine);
+        await store.releaseDueWork!(['pend-1', 'wait-2'], 'a');
+        await store.releaseDueWork!(['run-1'], 'b'); // not b's: left alone
+        expect((await claim('b')).tasks.map((d) => d.taskId)).toEqual(['pend-1', 'wait-2']);
+      });
+
       it('refuses a limit below 1 and a cursor it did not make', async () => {
+        await rejectsWith(store.claimDueWork({ now: 0, instance: 'me', limit: 1, claimMs: 0 }), 'TURNLOG_INVALID_ARGUMENT');
         await rejectsWith(store.claimDueWork({ now: 0, instance: 'me', limit: 0 }), 'TURNLOG_INVALID_ARGUMENT');
         await rejectsWith(store.claimDueWork({ now: 0, instance: 'me', limit: 1, cursor: 'nonsense' }), 'TURNLOG_INVALID_ARGUMENT');
       });

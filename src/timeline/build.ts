@@ -35,6 +35,18 @@ export interface StepView {
   error: string | null;
 }
 
+/** One `ctx.waitFor` of a turn in `show --json`: what it waited for and how it ended. */
+export interface WaitView {
+  seq: number;
+  name: string;
+  eventId: number;
+  time: number;
+  /** When it times out; null: no timeout. */
+  deadline: number | null;
+  /** Null while it waits. `value`: the signal's, null after a timeout. */
+  ended: { eventId: number; time: number; timedOut: boolean; signalId: string; value: PayloadJSON | null } | null;
+}
+
 /** One turn in `show --json`. */
 export interface TurnView {
   turn: number;
@@ -44,6 +56,7 @@ export interface TurnView {
   deadline: number;
   attempts: AttemptView[];
   steps: StepView[];
+  waits: WaitView[];
   checkpoints: number;
   markerEventId: number | null;
   kills: number;
@@ -66,6 +79,7 @@ export function buildTimeline(events: readonly HistoryEvent[], max: number, conv
   const turns = new Map<number, TurnView>();
   const timeline: TimelineEntry[] = [];
   let open: TurnView | undefined;
+  const signals = new Map<string, PayloadJSON>();
   for (const e of events) {
     let inTurn: number | null = open?.turn ?? null;
     switch (e.type) {
@@ -80,6 +94,7 @@ export function buildTimeline(events: readonly HistoryEvent[], max: number, conv
             deadline: e.deadline,
             attempts: [],
             steps: [],
+            waits: [],
             checkpoints: 0,
             markerEventId: null,
             kills: 0,
@@ -108,6 +123,17 @@ export function buildTimeline(events: readonly HistoryEvent[], max: number, conv
       case 'Checkpointed':
         if (turns.get(e.turn)) turns.get(e.turn)!.checkpoints++;
         break;
+      case 'SignalReceived':
+        signals.set(e.signalId, payloadToJSON(e.value, converter));
+        break;
+      case 'WaitStarted':
+        turns.get(e.turn)?.waits.push({ seq: e.seq, name: e.name, eventId: e.eventId, time: e.time, deadline: e.deadline ?? null, ended: null });
+        break;
+      case 'WaitEnded': {
+        const w = turns.get(e.turn)?.waits.find((x) => x.seq === e.seq);
+        if (w) w.ended = { eventId: e.eventId, time: e.time, timedOut: e.timedOut, signalId: e.signalId, value: e.timedOut ? null : (signals.get(e.signalId) ?? null) };
+        break;
+      }
       case 'TimeoutCancelRequested':
         if (turns.get(e.turn)) turns.get(e.turn)!.markerEventId = e.eventId;
         break;

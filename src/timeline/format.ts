@@ -157,6 +157,12 @@ export function describeEvent(e: HistoryEvent, max: number, converter?: PayloadC
       return `call ${e.seq}: sleep ${duration(e.durationMs)}, fires at ${isoTime(e.fireAt)}`;
     case 'Checkpointed':
       return `call ${e.seq}: checkpoint ${pv(e.data)}`;
+    case 'SignalReceived':
+      return `signal "${e.name}" received (${e.signalId}): ${pv(e.value)}`;
+    case 'WaitStarted':
+      return `call ${e.seq}: wait for signal "${e.name}"${e.deadline === undefined ? ' (no timeout)' : `, times out at ${isoTime(e.deadline)} (after ${duration(e.timeoutMs ?? 0)})`}`;
+    case 'WaitEnded':
+      return e.timedOut ? `call ${e.seq}: wait timed out` : `call ${e.seq}: wait ended by signal ${e.signalId}`;
     case 'PatchMarked':
       return `call ${e.seq}: patch ${e.patchId} taken (new branch)${e.deprecated ? ', deprecated' : ''}`;
     case 'TimeoutCancelRequested':

@@ -106,11 +106,28 @@ export interface TurnContext<I = unknown, S = unknown, P extends PayloadMode = '
    * @example await ctx.sleep(30_000); // then poll again
    */
   sleep(ms: number): Promise<void>;
+  /**
+   * Waits for the named signal (`task.signal(name, value)`, `turnlog signal`), at most
+   * `timeoutMs` (engine clock; absent: until the turn ends). The wait and its outcome are
+   * recorded: a later attempt gets the same value back, and a re-run after a crash waits only
+   * the remainder. A signal sent before the wait is buffered and taken at once. docs/time.md
+   * @example const r = await ctx.waitFor<{ ok: boolean }>('approval', { timeoutMs: 3_600_000 });
+   */
+  waitFor<T = unknown>(name: string, options?: WaitOptions): Promise<WaitResult<T>>;
   /** `return ctx.suspend(reason, output)` ends a multi-turn turn as suspended (waiting for input). */
   suspend<O>(reason: string, output?: O): Suspension<O>;
   /** `return ctx.exitForRecovery()` while shutting down: the next engine re-runs this turn. */
   exitForRecovery(reason?: string): ExitForRecovery;
 }
+
+/** Options of {@link TurnContext.waitFor}. */
+export interface WaitOptions {
+  /** Give up after this many milliseconds (engine clock), a finite number >= 0. */
+  timeoutMs?: number;
+}
+
+/** What {@link TurnContext.waitFor} resolves with: the signal's value, or a timeout. */
+export type WaitResult<T> = { ok: true; value: T } | { ok: false; timedOut: true };
 
 /** @internal marks a Suspension (the attempt's runHandler recognizes it). */
 export const SUSPENSION = Symbol.for('turnlog.suspension');

@@ -220,6 +220,22 @@ describe('operator actions through the running engine', () => {
     expect(text.stdout).toContain('operator alice: cancel-turn turn 1');
   });
 
+  it('signal sends a named signal through the engine (buffered until a wait takes it), JSON value or null', async () => {
+    await startHost(store);
+    const s = await cliJSON(['--store', store, 'signal', 'failed-1', 'approval', '{"approved":true}']);
+    expect(s.code, s.stderr).toBe(0);
+    expect(s.json).toMatchObject({ action: 'signal', done: true, signalId: expect.stringMatching(/^sig-/) });
+    const got = (await events('failed-1')).filter((e) => e.type === 'SignalReceived');
+    expect(got).toEqual([expect.objectContaining({ name: 'approval', signalId: s.json.signalId })]);
+    expect((await cli(['--store', store, 'show', 'failed-1'])).stdout).toContain('signal "approval" received');
+    const bad = await cli(['--store', store, 'signal', 'failed-1', 'approval', '{nope']);
+    expect(bad.code).toBe(2);
+    expect(bad.stderr).toContain('must be JSON');
+    const ended = await cli(['--store', store, 'signal', 'nope-task', 'approval']);
+    expect(ended.code).not.toBe(0);
+    expect(ended.stderr).toContain('Task nope-task does not exist');
+  });
+
   it('refuse what cannot be done, naming why', async () => {
     await startHost(store);
     const done = await cli(['--store', store, 'resend', 'done-1', '1', '--yes']);

@@ -58,6 +58,18 @@ const call: fc.Arbitrary<RecordedCall> = fc.oneof(
   fc.record({ kind: fc.constant('checkpoint' as const), seq: u32, eventId: u32, data: payload }),
   fc.record({ kind: fc.constant('take-inputs' as const), seq: u32, eventId: u32, inputIds: fc.array(str, { maxLength: 3 }) }),
   fc.record({ kind: fc.constant('patch' as const), seq: u32, eventId: u32, patchId: str, deprecated: bool }),
+  rec<Extract<RecordedCall, { kind: 'wait' }>>(
+    {
+      kind: fc.constant('wait' as const),
+      seq: u32,
+      eventId: u32,
+      name: str,
+      timeoutMs: dbl,
+      deadline: dbl,
+      ended: rec({ signalId: str, value: payload, timedOut: bool, eventId: fc.constant(0) }, ['value']),
+    },
+    ['timeoutMs', 'deadline', 'ended'],
+  ),
 );
 const taken: fc.Arbitrary<QueuedInput> = fc.record({ inputId: str, input: payload, steering: bool, eventId: u32, time: dbl });
 const retry: fc.Arbitrary<RetryPolicy> = fc.record({
@@ -105,6 +117,11 @@ const engineMessage: fc.Arbitrary<EngineMessage> = fc.oneof(
     ['error', 'reply'],
   ),
   fc.record({ type: fc.constant('pending-inputs' as const), count: u32 }),
+  fc.record({ type: fc.constant('ack' as const), seq: u32, reply: fc.record({ kind: fc.constant('wait' as const), value: rec<{ deadline?: number }>({ deadline: dbl }, ['deadline']) }) }),
+  fc.record({
+    type: fc.constant('signals' as const),
+    ended: fc.array(fc.record({ seq: u32, outcome: rec({ signalId: str, value: payload, timedOut: bool, eventId: fc.constant(0) }, ['value']) }), { maxLength: 3 }),
+  }),
   fc.constant({ type: 'shutdown' as const }),
 );
 
@@ -125,6 +142,7 @@ const workerMessage: fc.Arbitrary<WorkerMessage> = fc.oneof(
   fc.record({ type: fc.constant('record' as const), call: fc.record({ kind: fc.constant('checkpoint' as const), seq: u32, data: payload }) }),
   fc.record({ type: fc.constant('record' as const), call: fc.record({ kind: fc.constant('take-inputs' as const), seq: u32 }) }),
   fc.record({ type: fc.constant('record' as const), call: fc.record({ kind: fc.constant('patch' as const), seq: u32, patchId: str, deprecated: bool }) }),
+  fc.record({ type: fc.constant('record' as const), call: rec<CallRecords['wait']>({ kind: fc.constant('wait' as const), seq: u32, name: str, timeoutMs: dbl }, ['timeoutMs']) }),
   fc.constant({ type: 'heartbeat' as const }),
   fc.record({ type: fc.constant('terminal' as const), outcome }),
   fc.record({

@@ -20,8 +20,8 @@ afterEach(async () => {
 });
 
 describe('worker protocol version', () => {
-  it('is 2: one Record/Ack frame pair for every recorded call kind', () => {
-    expect(PROTOCOL_VERSION).toBe(2);
+  it('is 3: one Record/Ack frame pair for every recorded call kind, and Signals pushed to a waiting worker', () => {
+    expect(PROTOCOL_VERSION).toBe(3);
   });
 
   it('refuses a protocol 1 worker with TURNLOG_WORKER_PROTOCOL; nothing of the turn runs there', async () => {
@@ -33,7 +33,7 @@ describe('worker protocol version', () => {
     const history = await h.history();
     const failed = history.find((e) => e.type === 'TurnFailed');
     expect(failed?.type === 'TurnFailed' && failed.failure.code).toBe('TURNLOG_WORKER_PROTOCOL');
-    expect(failed?.type === 'TurnFailed' && failed.failure.message).toMatch(/worker speaks protocol 1, the engine 2 \(mixed installs\?\)/);
+    expect(failed?.type === 'TurnFailed' && failed.failure.message).toMatch(/worker speaks protocol 1, the engine 3 \(mixed installs\?\)/);
     expect(history.some((e) => e.type === 'TurnCompleted')).toBe(false);
   });
 });

@@ -2,7 +2,7 @@
 // generated descriptor (lookupType) and history/codec.ts' Failure mapping. The reference that
 // protocol-codec.test.ts holds src/executor/protocol.ts' hand codec to, byte for byte.
 import type { EntryMode, FailureInfo, Payload, RetryPolicy, WorkflowKind } from '../../src/history/events.js';
-import type { QueuedInput, RecordedCall } from '../../src/history/state.js';
+import type { QueuedInput, RecordedCall, WaitOutcome } from '../../src/history/state.js';
 import { failureFromProto, failureToProto } from '../../src/history/codec.js';
 import { lookupType } from '../../src/internal/proto/root.js';
 import type { CancelKind, EmitItem, TurnSpec } from '../../src/attempt/host.js';
@@ -46,11 +46,19 @@ export function reflectedEncodeEngineMessage(m: EngineMessage): Uint8Array {
     case 'ack': {
       const ack: Msg = { seq: m.seq, error: m.error ? failureToProto(m.error) : null };
       if (m.reply?.kind === 'take-inputs') ack.takeInputs = { inputs: m.reply.value.map((q) => ({ inputId: q.inputId, input: payloadOut(q.input) })) };
+      if (m.reply?.kind === 'wait') ack.wait = m.reply.value.deadline === undefined ? {} : { deadlineMs: m.reply.value.deadline };
       body = { ack };
       break;
     }
     case 'pending-inputs':
       body = { pendingInputs: { count: m.count } };
+      break;
+    case 'signals':
+      body = {
+        signals: {
+          ended: m.ended.map(({ seq, outcome: o }) => ({ seq, signalId: o.signalId, value: o.value ? payloadOut(o.value) : null, timedOut: o.timedOut })),
+        },
+      };
       break;
     case 'shutdown':
       body = { shutdown: {} };
@@ -80,9 +88,21 @@ export function reflectedDecodeEngineMessage(bytes: Uint8Array): EngineMessage {
     if (f.ack.takeInputs) {
       m.reply = { kind: 'take-inputs', value: (f.ack.takeInputs.inputs ?? []).map((q: Msg) => ({ inputId: q.inputId ?? '', input: payloadIn(q.input)! })) };
     }
+    if (f.ack.wait) m.reply = { kind: 'wait', value: f.ack.wait.deadlineMs != null ? { deadline: f.ack.wait.deadlineMs } : {} };
     return m;
   }
   if (f.pendingInputs) return { type: 'pending-inputs', count: f.pendingInputs.count ?? 0 };
+  if (f.signals) {
+    return {
+      type: 'signals',
+      ended: (f.signals.ended ?? []).map((e: Msg) => {
+        const outcome: WaitOutcome = { signalId: e.signalId ?? '', timedOut: e.timedOut ?? false, eventId: 0 };
+        const value = payloadIn(e.value);
+        if (value) outcome.value = value;
+        return { seq: e.seq ?? 0, outcome };
+      }),
+    };
+  }
   if (f.shutdown) return { type: 'shutdown' };
   throw new WorkerProtocolError('empty or unknown engine frame');
 }
@@ -134,6 +154,13 @@ function callOut(c: RecordedCall): Msg {
       return { ...base, patch: { patchId: c.patchId, deprecated: c.deprecated } };
     case 'sleep':
       return { ...base, sleep: { durationMs: c.durationMs, fireAtMs: c.fireAt } };
+    case 'wait': {
+      const wait: Msg = { name: c.name };
+      if (c.timeoutMs !== undefined) wait.timeoutMs = c.timeoutMs;
+      if (c.deadline !== undefined) wait.deadlineMs = c.deadline;
+      if (c.ended) Object.assign(wait, { ended: true, signalId: c.ended.signalId, value: c.ended.value ? payloadOut(c.ended.value) : null, timedOut: c.ended.timedOut });
+      return { ...base, wait };
+    }
   }
 }
 
@@ -192,6 +219,18 @@ function callIn(c: Msg): RecordedCall {
   if (c.takeInputs) return { kind: 'take-inputs', seq, eventId, inputIds: c.takeInputs.inputIds ?? [] };
   if (c.patch) return { kind: 'patch', seq, eventId, patchId: c.patch.patchId ?? '', deprecated: c.patch.deprecated ?? false };
   if (c.sleep) return { kind: 'sleep', seq, eventId, durationMs: c.sleep.durationMs ?? 0, fireAt: c.sleep.fireAtMs ?? 0 };
+  if (c.wait) {
+    const w = c.wait;
+    const call: Extract<RecordedCall, { kind: 'wait' }> = { kind: 'wait', seq, eventId, name: w.name ?? '' };
+    if (w.timeoutMs != null) call.timeoutMs = w.timeoutMs;
+    if (w.deadlineMs != null) call.deadline = w.deadlineMs;
+    if (w.ended) {
+      call.ended = { signalId: w.signalId ?? '', timedOut: w.timedOut ?? false, eventId: 0 };
+      const value = payloadIn(w.value);
+      if (value) call.ended.value = value;
+    }
+    return call;
+  }
   throw new WorkerProtocolError(`recorded call ${seq} has no kind`);
 }
 
@@ -240,6 +279,8 @@ function recordOut(c: CallRecord): Msg {
       return { seq: c.seq, patch: { patchId: c.patchId, deprecated: c.deprecated } };
     case 'sleep':
       return { seq: c.seq, sleep: { durationMs: c.durationMs, fireAtMs: c.fireAt } };
+    case 'wait':
+      return { seq: c.seq, wait: c.timeoutMs === undefined ? { name: c.name } : { name: c.name, timeoutMs: c.timeoutMs } };
   }
 }
 
@@ -301,6 +342,17 @@ export function reflectedDecodeWorkerMessage(bytes: Uint8Array): WorkerMessage {
       return { type: 'record', call: { kind: 'patch', seq, patchId: rec.patch.patchId, deprecated: rec.patch.deprecated ?? false } };
     }
     if (rec.sleep) return { type: 'record', call: { kind: 'sleep', seq: positiveSeq(seq0, 'sleep'), durationMs: rec.sleep.durationMs ?? 0, fireAt: rec.sleep.fireAtMs ?? 0 } };
+    if (rec.wait) {
+      const seq = positiveSeq(seq0, 'wait record');
+      if (!rec.wait.name) throw new WorkerProtocolError(`wait record ${seq} has no name`);
+      const call: Extract<CallRecord, { kind: 'wait' }> = { kind: 'wait', seq, name: rec.wait.name };
+      if (rec.wait.timeoutMs != null) {
+        const t = rec.wait.timeoutMs;
+        if (!(Number.isFinite(t) && t >= 0)) throw new WorkerProtocolError(`wait record ${seq} has timeout ${t}`);
+        call.timeoutMs = t;
+      }
+      return { type: 'record', call };
+    }
     throw new WorkerProtocolError(`record ${seq0} carries no call`);
   }
   if (f.heartbeat) return { type: 'heartbeat' };

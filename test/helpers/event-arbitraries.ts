@@ -112,6 +112,12 @@ export function eventArbitraries(unit: fc.Arbitrary<string> | 'grapheme' = 'grap
     Checkpointed: fc.record({ type: fc.constant('Checkpointed'), ...base, turn: small, seq: small, data: payload }),
     PatchMarked: fc.record({ type: fc.constant('PatchMarked'), ...base, turn: small, seq: small, patchId: str, deprecated: fc.boolean() }),
     TimerStarted: fc.record({ type: fc.constant('TimerStarted'), ...base, turn: small, seq: small, durationMs: ms, fireAt: ms }),
+    SignalReceived: fc.record({ type: fc.constant('SignalReceived'), ...base, signalId: str, name: str, value: payload }),
+    WaitStarted: fc.record(
+      { type: fc.constant('WaitStarted'), ...base, turn: small, seq: small, name: str, timeoutMs: ms, deadline: ms },
+      { requiredKeys: ['type', 'eventId', 'time', 'generation', 'turn', 'seq', 'name'] },
+    ),
+    WaitEnded: fc.record({ type: fc.constant('WaitEnded'), ...base, turn: small, seq: small, signalId: str, timedOut: fc.boolean() }),
     TimeoutCancelRequested: fc.record({ type: fc.constant('TimeoutCancelRequested'), ...base, turn: small, at: ms, graceUntil: ms }),
     CancelRequested: fc.record({ type: fc.constant('CancelRequested'), ...base, scope: fc.constantFrom('task', 'turn'), turn: small, reason: str }),
     WorkerKilled: fc.record({ type: fc.constant('WorkerKilled'), ...base, turn: small, pid: u32, signal: str, reason: str }),

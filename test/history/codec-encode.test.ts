@@ -101,6 +101,12 @@ const arbitraries: { [T in EventType]: fc.Arbitrary<Extract<HistoryEvent, { type
   Checkpointed: fc.record({ type: fc.constant('Checkpointed'), ...base, turn: u32, seq: u32, data: payload }),
   PatchMarked: fc.record({ type: fc.constant('PatchMarked'), ...base, turn: u32, seq: u32, patchId: str, deprecated: fc.boolean() }),
   TimerStarted: fc.record({ type: fc.constant('TimerStarted'), ...base, turn: u32, seq: u32, durationMs: dbl, fireAt: dbl }),
+  SignalReceived: fc.record({ type: fc.constant('SignalReceived'), ...base, signalId: str, name: str, value: payload }),
+  WaitStarted: fc.record(
+    { type: fc.constant('WaitStarted'), ...base, turn: u32, seq: u32, name: str, timeoutMs: dbl, deadline: dbl },
+    { requiredKeys: ['type', 'eventId', 'time', 'generation', 'turn', 'seq', 'name'] },
+  ),
+  WaitEnded: fc.record({ type: fc.constant('WaitEnded'), ...base, turn: u32, seq: u32, signalId: str, timedOut: fc.boolean() }),
   TimeoutCancelRequested: fc.record({ type: fc.constant('TimeoutCancelRequested'), ...base, turn: u32, at: dbl, graceUntil: dbl }),
   CancelRequested: fc.record({ type: fc.constant('CancelRequested'), ...base, scope: fc.constantFrom('task', 'turn'), turn: u32, reason: str }),
   WorkerKilled: fc.record({ type: fc.constant('WorkerKilled'), ...base, turn: u32, pid: u32, signal: str, reason: str }),

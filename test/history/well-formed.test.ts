@@ -36,6 +36,9 @@ const ID_FIELDS: Partial<Record<EventType, string[]>> = {
   PatchMarked: ['patchId'],
   LeaseClaimed: ['owner', 'instance'],
   OperatorAction: ['inputId', 'newInputId'],
+  SignalReceived: ['signalId', 'name'],
+  WaitStarted: ['name'],
+  WaitEnded: ['signalId'],
   HistoryCompacted: ['droppedInputIds'],
 };
 

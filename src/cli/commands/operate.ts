@@ -1,15 +1,29 @@
 /**
- * Operator actions (docs/cli.md#operator-actions): `cancel`, `withdraw`, `resend` and `resume`
- * against the running engine that holds a LevelDB store (over its inspection socket). Each asks
+ * Operator actions (docs/cli.md#operator-actions): `cancel`, `withdraw`, `resend`, `resume` and `signal`
+ * against the running engine that holds a LevelDB store (over its inspection socket), or on a
+ * PostgreSQL store appended by the CLI itself (Engine.openForOperator, no claim). Each asks
  * for confirmation unless `--yes` (and refuses without a terminal), and the engine records it in
  * the history as an `OperatorAction` event naming `--by` (default: the OS user).
  */
-import { userInfo } from 'node:os';
+import { hostname, userInfo } from 'node:os';
 import { createInterface } from 'node:readline/promises';
 import type { Command } from 'commander';
 import { TurnlogError } from '../../errors.js';
 import { isPostgresUrl } from '../../store/postgres-store.js';
-import { CliError, EXIT, connectLiveEngine, globals, positiveInt, printJSON, printText, usageError } from '../context.js';
+import { Engine } from '../../runtime/engine.js';
+import {
+  CliError,
+  EXIT,
+  connectLiveEngine,
+  globals,
+  loadCodecsModule,
+  openPostgresCliStore,
+  positiveInt,
+  printJSON,
+  printText,
+  usageError,
+  type GlobalOptions,
+} from '../context.js';
 
 interface ActionFlags {
   by?: string;
@@ -43,11 +57,9 @@ async function confirm(question: string, flags: ActionFlags): Promise<void> {
 /** Sends one action to the engine holding the store and prints what it did. */
 async function act(cmd: Command, question: string, op: 'cancel' | 'withdraw' | 'resend' | 'resume', args: Record<string, unknown>, flags: ActionFlags): Promise<void> {
   const g = globals(cmd);
-  if (isPostgresUrl(g.store)) {
-    throw usageError(`Operator actions on a PostgreSQL store go through a running engine's API (engine.cancel, engine.withdraw, …); this CLI reaches engines over a LevelDB store's inspection socket only.`);
-  }
   const by = flags.by ?? defaultBy();
   if (by === '') throw usageError('--by must not be empty.');
+  if (isPostgresUrl(g.store)) return actOnPostgres(g, question, op, args, { ...flags, by });
   const engine = await connectLiveEngine(g.store);
   if (!engine) {
     throw new TurnlogError(
@@ -65,6 +77,82 @@ async function act(cmd: Command, question: string, op: 'cancel' | 'withdraw' | '
   }
 }
 
+/**
+ * On a shared PostgreSQL store the CLI appends the action itself (Engine.openForOperator): under
+ * the task's current generation, without claiming it; the engine running the task hears it.
+ */
+async function actOnPostgres(g: GlobalOptions, question: string, op: string, args: Record<string, unknown>, flags: ActionFlags & { by: string }): Promise<void> {
+  const loaded = g.codecs === undefined ? undefined : await loadCodecsModule(g.codecs);
+  const store = await openPostgresCliStore(g.store, { create: false, write: true });
+  try {
+    await confirm(question, flags);
+    const engine = await Engine.openForOperator({
+      store,
+      // The command prints its one result; the engine's own lines (a retried race) stay quiet.
+      logger: { info: () => {}, warn: () => {}, error: () => {} },
+      owner: `${hostname()}|turnlog-cli`,
+      ...(loaded ? { payloadCodecs: loaded.codecs, ...(loaded.converter ? { payloadConverter: loaded.converter } : {}) } : {}),
+    });
+    try {
+      const taskId = args['taskId'] as string;
+      const result = await engine.operatorAction(op, { taskId, by: flags.by, ...(flags.reason === undefined ? {} : { reason: flags.reason }) }, args);
+      if (g.json) await printJSON(result);
+      else await printText(result.message);
+    } finally {
+      await engine.shutdown();
+    }
+  } finally {
+    await store.close();
+  }
+}
+
+/**
+ * `turnlog signal`: a named signal, appended by the engine holding a LevelDB store (its socket)
+ * or, on PostgreSQL, by an operator engine of the CLI. No confirmation: it only adds an event.
+ */
+async function signal(cmd: Command, taskId: string, name: string, json: string | undefined): Promise<void> {
+  const g = globals(cmd);
+  let value: unknown;
+  try {
+    value = json === undefined ? null : JSON.parse(json);
+  } catch (err) {
+    throw usageError(`The signal value must be JSON (got ${JSON.stringify(json)}: ${(err as Error).message}). Quote it for the shell, e.g. '{"approved":true}'.`);
+  }
+  let result: { message: string; signalId: string };
+  if (isPostgresUrl(g.store)) {
+    const loaded = g.codecs === undefined ? undefined : await loadCodecsModule(g.codecs);
+    const store = await openPostgresCliStore(g.store, { create: false, write: true });
+    try {
+      const engine = await Engine.openForOperator({
+        store,
+        logger: { info: () => {}, warn: () => {}, error: () => {} },
+        owner: `${hostname()}|turnlog-cli`,
+        ...(loaded ? { payloadCodecs: loaded.codecs, ...(loaded.converter ? { payloadConverter: loaded.converter } : {}) } : {}),
+      });
+      try {
+        const signalId = await engine.signal(taskId, name, value);
+        result = { action: 'signal', done: true, signalId, message: `signal ${signalId} sent to task ${taskId}` } as typeof result;
+      } finally {
+        await engine.shutdown();
+      }
+    } finally {
+      await store.close();
+    }
+  } else {
+    const engine = await connectLiveEngine(g.store);
+    if (!engine) {
+      throw new TurnlogError('TURNLOG_INSPECT_SOCKET', `No running engine answers on store ${g.store}: a signal is appended by the engine that holds the store. Start the engine (with inspect on, the default) and run this again.`);
+    }
+    try {
+      result = await engine.action<{ message: string; signalId: string }>('signal', { taskId, name, value });
+    } finally {
+      engine.close();
+    }
+  }
+  if (g.json) await printJSON(result);
+  else await printText(result.message);
+}
+
 function common(c: Command): Command {
   return c
     .option('--by <who>', 'who is acting, recorded in the history (default: the OS user)')
@@ -72,8 +160,17 @@ function common(c: Command): Command {
     .option('-y, --yes', 'do not ask for confirmation (required without a terminal)');
 }
 
-/** Registers `cancel`, `withdraw`, `resend` and `resume` on the program. */
+/** Registers `cancel`, `withdraw`, `resend`, `resume` and `signal` on the program. */
 export function registerOperatorActions(program: Command): void {
+  program
+    .command('signal')
+    .description("send a named signal to a task (ends its turn's ctx.waitFor(name), or waits buffered until one does)")
+    .argument('<task>', 'task id')
+    .argument('<name>', 'the signal name')
+    .argument('[json]', 'the value, as JSON (default null)')
+    .action(async (taskId: string, name: string, json: string | undefined, _flags: unknown, cmd: Command) => {
+      await signal(cmd, taskId, name, json);
+    });
   common(
     program
       .command('cancel')
