@@ -45,6 +45,8 @@ export type ErrorCode =
   | 'TURNLOG_TURN_NOT_ENDED'
   | 'TURNLOG_STATE_VERSION_NEWER'
   | 'TURNLOG_STATE_MIGRATION_FAILED'
+  // time: flow limits and schedules
+  | 'TURNLOG_LIMIT_UNKNOWN'
   // isolation
   | 'TURNLOG_ISOLATION_BOUNDARY'
   | 'TURNLOG_WORKER_CRASHED'

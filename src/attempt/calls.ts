@@ -27,7 +27,8 @@ export interface CallIntents {
 }
 /** A new call as the host records it (the body of a worker's Record frame). */
 export interface CallRecords {
-  step: { kind: 'step'; seq: number; name: string; result?: Payload; failure?: FailureInfo; durationMs: number };
+  /** `limit`, `waitedMs`: the flow limit the step waited for (docs/time.md#flow-limits). */
+  step: { kind: 'step'; seq: number; name: string; result?: Payload; failure?: FailureInfo; durationMs: number; limit?: string; waitedMs?: number };
   checkpoint: { kind: 'checkpoint'; seq: number; data: Payload };
   'take-inputs': { kind: 'take-inputs'; seq: number };
   patch: { kind: 'patch'; seq: number; patchId: string; deprecated: boolean };
@@ -168,6 +169,10 @@ export const CALLS: { readonly [K in CallKind]: CallSpec<K> } = {
         if (s.result) writePayload(w, F.result, s.result);
         if (s.failure) writeFailure(w, F.failure, s.failure);
         w.doubleField(F.durationMs, s.durationMs);
+        if (s.limit !== undefined) {
+          w.stringField(F.limit, s.limit);
+          w.doubleField(F.waitedMs, s.waitedMs ?? 0);
+        }
       },
       read: (r, seq, bad) => {
         const F = pb.WorkerFrame_Record_Step;
@@ -177,10 +182,18 @@ export const CALLS: { readonly [K in CallKind]: CallSpec<K> } = {
           else if (t === F.result) s.result = r.nested(readPayload);
           else if (t === F.failure) s.failure = r.nested(readFailure);
           else if (t === F.durationMs) s.durationMs = r.double();
+          else if (t === F.limit) s.limit = r.string();
+          else if (t === F.waitedMs) s.waitedMs = r.double();
           else return false;
           return true;
         });
         if (!s.name) bad(`step record ${seq} has no name`);
+        // A limit is a non-empty name; its wait comes only with it.
+        if (s.limit) s.waitedMs ??= 0;
+        else {
+          delete s.limit;
+          delete s.waitedMs;
+        }
         if (!s.result === !s.failure) bad(`step record ${seq} ("${s.name}") must carry exactly one of result and failure`);
         if (!Number.isFinite(s.durationMs) || s.durationMs < 0) bad(`step record ${seq} has duration ${s.durationMs}`);
         return s;
@@ -221,6 +234,7 @@ export const CALLS: { readonly [K in CallKind]: CallSpec<K> } = {
         name: rec.name,
         durationMs: rec.durationMs,
       };
+      if (rec.limit) Object.assign(draft, { limit: rec.limit, waitedMs: rec.waitedMs ?? 0 });
       // An oversized result is recorded as the step's failure instead (same seq, no gap), and thrown.
       const tooLarge = rec.failure ? undefined : env.oversized('stepResult', rec.result, `${env.at}, step "${rec.name}" result`);
       if (rec.failure) draft.failure = rec.failure;

@@ -154,6 +154,11 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     if (ms !== undefined && !(typeof ms === 'number' && Number.isFinite(ms) && ms > 0)) {
       throw invalidArgument(`Task ${this.taskId}, turn ${this.turn}: step "${String(name)}" timeoutMs must be a finite number of milliseconds > 0, got ${String(ms)}.`);
     }
+    const limit = options.limit;
+    if (limit !== undefined && (typeof limit !== 'string' || limit === '')) {
+      throw invalidArgument(`Task ${this.taskId}, turn ${this.turn}: step "${String(name)}" limit must be the non-empty name of a flow limit, got ${JSON.stringify(limit)}.`);
+    }
+    if (limit !== undefined && !limit.isWellFormed()) throw invalidArgument(`Task ${this.taskId}: step ${illFormedText('limit', limit)}.`);
     const stopped = this.intercept({ kind: 'step', name });
     if (stopped) return stopped;
     // Names are matched on replay: one with no UTF-8 form would be recorded as another name.
@@ -168,12 +173,23 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     this.#host.emit?.({ kind: 'step-started', seq, name });
     const policy = { ...this.#spec.stepRetry, ...options.retry };
     const timeoutMs = options.timeoutMs;
-    const started = this.#host.now();
+    let started = this.#host.now();
+    // With a limit: which one and how long the step waited for it, recorded with the step.
+    let limited: { limit: string; waitedMs: number } | undefined;
     const fail = async (err: unknown): Promise<never> => {
       const failure = errorToFailure(err);
-      await slot.record(() => this.#host.record({ kind: 'step', seq, name, failure, durationMs: this.#host.now() - started }));
+      await slot.record(() => this.#host.record({ kind: 'step', seq, name, failure, durationMs: this.#host.now() - started, ...limited }));
       throw err;
     };
+    if (limit !== undefined) {
+      try {
+        limited = { limit, waitedMs: this.#host.acquire ? await this.#host.acquire(limit, seq, this.signal) : 0 };
+      } catch (err) {
+        limited = { limit, waitedMs: this.#host.now() - started };
+        return fail(err);
+      }
+      started = this.#host.now();
+    }
     const scope = runningStep ?? (await stepScope());
     let value: T;
     for (let attempt = 1; ; attempt++) {
@@ -200,7 +216,7 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     } catch (err) {
       return fail(err);
     }
-    await slot.record(() => this.#host.record({ kind: 'step', seq, name, result, durationMs: this.#host.now() - started }));
+    await slot.record(() => this.#host.record({ kind: 'step', seq, name, result, durationMs: this.#host.now() - started, ...limited }));
     // Return what a replay would return, so the first run and later attempts see the same value.
     return this.#converter.fromPayload<T>(result);
   }

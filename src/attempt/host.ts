@@ -69,4 +69,10 @@ export interface TurnHost {
    * it (`dropped` counts emits it dropped before this one). Absent under replay testing.
    */
   emit?(item: EmitItem, dropped?: number): void;
+  /**
+   * Takes a slot and a rate token of flow limit `limit` for step `seq` (docs/time.md#flow-limits);
+   * resolves with the ms waited. The slot is held until the step's record arrives or the attempt
+   * ends. Absent under replay testing (no wait).
+   */
+  acquire?(limit: string, seq: number, signal: AbortSignal): Promise<number>;
 }

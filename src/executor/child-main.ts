@@ -159,7 +159,7 @@ function onMessage(m: EngineMessage): void {
       if (!p) return;
       turn!.pending.delete(m.seq);
       if (m.error) p.reject(failureToError(m.error));
-      else p.resolve(m.reply?.value);
+      else p.resolve(m.grant ? m.grant.waitedMs : m.reply?.value);
       return;
     }
     case 'pending-inputs':
@@ -214,6 +214,20 @@ let droppedEmits = 0;
 function hostFor(t: Turn): TurnHost {
   return {
     record: <C extends CallRecord>(call: C) => request<CallReplies[C['kind']]>(t, call.seq, { type: 'record', call }),
+    // Answered once the engine's limiter grants it; a cancel stops the wait here (the engine's
+    // side gives up when the step's record arrives, which the context sends next).
+    acquire: (limit, seq, signal) => {
+      const granted = request<number>(t, seq, { type: 'acquire', seq, limit });
+      if (signal.aborted) return Promise.reject(signal.reason);
+      return new Promise<number>((resolve, reject) => {
+        const onAbort = () => {
+          t.pending.delete(seq);
+          reject(signal.reason);
+        };
+        signal.addEventListener('abort', onAbort, { once: true });
+        granted.then(resolve, reject).finally(() => signal.removeEventListener('abort', onAbort));
+      });
+    },
     pendingInputCount: () => pendingInputs,
     now: () => Date.now(),
     sleep,

@@ -289,6 +289,8 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
   /** The record the worker waits on (the context sends one at a time). */
   #inFlight: number | undefined;
   readonly #recorded = new Set<number>();
+  /** Steps waiting for a flow-limit slot, by seq: their record, a cancel or the end stops the wait. */
+  readonly #acquiring = new Map<number, AbortController>();
   #pendingSent = -1;
   #lastHeartbeat = 0;
   readonly #heartbeatTimeoutMs: number;
@@ -337,6 +339,7 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
       );
       return;
     }
+    for (const c of this.#acquiring.values()) c.abort(new Error(`cancelled (${reason})`));
     this.#worker.send({ type: 'cancel', kind, reason });
   }
 
@@ -421,7 +424,10 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
         this.#lastHeartbeat = performance.now();
         return;
       case 'record':
+        this.#acquiring.get(m.call.seq)?.abort(new Error('the step was recorded'));
         return this.#record(m.call);
+      case 'acquire':
+        return this.#acquire(m.seq, m.limit);
       case 'terminal': {
         const o = m.outcome;
         if (o.kind === 'suspended' && this.#spec.kind !== 'multi-turn') {
@@ -506,6 +512,27 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
     );
   }
 
+  /** A step asks for a flow-limit slot; the ack carries the grant (the host holds the slot until the step's record). */
+  #acquire(seq: number, limit: string): void {
+    if (seq <= this.#spec.calls.length || this.#recorded.has(seq) || this.#acquiring.has(seq)) return this.#protocolViolation(`acquire for seq ${seq}, which is recorded or already acquiring`);
+    const c = new AbortController();
+    this.#acquiring.set(seq, c);
+    const w = this.#worker!;
+    const run = this.#fenced !== undefined ? Promise.reject(new FencedError(this.#spec.taskId, this.#spec.turn, this.#spec.attempt, this.#fenced)) : (this.#host.acquire?.(limit, seq, c.signal) ?? Promise.resolve(0));
+    run.then(
+      (waitedMs) => {
+        this.#acquiring.delete(seq);
+        if (!this.#done) w.send({ type: 'ack', seq, grant: { waitedMs } });
+      },
+      (err) => {
+        this.#acquiring.delete(seq);
+        // Stopped by the step's record, a cancel or the end: the worker no longer waits for this
+        // ack (an error now could answer the record's seq instead).
+        if (!this.#done && !c.signal.aborted) w.send({ type: 'ack', seq, error: errorToFailure(err) });
+      },
+    );
+  }
+
   /** Pushes the end of the wait at `seq` to the worker (a Signals frame) once the engine ended it. */
   #forwardWait(seq: number): void {
     this.#host.wait(seq).then(
@@ -542,6 +569,7 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
   #finish(o: AttemptOutcome): void {
     if (this.#done) return;
     this.#done = true;
+    for (const c of this.#acquiring.values()) c.abort(new Error('the attempt ended'));
     this.#stopLiveness.abort();
     this.#settle(o);
   }

@@ -43,7 +43,7 @@ export type EngineMessage =
   | { type: 'run'; spec: TurnSpec; pendingInputs: number }
   | { type: 'cancel'; kind: CancelKind; reason: string }
   /** The answer to a worker's record with this seq: durable (with its reply, for kinds that have one) or refused. */
-  | { type: 'ack'; seq: number; error?: FailureInfo; reply?: CallReply }
+  | { type: 'ack'; seq: number; error?: FailureInfo; reply?: CallReply; grant?: { waitedMs: number } }
   | { type: 'pending-inputs'; count: number }
   /** Waits of the running turn that ended (WaitEnded durable), by seq: ctx.waitFor returns them. */
   | { type: 'signals'; ended: { seq: number; outcome: WaitOutcome }[] }
@@ -56,6 +56,8 @@ export type WorkerMessage =
   | { type: 'ready'; protocolVersion: number; pid: number; workflows: string[]; error?: FailureInfo }
   /** A call the handler records (attempt/calls.ts); the worker waits for its ack. */
   | { type: 'record'; call: CallRecord }
+  /** Step `seq` asks for a slot and token of flow limit `limit`; answered by an ack with `grant`. */
+  | { type: 'acquire'; seq: number; limit: string }
   | { type: 'heartbeat' }
   | { type: 'terminal'; outcome: TerminalOutcome }
   | { type: 'emit'; item: EmitItem; dropped: number };
@@ -98,6 +100,12 @@ export function encodeEngineMessage(m: EngineMessage): Uint8Array {
       w.uint32Field(ACK.seq, m.seq);
       if (m.error) writeFailure(w, ACK.error, m.error);
       if (m.reply) writeMember(w, CALLS[m.reply.kind].reply as MemberCodec<unknown>, m.reply.value);
+      if (m.grant) {
+        w.uint32(ACK.limitGrant);
+        const g = w.fork();
+        w.doubleField(pb.EngineFrame_LimitGrant.waitedMs, m.grant.waitedMs);
+        w.ldelim(g);
+      }
       w.ldelim(at);
       break;
     case 'pending-inputs':
@@ -167,6 +175,7 @@ export function decodeEngineMessage(bytes: Uint8Array): EngineMessage {
               const row = REPLY_BY_TAG.get(u);
               if (u === ACK.seq) ack.seq = r.uint32();
               else if (u === ACK.error) ack.error = r.nested(readFailure);
+              else if (u === ACK.limitGrant) ack.grant = r.nested(readGrant);
               else if (row) ack.reply = { kind: row.kind, value: r.nested((r) => (row.reply as MemberCodec<unknown>).read(r, undefined, protocolError)) } as CallReply;
               else r.skip(u & 7);
             }
@@ -442,6 +451,18 @@ export function encodeWorkerMessage(m: WorkerMessage): Uint8Array {
       writeMember(w, CALLS[m.call.kind].record as MemberCodec<CallRecord, never>, m.call);
       w.ldelim(at);
       break;
+    case 'acquire':
+      w.uint32(WF.record);
+      at = w.fork();
+      w.uint32Field(REC.seq, m.seq);
+      w.uint32(REC.acquire);
+      {
+        const a = w.fork();
+        w.stringField(pb.WorkerFrame_Record_Acquire.limit, m.limit);
+        w.ldelim(a);
+      }
+      w.ldelim(at);
+      break;
     case 'heartbeat':
       w.emptyField(WF.heartbeat);
       break;
@@ -513,6 +534,26 @@ const MEMBER = -1;
 /** A message's fields by tag: payloads, failures, strings and numbers (the worker frames' bodies are flat). */
 type Fields = Map<number, Payload | FailureInfo | string | string[] | number | Uint8Array>;
 
+function readGrant(r: Reader): { waitedMs: number } {
+  const g = { waitedMs: 0 };
+  while (r.more()) {
+    const u = r.uint32();
+    if (u === pb.EngineFrame_LimitGrant.waitedMs) g.waitedMs = r.double();
+    else r.skip(u & 7);
+  }
+  return g;
+}
+
+function readAcquire(r: Reader): string {
+  let limit = '';
+  while (r.more()) {
+    const u = r.uint32();
+    if (u === pb.WorkerFrame_Record_Acquire.limit) limit = r.string();
+    else r.skip(u & 7);
+  }
+  return limit;
+}
+
 /**
  * Reads one flat message of a worker frame. `kinds` gives each known tag its type; a field of
  * another wire type has another tag, so it is skipped like an unknown one.
@@ -549,7 +590,7 @@ const REASON = pb.WorkerFrame_Cancelled; // ExitForRecovery and Cancelled: { rea
 const WORKER_BODIES: Readonly<Record<number, Readonly<Record<number, Kind>>>> = {
   [WF.ready]: { [READY.protocolVersion]: 'uint32', [READY.pid]: 'uint32', [READY.workflows]: 'strings', [READY.error]: 'failure' },
   // Record is not flat (its call is a oneof): its seq here, its call read by the kind's row.
-  [WF.record]: Object.fromEntries([[REC.seq, 'uint32'], ...[...RECORD_BY_TAG.keys()].map((tag) => [tag, 'member'])]) as Record<number, Kind>,
+  [WF.record]: Object.fromEntries([[REC.seq, 'uint32'], [REC.acquire, 'member'], ...[...RECORD_BY_TAG.keys()].map((tag) => [tag, 'member'])]) as Record<number, Kind>,
   [WF.heartbeat]: {},
   [WF.result]: { [RESULT.output]: 'payload', [RESULT.state]: 'payload' },
   [WF.suspend]: { [SUSPEND.reason]: 'string', [SUSPEND.output]: 'payload', [SUSPEND.state]: 'payload' },
@@ -597,6 +638,12 @@ export function decodeWorkerMessage(bytes: Uint8Array): WorkerMessage {
     case WF.record: {
       const seq = num(REC.seq);
       const tag = f.get(MEMBER) as number | undefined;
+      if (tag === REC.acquire) {
+        positiveSeq(seq, 'acquire');
+        const limit = readMember(f.get(tag) as Uint8Array, readAcquire);
+        if (!limit) throw new WorkerProtocolError(`acquire ${seq} names no limit`);
+        return { type: 'acquire', seq, limit };
+      }
       const row = tag === undefined ? undefined : RECORD_BY_TAG.get(tag);
       if (!row) throw new WorkerProtocolError(`record ${seq} carries no call`);
       positiveSeq(seq, row.record.noun);
@@ -778,6 +825,7 @@ export function warmUpCodecs(): void {
     { type: 'cancel', kind: 'timeout', reason: 'r' },
     { type: 'ack', seq: 1, error: failure },
     { type: 'ack', seq: 1, reply: { kind: 'take-inputs', value: [{ inputId: 'i', input: payload }] } },
+    { type: 'ack', seq: 1, grant: { waitedMs: 1 } },
     { type: 'pending-inputs', count: 1 },
     { type: 'shutdown' },
   ];
@@ -786,6 +834,7 @@ export function warmUpCodecs(): void {
     { type: 'record', call: { kind: 'step', seq: 1, name: 's', result: payload, durationMs: 1 } },
     { type: 'record', call: { kind: 'checkpoint', seq: 1, data: payload } },
     { type: 'record', call: { kind: 'take-inputs', seq: 1 } },
+    { type: 'acquire', seq: 1, limit: 'l' },
     { type: 'heartbeat' },
     { type: 'terminal', outcome: { kind: 'completed', output: payload, state: payload } },
     { type: 'terminal', outcome: { kind: 'suspended', reason: 'r', output: payload, state: payload } },

@@ -273,6 +273,7 @@ function eventToProto(e: HistoryEvent): Record<string, unknown> {
       };
       if (e.failure) step['failure'] = failureToProto(e.failure);
       else step['result'] = payloadToProto(e.result ?? EMPTY_PAYLOAD);
+      if (e.limit !== undefined) Object.assign(step, { limit: e.limit, waitedMs: e.waitedMs ?? 0 });
       return { eventId, timeMs, generation, stepCompleted: step };
     }
     case 'InputsTaken':
@@ -455,6 +456,10 @@ function writeEventFast(w: Writer, e: HistoryEvent): boolean {
       if (e.failure) writeFailure(w, F.failure, e.failure);
       else writePayload(w, F.result, e.result ?? EMPTY_PAYLOAD);
       w.doubleField(F.durationMs, e.durationMs);
+      if (e.limit !== undefined) {
+        w.stringField(F.limit, e.limit);
+        w.doubleField(F.waitedMs, e.waitedMs ?? 0);
+      }
       break;
     }
     case 'TurnStarted': {
@@ -658,6 +663,7 @@ function eventFromProto(m: EventMsg, taskId: string): HistoryEvent {
       };
       if (a.outcome === 'failure') e.failure = failureOf(a.failure, at);
       else e.result = payloadFromProto(a.result) ?? EMPTY_PAYLOAD;
+      if (a.limit) Object.assign(e, { limit: a.limit, waitedMs: a.waitedMs ?? 0 });
       return e;
     }
     case 'inputsTaken':
@@ -867,6 +873,8 @@ function decodeStepFast(bytes: Uint8Array): HistoryEvent | undefined {
   let durationMs = 0;
   let result: Payload | undefined;
   let failure: FailureInfo | undefined;
+  let limit = '';
+  let waitedMs = 0;
   while (r.more()) {
     const t = r.uint32();
     switch (t) {
@@ -893,13 +901,20 @@ function decodeStepFast(bytes: Uint8Array): HistoryEvent | undefined {
       case STEP.durationMs:
         durationMs = r.double();
         break;
+      case STEP.limit:
+        limit = r.string();
+        break;
+      case STEP.waitedMs:
+        waitedMs = r.double();
+        break;
       default:
         return undefined;
     }
   }
-  if (failure !== undefined) return { type: 'StepCompleted', eventId, time, generation, turn, attempt, seq, name, durationMs, failure };
+  const limited = limit ? { limit, waitedMs } : undefined;
+  if (failure !== undefined) return { type: 'StepCompleted', eventId, time, generation, turn, attempt, seq, name, durationMs, failure, ...limited };
   if (result === undefined) return undefined;
-  return { type: 'StepCompleted', eventId, time, generation, turn, attempt, seq, name, durationMs, result };
+  return { type: 'StepCompleted', eventId, time, generation, turn, attempt, seq, name, durationMs, result, ...limited };
 }
 
 /**

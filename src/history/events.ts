@@ -137,6 +137,10 @@ export interface StepCompleted extends EventBase {
   result?: Payload;
   failure?: FailureInfo;
   durationMs: number;
+  /** The flow limit the step ran under (`ctx.step(name, fn, { limit })`); absent without one. */
+  limit?: string;
+  /** How long the step waited for its limit's slot and rate token (ms); set with `limit`. */
+  waitedMs?: number;
 }
 export interface InputsTaken extends EventBase {
   type: 'InputsTaken';

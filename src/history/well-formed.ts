@@ -20,7 +20,7 @@ const STRING_FIELDS: { [T in EventType]: { ids: Fields<T>; text: Fields<T> } } =
   InputQueued: { ids: ['inputId'], text: [] },
   InputWithdrawn: { ids: ['inputId'], text: ['reason'] },
   TurnStarted: { ids: ['inputIds', 'owner', 'instance'], text: [] },
-  StepCompleted: { ids: ['name'], text: [] },
+  StepCompleted: { ids: ['name', 'limit'], text: [] },
   InputsTaken: { ids: ['inputIds'], text: [] },
   Checkpointed: { ids: [], text: [] },
   PatchMarked: { ids: ['patchId'], text: [] },
@@ -102,7 +102,7 @@ function allWellFormed(e: HistoryEvent): boolean {
     case 'TurnStarted':
       return listOk(e.inputIds) && ok(e.owner) && ok(e.instance);
     case 'StepCompleted':
-      return ok(e.name) && payloadOk(e.result) && failureOk(e.failure);
+      return ok(e.name) && ok(e.limit) && payloadOk(e.result) && failureOk(e.failure);
     case 'InputsTaken':
       return listOk(e.inputIds);
     case 'Checkpointed':

@@ -285,8 +285,10 @@ export class Driver {
     };
     const at = `Task ${t.id}, turn ${active.turn}`;
     return {
-      record: <C extends CallRecord>(call: C) =>
-        this.#cache.withLock(t, async (t) => {
+      record: <C extends CallRecord>(call: C) => {
+        // The step's fn is done: its flow-limit slot is free for the next step.
+        if (call.kind === 'step') releaseGrant(active, call.seq);
+        return this.#cache.withLock(t, async (t) => {
           check();
           const env: RecordEnv = {
             turn: active.turn,
@@ -302,7 +304,15 @@ export class Driver {
           if (rec.refused) throw (active.refused = rec.refused);
           await record(t, rec.events);
           return rec.reply();
-        }),
+        });
+      },
+      acquire: async (limit, seq, signal) => {
+        const grant = await this.#rt.limiter.acquire(limit, signal, `${at}, step ${seq}`);
+        // An attempt that ended while the step waited gives the slot straight back.
+        if (active.grantsReleased) grant.release();
+        else (active.grants ??= new Map()).set(seq, grant);
+        return grant.waitedMs;
+      },
       pendingInputCount: () => dueInputs(t, this.#rt.clock.now()).length,
       now: () => this.#rt.clock.now(),
       sleep: (ms, signal) => sleep(this.#rt.clock, ms, signal),
@@ -314,6 +324,7 @@ export class Driver {
 
   async #finishAttempt(t: LockedTask, active: ActiveAttempt, outcome: AttemptOutcome): Promise<void> {
     for (const tm of active.timers) tm.cancel();
+    releaseGrants(active); // a crashed or killed worker's steps never sent their records
     noteAttemptEnded(this.#rt, t.id, active, outcome);
     if (t.active !== active || active.finalized) {
       this.#rt.log.debug?.('late outcome discarded', { taskId: t.id, turn: active.turn, outcome: outcome.kind });
@@ -358,6 +369,17 @@ export class Driver {
     }
     return ex;
   }
+}
+
+function releaseGrant(active: ActiveAttempt, seq: number): void {
+  active.grants?.get(seq)?.release();
+  active.grants?.delete(seq);
+}
+
+function releaseGrants(active: ActiveAttempt): void {
+  active.grantsReleased = true;
+  for (const g of active.grants?.values() ?? []) g.release();
+  active.grants?.clear();
 }
 
 /** The task's queued inputs a turn may take now: scheduled ones only once due. */

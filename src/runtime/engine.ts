@@ -47,6 +47,7 @@ import type { StreamItem, StreamOptions } from '../stream/items.js';
 import type { Runtime } from './runtime.js';
 import { Scanner } from './scanner.js';
 import { Wakeups } from './wakeups.js';
+import { LocalLimiter, type Limiter } from './limits.js';
 import { Supervisor } from './supervisor.js';
 import { TaskCache, type TaskEntry } from './task-cache.js';
 import { Watcher } from './watcher.js';
@@ -105,9 +106,12 @@ export class Engine implements TaskClient {
   #recovery: Promise<void> = Promise.resolve();
   /** The live-inspection socket while open (docs/cli.md#live-inspection). */
   #inspection: InspectServer | undefined;
+  /** Flow limits of steps (docs/time.md#flow-limits); a new one per activation. */
+  #limiter: Limiter;
 
   private constructor(options: EngineOptions, operatorOnly = false) {
     const o = (this.#o = resolveOptions(options, operatorOnly));
+    this.#limiter = new LocalLimiter(o.flowLimits, o.clock);
     const engine = this;
     this.#rt = {
       ...o,
@@ -123,6 +127,9 @@ export class Engine implements TaskClient {
       },
       get open() {
         return engine.#state === 'open';
+      },
+      get limiter() {
+        return engine.#limiter;
       },
     };
     this.#cache = new TaskCache(this.#rt);
@@ -694,6 +701,8 @@ export class Engine implements TaskClient {
     await this.#scanner.stop();
     this.#wakeups.stop();
     await this.#supervisor.stopAll(graceMs);
+    this.#limiter.close();
+    this.#limiter = new LocalLimiter(this.#o.flowLimits, this.#o.clock);
     await Promise.all([...this.#cache.entries()].map((t) => t.chain.catch(() => undefined)));
     for (const t of this.#cache.entries()) {
       this.#results.rejectAll(t, this.#results.deferred(t.id, t.state?.turn ?? 0, 'the engine shut down before the turn ended; the next engine recovers it'));

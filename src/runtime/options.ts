@@ -14,6 +14,7 @@ import { isWorkflow, workflowList, type WorkflowSource } from '../workflow/workf
 import { defaultLogger, type LogFormat, type Logger } from '../logger.js';
 import { systemClock, type Clock } from './clock.js';
 import type { EngineObserver } from './observe.js';
+import { resolveFlowLimits, type FlowLimit, type ResolvedLimit } from './limits.js';
 
 export interface EngineOptions {
   /**
@@ -117,6 +118,13 @@ export interface EngineOptions {
    * reconnect; older ones are dropped and such a reader gets a `gap` item. Default 1000.
    */
   streamBufferItems?: number;
+  /**
+   * Named flow limits for steps that call rate-limited services: `ctx.step(name, fn, { limit })`
+   * takes a slot (`concurrency`) and a token (`perSecond`, `burst`) first, shared by every task of
+   * this engine, or of every engine on a PostgreSQL store (docs/time.md#flow-limits).
+   * @example Engine.open({ workflows, flowLimits: { openai: { concurrency: 8, perSecond: 5 } } })
+   */
+  flowLimits?: Readonly<Record<string, FlowLimit>>;
 }
 
 /**
@@ -207,6 +215,7 @@ export interface EngineSettings {
   readonly limits: Readonly<PayloadLimits>;
   readonly observerOption: readonly EngineObserver[];
   readonly streamBufferItems: number;
+  readonly flowLimits: ReadonlyMap<string, ResolvedLimit>;
   /** `Engine.openForOperator`: appends actions under the task's current generation, claims and runs nothing. */
   readonly operatorOnly: boolean;
 }
@@ -266,6 +275,7 @@ export function resolveOptions(options: EngineOptions, operatorOnly = false): En
     limits: resolveLimits(options.limits),
     observerOption: resolveObservers(options.observers),
     streamBufferItems: positiveInteger('streamBufferItems', options.streamBufferItems ?? 1000),
+    flowLimits: resolveFlowLimits(options.flowLimits),
     operatorOnly,
   };
 }

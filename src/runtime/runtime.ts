@@ -4,6 +4,7 @@
  * open. The facade (engine.ts) builds it; the parts never see the Engine class.
  */
 import type { HistoryStore } from '../store/history-store.js';
+import type { Limiter } from './limits.js';
 import type { Observers } from './observe.js';
 import type { EngineSettings } from './options.js';
 
@@ -15,4 +16,6 @@ export interface Runtime extends EngineSettings {
   readonly open: boolean;
   /** The observation seam (observe.ts): the appender and the driver call it. */
   readonly observers: Observers;
+  /** Flow limits of steps (limits.ts): in memory, or the shared store's. */
+  readonly limiter: Limiter;
 }

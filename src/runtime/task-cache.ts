@@ -13,6 +13,7 @@ import type { AttemptHandle } from '../executor/executor.js';
 import type { CancelKind } from '../attempt/host.js';
 import type { TurnResult } from '../client/task-client.js';
 import type { Timer } from './clock.js';
+import type { LimitGrant } from './limits.js';
 import type { Runtime } from './runtime.js';
 
 export interface Deferred<T> {
@@ -34,6 +35,10 @@ export interface ActiveAttempt {
   /** An oversized checkpoint was refused: every later record fails, and so does the turn. */
   refused?: PayloadTooLargeError;
   timers: Timer[];
+  /** Flow-limit slots held by this attempt's steps, by seq: released on the step's record or the attempt's end. */
+  grants?: Map<number, LimitGrant>;
+  /** The attempt ended: a grant that arrives later is released at once. */
+  grantsReleased?: boolean;
   renewFailures: number;
   /** Observers were told this attempt ended (once, by whoever ended it first). */
   endNoted?: boolean;

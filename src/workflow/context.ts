@@ -14,6 +14,12 @@ export interface StepOptions {
    * with TURNLOG_STEP_TIMED_OUT, retried like any error. docs/time.md#step-timeouts-and-retry-after
    */
   timeoutMs?: number;
+  /**
+   * A flow limit of the engine (`Engine.open({ flowLimits })`): the step waits for one of its
+   * slots and a rate token before its first try, and holds the slot until it is recorded.
+   * The wait is recorded (`StepCompleted.waitedMs`). docs/time.md#flow-limits
+   */
+  limit?: string;
 }
 
 /** A step's function. */

@@ -113,9 +113,10 @@ const engineMessage: fc.Arbitrary<EngineMessage> = fc.oneof(
       seq: u32,
       error: failure,
       reply: fc.record({ kind: fc.constant('take-inputs' as const), value: fc.array(fc.record({ inputId: str, input: payload }), { maxLength: 3 }) }),
+      grant: fc.record({ waitedMs: dbl }),
     },
-    ['error', 'reply'],
-  ),
+    ['error', 'reply', 'grant'],
+  ).filter((m) => !(m.reply && m.grant)), // one member of the reply oneof
   fc.record({ type: fc.constant('pending-inputs' as const), count: u32 }),
   fc.record({ type: fc.constant('ack' as const), seq: u32, reply: fc.record({ kind: fc.constant('wait' as const), value: rec<{ deadline?: number }>({ deadline: dbl }, ['deadline']) }) }),
   fc.record({
@@ -135,10 +136,16 @@ const outcome: fc.Arbitrary<TerminalOutcome> = fc.oneof(
 );
 // Invalid ones included (seq 0, no name, both or neither of result and failure, negative or
 // NaN durations): both codecs must refuse them with the same message.
-const stepRecord: fc.Arbitrary<CallRecords['step']> = rec<CallRecords['step']>({ kind: fc.constant('step' as const), seq: u32, name: str, result: payload, failure, durationMs: dbl }, ['result', 'failure']);
+const stepRecord: fc.Arbitrary<CallRecords['step']> = fc
+  .tuple(
+    rec<Omit<CallRecords['step'], 'limit' | 'waitedMs'>>({ kind: fc.constant('step' as const), seq: u32, name: str, result: payload, failure, durationMs: dbl }, ['result', 'failure']),
+    fc.option(fc.record({ limit: str.filter((s) => s !== ''), waitedMs: dbl }), { nil: undefined }),
+  )
+  .map(([s, limited]) => ({ ...s, ...limited }));
 const workerMessage: fc.Arbitrary<WorkerMessage> = fc.oneof(
   rec<Extract<WorkerMessage, { type: 'ready' }>>({ type: fc.constant('ready' as const), protocolVersion: u32, pid: u32, workflows: fc.array(str, { maxLength: 4 }), error: failure }, ['error']),
   fc.record({ type: fc.constant('record' as const), call: stepRecord }),
+  fc.record({ type: fc.constant('acquire' as const), seq: u32, limit: str }),
   fc.record({ type: fc.constant('record' as const), call: fc.record({ kind: fc.constant('checkpoint' as const), seq: u32, data: payload }) }),
   fc.record({ type: fc.constant('record' as const), call: fc.record({ kind: fc.constant('take-inputs' as const), seq: u32 }) }),
   fc.record({ type: fc.constant('record' as const), call: fc.record({ kind: fc.constant('patch' as const), seq: u32, patchId: str, deprecated: bool }) }),

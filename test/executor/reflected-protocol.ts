@@ -47,6 +47,7 @@ export function reflectedEncodeEngineMessage(m: EngineMessage): Uint8Array {
       const ack: Msg = { seq: m.seq, error: m.error ? failureToProto(m.error) : null };
       if (m.reply?.kind === 'take-inputs') ack.takeInputs = { inputs: m.reply.value.map((q) => ({ inputId: q.inputId, input: payloadOut(q.input) })) };
       if (m.reply?.kind === 'wait') ack.wait = m.reply.value.deadline === undefined ? {} : { deadlineMs: m.reply.value.deadline };
+      if (m.grant) ack.limitGrant = { waitedMs: m.grant.waitedMs };
       body = { ack };
       break;
     }
@@ -89,6 +90,7 @@ export function reflectedDecodeEngineMessage(bytes: Uint8Array): EngineMessage {
       m.reply = { kind: 'take-inputs', value: (f.ack.takeInputs.inputs ?? []).map((q: Msg) => ({ inputId: q.inputId ?? '', input: payloadIn(q.input)! })) };
     }
     if (f.ack.wait) m.reply = { kind: 'wait', value: f.ack.wait.deadlineMs != null ? { deadline: f.ack.wait.deadlineMs } : {} };
+    if (f.ack.limitGrant) m.grant = { waitedMs: f.ack.limitGrant.waitedMs ?? 0 };
     return m;
   }
   if (f.pendingInputs) return { type: 'pending-inputs', count: f.pendingInputs.count ?? 0 };
@@ -246,6 +248,9 @@ export function reflectedEncodeWorkerMessage(m: WorkerMessage): Uint8Array {
     case 'record':
       body = { record: recordOut(m.call) };
       break;
+    case 'acquire':
+      body = { record: { seq: m.seq, acquire: { limit: m.limit } } };
+      break;
     case 'heartbeat':
       body = { heartbeat: {} };
       break;
@@ -269,7 +274,7 @@ function recordOut(c: CallRecord): Msg {
     case 'step':
       return {
         seq: c.seq,
-        step: { name: c.name, result: c.result ? payloadOut(c.result) : null, failure: c.failure ? failureToProto(c.failure) : null, durationMs: c.durationMs },
+        step: { name: c.name, result: c.result ? payloadOut(c.result) : null, failure: c.failure ? failureToProto(c.failure) : null, durationMs: c.durationMs, limit: c.limit ?? '', waitedMs: c.waitedMs ?? 0 },
       };
     case 'checkpoint':
       return { seq: c.seq, checkpoint: { data: payloadOut(c.data) } };
@@ -328,6 +333,7 @@ export function reflectedDecodeWorkerMessage(bytes: Uint8Array): WorkerMessage {
       const call: Extract<CallRecord, { kind: 'step' }> = { kind: 'step', seq, name: r.name, durationMs: d };
       if (r.result) call.result = payloadIn(r.result)!;
       else call.failure = failureIn(r.failure)!;
+      if (r.limit) Object.assign(call, { limit: r.limit, waitedMs: r.waitedMs ?? 0 });
       return { type: 'record', call };
     }
     if (rec.checkpoint) {
@@ -340,6 +346,11 @@ export function reflectedDecodeWorkerMessage(bytes: Uint8Array): WorkerMessage {
       const seq = positiveSeq(seq0, 'patch record');
       if (!rec.patch.patchId) throw new WorkerProtocolError(`patch record ${seq} has no patch id`);
       return { type: 'record', call: { kind: 'patch', seq, patchId: rec.patch.patchId, deprecated: rec.patch.deprecated ?? false } };
+    }
+    if (rec.acquire) {
+      const seq = positiveSeq(seq0, 'acquire');
+      if (!rec.acquire.limit) throw new WorkerProtocolError(`acquire ${seq} names no limit`);
+      return { type: 'acquire', seq, limit: rec.acquire.limit };
     }
     if (rec.sleep) return { type: 'record', call: { kind: 'sleep', seq: positiveSeq(seq0, 'sleep'), durationMs: rec.sleep.durationMs ?? 0, fireAt: rec.sleep.fireAtMs ?? 0 } };
     if (rec.wait) {

@@ -106,8 +106,10 @@ export function eventArbitraries(unit: fc.Arbitrary<string> | 'grapheme' = 'grap
       .tuple(
         fc.record({ type: fc.constant('StepCompleted'), ...base, turn: small, attempt: small, seq: small, name: str, durationMs: dbl }),
         fc.oneof(payload.map((result) => ({ result })), failure.map((f) => ({ failure: f }))),
+        // A flow limit's name and wait (fields 8, 9), or none (a name is never empty when set).
+        fc.option(fc.record({ limit: str.filter((s) => s !== ''), waitedMs: dbl }), { nil: undefined }),
       )
-      .map(([e, outcome]) => ({ ...e, ...outcome })),
+      .map(([e, outcome, limited]) => ({ ...e, ...outcome, ...limited })),
     InputsTaken: fc.record({ type: fc.constant('InputsTaken'), ...base, turn: small, seq: small, inputIds: ids }),
     Checkpointed: fc.record({ type: fc.constant('Checkpointed'), ...base, turn: small, seq: small, data: payload }),
     PatchMarked: fc.record({ type: fc.constant('PatchMarked'), ...base, turn: small, seq: small, patchId: str, deprecated: fc.boolean() }),

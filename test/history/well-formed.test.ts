@@ -31,7 +31,7 @@ const ID_FIELDS: Partial<Record<EventType, string[]>> = {
   InputQueued: ['inputId'],
   InputWithdrawn: ['inputId'],
   TurnStarted: ['inputIds', 'owner', 'instance'],
-  StepCompleted: ['name'],
+  StepCompleted: ['name', 'limit'],
   InputsTaken: ['inputIds'],
   PatchMarked: ['patchId'],
   LeaseClaimed: ['owner', 'instance'],

@@ -38,7 +38,7 @@ export const InputWithdrawn = { inputId: 10, reason: 18 } as const;
 /** turnlog.v1.TurnStarted */
 export const TurnStarted = { turn: 8, attempt: 16, inputIds: 26, entryMode: 32, steered: 40, owner: 50, instance: 58, executor: 64, pid: 72, turnStartedAtMs: 81, deadlineMs: 89, workflowVersion: 96 } as const;
 /** turnlog.v1.StepCompleted */
-export const StepCompleted = { turn: 8, attempt: 16, seq: 24, name: 34, result: 42, failure: 50, durationMs: 57 } as const;
+export const StepCompleted = { turn: 8, attempt: 16, seq: 24, name: 34, result: 42, failure: 50, durationMs: 57, limit: 66, waitedMs: 73 } as const;
 /** turnlog.v1.InputsTaken */
 export const InputsTaken = { turn: 8, seq: 16, inputIds: 26 } as const;
 /** turnlog.v1.TimerStarted */
@@ -142,7 +142,9 @@ export const EngineFrame_TakenInput = { inputId: 10, input: 18, steering: 24, ev
 /** turnlog.v1.EngineFrame.Cancel */
 export const EngineFrame_Cancel = { kind: 8, reason: 18 } as const;
 /** turnlog.v1.EngineFrame.Ack */
-export const EngineFrame_Ack = { seq: 8, error: 18, takeInputs: 26, wait: 34 } as const;
+export const EngineFrame_Ack = { seq: 8, error: 18, takeInputs: 26, wait: 34, limitGrant: 50 } as const;
+/** turnlog.v1.EngineFrame.LimitGrant */
+export const EngineFrame_LimitGrant = { waitedMs: 9 } as const;
 /** turnlog.v1.EngineFrame.WaitReply */
 export const EngineFrame_WaitReply = { deadlineMs: 9 } as const;
 /** turnlog.v1.EngineFrame.Signals */
@@ -162,9 +164,9 @@ export const WorkerFrame_Emit = { chunk: 10, stepSeq: 16, stepName: 26, dropped:
 /** turnlog.v1.WorkerFrame.Ready */
 export const WorkerFrame_Ready = { protocolVersion: 8, pid: 16, workflows: 26, error: 34 } as const;
 /** turnlog.v1.WorkerFrame.Record */
-export const WorkerFrame_Record = { seq: 8, step: 18, checkpoint: 26, takeInputs: 34, patch: 42, sleep: 50, wait: 58 } as const;
+export const WorkerFrame_Record = { seq: 8, step: 18, checkpoint: 26, takeInputs: 34, patch: 42, sleep: 50, wait: 58, acquire: 74 } as const;
 /** turnlog.v1.WorkerFrame.Record.Step */
-export const WorkerFrame_Record_Step = { name: 10, result: 18, failure: 26, durationMs: 33 } as const;
+export const WorkerFrame_Record_Step = { name: 10, result: 18, failure: 26, durationMs: 33, limit: 42, waitedMs: 49 } as const;
 /** turnlog.v1.WorkerFrame.Record.Checkpoint */
 export const WorkerFrame_Record_Checkpoint = { data: 10 } as const;
 /** turnlog.v1.WorkerFrame.Record.TakeInputs */
@@ -175,6 +177,8 @@ export const WorkerFrame_Record_Patch = { patchId: 10, deprecated: 16 } as const
 export const WorkerFrame_Record_Sleep = { durationMs: 9, fireAtMs: 17 } as const;
 /** turnlog.v1.WorkerFrame.Record.Wait */
 export const WorkerFrame_Record_Wait = { name: 10, timeoutMs: 17 } as const;
+/** turnlog.v1.WorkerFrame.Record.Acquire */
+export const WorkerFrame_Record_Acquire = { limit: 10 } as const;
 /** turnlog.v1.WorkerFrame.Heartbeat */
 export const WorkerFrame_Heartbeat = {} as const;
 /** turnlog.v1.WorkerFrame.Result */
