@@ -48,6 +48,12 @@ export function mapEventPayloads(e: HistoryEvent, fn: PayloadFn, failure: Failur
       return { ...e, failure: failure(e.failure) };
     case 'StateMigrated':
       return e.state ? { ...e, state: fn(e.state) } : e;
+    case 'ChildEnded': {
+      const out = { ...e };
+      if (e.output) out.output = fn(e.output);
+      if (e.failure) out.failure = failure(e.failure);
+      return out;
+    }
     default:
       return e;
   }
