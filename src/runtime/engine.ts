@@ -109,6 +109,8 @@ export class Engine implements TaskClient {
   #recovery: Promise<void> = Promise.resolve();
   /** The live-inspection socket while open (docs/cli.md#live-inspection). */
   #inspection: InspectServer | undefined;
+  /** Stops telling observers the store's group commits (HistoryStore.onCommit). */
+  #unwatchCommits: (() => void) | undefined;
   /** Flow limits of steps (docs/time.md#flow-limits); a new one per activation. */
   #limiter: Limiter;
 
@@ -118,7 +120,9 @@ export class Engine implements TaskClient {
     const engine = this;
     this.#rt = {
       ...o,
-      observers: new Observers(o.log, o.observerOption),
+      observers: new Observers(o.log, o.observerOption, {
+        workerPools: () => [...new Set(engine.#executors.values())].flatMap((ex) => (ex.workerCount === undefined ? [] : [{ executor: ex.kind, workers: ex.workerCount }])),
+      }),
       get store() {
         return engine.store;
       },
@@ -256,6 +260,7 @@ export class Engine implements TaskClient {
       await phase('open');
       this.#store = await this.#makeStore();
       await this.#store.open();
+      this.#unwatchCommits = this.#store.onCommit?.((writes) => this.#rt.observers.groupCommitted(writes));
       for (const m of await this.#store.listCorrupt()) {
         this.#cache.markCorrupt(m);
         this.#o.log.error('task isolated: its stored history cannot be read', { taskId: m.taskId, key: m.key, error: m.message });
@@ -729,6 +734,8 @@ export class Engine implements TaskClient {
     await this.#inspection?.close();
     this.#inspection = undefined;
     this.#watcher.stop();
+    this.#unwatchCommits?.();
+    this.#unwatchCommits = undefined;
     await this.#scanner.stop();
     this.#wakeups.stop();
     await this.#supervisor.stopAll(graceMs);
