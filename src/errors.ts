@@ -45,6 +45,8 @@ export type ErrorCode =
   | 'TURNLOG_TURN_NOT_ENDED'
   // time: flow limits and schedules
   | 'TURNLOG_LIMIT_UNKNOWN'
+  | 'TURNLOG_SCHEDULE_INVALID'
+  | 'TURNLOG_SCHEDULE_NOT_FOUND'
   // isolation
   | 'TURNLOG_ISOLATION_BOUNDARY'
   | 'TURNLOG_WORKER_CRASHED'
