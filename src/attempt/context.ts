@@ -71,6 +71,7 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
   #shutdownRequested = false;
   #cancelKind: CancelKind | undefined;
   #fenced: string | undefined;
+  #storeLost: string | undefined;
   #tooLarge: PayloadTooLargeError | undefined;
   /** Patch ids answered in this attempt, and how (one answer per id). */
   #patches = new Map<string, Promise<boolean>>();
@@ -135,6 +136,11 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     if (this.#controller.signal.aborted) return;
     this.#cancelKind = kind;
     this.#controller.abort(abortReason(kind, this.#spec, reason));
+  }
+
+  /** A record the store could not write (TURNLOG_STORE_UNAVAILABLE): the attempt exits for recovery. */
+  get storeLost(): string | undefined {
+    return this.#storeLost;
   }
 
   /** After this, every record call fails: the attempt no longer owns its turn. */
@@ -435,6 +441,14 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
           await before;
           this.#checkFenced();
           return await write();
+        } catch (err) {
+          // The store could not take the record: the handler must not go on past it, nor record
+          // on top of the gap. Later records fail, and the attempt exits for recovery (runHandler).
+          if ((err as { code?: unknown } | null)?.code === 'TURNLOG_STORE_UNAVAILABLE') {
+            this.#storeLost ??= (err as Error).message;
+            this.fence(`the store could not record a call (${this.#storeLost})`);
+          }
+          throw err;
         } finally {
           release();
         }
@@ -530,9 +544,11 @@ export async function runHandler<I, O, S>(
   converter: PayloadConverter,
 ): Promise<AttemptOutcome> {
   let value: unknown;
+  const lost = (): AttemptOutcome => ({ kind: 'exit-for-recovery', reason: `a record could not be written: ${ctx.storeLost}` });
   try {
     value = await handler(ctx as never, ctx.input);
   } catch (err) {
+    if (ctx.storeLost !== undefined) return lost();
     switch (ctx.cancelKind) {
       case 'timeout':
         return { kind: 'timed-out' };
@@ -544,6 +560,7 @@ export async function runHandler<I, O, S>(
         return { kind: 'failed', failure: errorToFailure(ctx.payloadRefusal ?? err) };
     }
   }
+  if (ctx.storeLost !== undefined) return lost();
   const refused = ctx.payloadRefusal;
   if (refused && !isExit(value)) return { kind: 'failed', failure: errorToFailure(refused) };
   const at = `Task ${ctx.taskId}, turn ${ctx.turn}`;

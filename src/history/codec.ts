@@ -22,6 +22,7 @@ import {
   type StateDeltaPiece,
   type TaskOutcome,
   type TimeoutCause,
+  type TraceContext,
   type TurnPolicy,
   type WorkflowKind,
 } from './events.js';
@@ -236,7 +237,13 @@ function eventToProto(e: HistoryEvent): Record<string, unknown> {
     case 'InputQueued':
       return {
         eventId, timeMs, generation,
-        inputQueued: { inputId: e.inputId, input: payloadToProto(e.input), steering: e.steering, ...(e.deliverAt === undefined ? {} : { deliverAtMs: e.deliverAt }) },
+        inputQueued: {
+          inputId: e.inputId,
+          input: payloadToProto(e.input),
+          steering: e.steering,
+          ...(e.deliverAt === undefined ? {} : { deliverAtMs: e.deliverAt }),
+          ...(e.trace === undefined ? {} : { traceparent: e.trace.traceparent, tracestate: e.trace.tracestate ?? '' }),
+        },
       };
     case 'InputWithdrawn':
       return { eventId, timeMs, generation, inputWithdrawn: { inputId: e.inputId, reason: e.reason } };
@@ -484,6 +491,8 @@ function writeEventFast(w: Writer, e: HistoryEvent): boolean {
       writePayload(w, pb.InputQueued.input, input);
       w.boolField(pb.InputQueued.steering, e.steering);
       w.doubleField(pb.InputQueued.deliverAtMs, e.deliverAt);
+      w.stringField(pb.InputQueued.traceparent, e.trace?.traceparent);
+      w.stringField(pb.InputQueued.tracestate, e.trace?.tracestate);
       break;
     }
     case 'TurnCompleted':
@@ -607,6 +616,7 @@ function eventFromProto(m: EventMsg, taskId: string): HistoryEvent {
         input: payloadFromProto(a.input) ?? EMPTY_PAYLOAD,
         steering: a.steering,
         ...(a.deliverAtMs ? { deliverAt: a.deliverAtMs } : {}),
+        ...(a.traceparent ? { trace: traceOf(a.traceparent, a.tracestate) } : {}),
       };
     case 'inputWithdrawn':
       return { type: 'InputWithdrawn', eventId, time, generation, inputId: a.inputId, reason: a.reason };
@@ -958,4 +968,9 @@ export function eventFromJSON(json: Record<string, unknown>, taskId: string): Hi
   }
   // toObject with defaults fills every oneof member with null defaults; keep only the set one.
   return eventFromProto(msg, taskId);
+}
+
+/** A recorded trace context; an empty tracestate is absent (proto3 has no presence for strings). */
+export function traceOf(traceparent: string, tracestate: string | undefined): TraceContext {
+  return tracestate ? { traceparent, tracestate } : { traceparent };
 }

@@ -102,6 +102,16 @@ export interface InputQueued extends EventBase {
   steering: boolean;
   /** A scheduled input (`send(input, { deliverAt })`): no turn takes it before this time (ms since epoch). */
   deliverAt?: number;
+  /** The sender's trace context (W3C), when an observer recorded it (turnlog/otel). */
+  trace?: TraceContext;
+}
+/**
+ * A W3C trace context (https://www.w3.org/TR/trace-context/): `traceparent` is
+ * `00-<32 hex trace id>-<16 hex span id>-<2 hex flags>`; `tracestate` is vendor data, or absent.
+ */
+export interface TraceContext {
+  traceparent: string;
+  tracestate?: string;
 }
 export interface InputWithdrawn extends EventBase {
   type: 'InputWithdrawn';

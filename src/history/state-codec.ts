@@ -6,7 +6,7 @@
 import { HistoryCorruptError, HistoryFormatError, TurnlogError } from '../errors.js';
 import { lookupType } from '../internal/proto/root.js';
 import * as pb from '../internal/wire/fields.js';
-import { decodePolicy, encodePolicy, failureFromProto, failureToProto, setOwn } from './codec.js';
+import { decodePolicy, encodePolicy, failureFromProto, failureToProto, setOwn, traceOf } from './codec.js';
 import type {
   CancelScope,
   EntryMode,
@@ -61,6 +61,7 @@ function payloadMsg(p: Payload): Msg {
 function inputMsg(q: QueuedInput): Msg {
   const m: Msg = { inputId: q.inputId, input: payloadMsg(q.input), steering: q.steering, eventId: q.eventId, timeMs: q.time };
   if (q.deliverAt !== undefined) m['deliverAtMs'] = q.deliverAt;
+  if (q.trace !== undefined) m['trace'] = { traceparent: q.trace.traceparent, tracestate: q.trace.tracestate ?? '' };
   return m;
 }
 
@@ -212,6 +213,7 @@ class Reader {
       time: m['timeMs'],
     };
     if (m['deliverAtMs']) q.deliverAt = m['deliverAtMs'];
+    if (m['trace']?.['traceparent']) q.trace = traceOf(m['trace']['traceparent'], m['trace']['tracestate']);
     return q;
   }
 

@@ -10,6 +10,7 @@ import type {
   CancelScope,
   TaskOutcome,
   TaskStatus,
+  TraceContext,
   TurnPolicy,
   WorkflowKind,
 } from './events.js';
@@ -23,6 +24,8 @@ export interface QueuedInput {
   time: number;
   /** A scheduled input: not taken by a turn (nor takeInputs) before this time. */
   deliverAt?: number;
+  /** The sender's trace context, as `InputQueued` recorded it. */
+  trace?: TraceContext;
 }
 
 /** One recorded call of a turn, in call order: `seq` is its 1-based position. */

@@ -7,8 +7,10 @@
 import {
   ROOT_CONTEXT,
   SpanStatusCode,
+  TraceFlags,
   context,
   createNoopMeter,
+  createTraceState,
   isSpanContextValid,
   metrics,
   trace,
@@ -24,7 +26,7 @@ import {
   type TracerProvider,
   type UpDownCounter,
 } from '@opentelemetry/api';
-import type { HistoryEvent, TurnStarted } from '../history/events.js';
+import type { HistoryEvent, TraceContext, TurnStarted } from '../history/events.js';
 import { setLogTraceSource } from '../logger.js';
 import type { AttemptEndedEvent, AttemptStartedEvent, EngineObserver, EventsAppendedEvent } from '../runtime/observe.js';
 
@@ -38,8 +40,6 @@ export interface OpenTelemetryOptions {
 }
 
 const NAME = 'turnlog';
-/** Callers' contexts waiting for their input's turn; bounded so an input never taken cannot leak. */
-const MAX_PENDING_CALLERS = 10_000;
 
 /** The outcome attribute of each turn terminal. */
 const OUTCOME: Partial<Record<HistoryEvent['type'], string>> = {
@@ -70,7 +70,6 @@ export function openTelemetry(options: OpenTelemetryOptions = {}): EngineObserve
   const m = instruments(meter);
   if (options.logTraceIds !== false) setLogTraceSource(activeIds);
 
-  const callers = new Map<string, SpanContext>();
   const pendingStarts = new Map<string, TurnStarted>();
   const turns = new Map<string, Span>();
   const attempts = new Map<string, OpenAttempt>();
@@ -93,15 +92,9 @@ export function openTelemetry(options: OpenTelemetryOptions = {}): EngineObserve
       case 'TaskCreated':
         workflows.set(taskId, e.workflow);
         return;
-      case 'InputQueued': {
+      case 'InputQueued':
         m.queueDepth.add(1);
-        const sc = trace.getSpanContext(context.active());
-        if (sc && isSpanContextValid(sc)) {
-          if (callers.size >= MAX_PENDING_CALLERS) callers.delete(callers.keys().next().value!);
-          callers.set(`${taskId}\0${e.inputId}`, sc);
-        }
         return;
-      }
       case 'InputWithdrawn':
         m.queueDepth.add(-1);
         return;
@@ -181,6 +174,7 @@ export function openTelemetry(options: OpenTelemetryOptions = {}): EngineObserve
   };
 
   return {
+    traceContext: currentTraceContext,
     eventsAppended(e: EventsAppendedEvent) {
       for (const ev of e.events) onEvent(e.taskId, ev);
     },
@@ -192,14 +186,14 @@ export function openTelemetry(options: OpenTelemetryOptions = {}): EngineObserve
       const base: Attributes = { 'turnlog.task_id': a.taskId, 'turnlog.workflow': a.workflow, 'turnlog.turn': a.turn, 'turnlog.executor': a.executor };
       let turnSpan = turns.get(key);
       if (!turnSpan) {
-        // The caller's context when its input was sent is the turn's parent (same engine).
-        const caller = started?.inputIds.map((id) => callers.get(`${a.taskId}\0${id}`)).find((c) => c !== undefined);
+        // The sender's context, recorded with the input (InputQueued.trace), is the turn's
+        // parent: on this engine or another, before or after a restart.
+        const caller = a.trace ? spanContextOf(a.trace) : undefined;
         const parent = caller ? trace.setSpanContext(ROOT_CONTEXT, caller) : ROOT_CONTEXT;
         turnSpan = tracer.startSpan(`turnlog.turn ${a.workflow}`, { startTime: started?.turnStartedAt ?? a.time, attributes: { ...base, 'turnlog.input_ids': started?.inputIds ?? [] } }, parent);
         turns.set(key, turnSpan);
         if (a.attempt === 1) m.turnsStarted.add(1, { 'turnlog.workflow': a.workflow });
       }
-      for (const id of started?.inputIds ?? []) callers.delete(`${a.taskId}\0${id}`);
       if (a.entryMode === 'recovered') m.recoveries.add(1, { 'turnlog.recovery.rule': 'rerun' });
       const prev = replaced.get(key);
       const links: Link[] = prev ? [{ context: prev, attributes: { 'turnlog.link': 'replaces' } }] : [];
@@ -238,4 +232,22 @@ function instruments(meter: Meter): {
 function activeIds(): { traceId: string; spanId: string } | undefined {
   const sc = trace.getSpanContext(context.active());
   return sc && isSpanContextValid(sc) ? { traceId: sc.traceId, spanId: sc.spanId } : undefined;
+}
+
+/** The active span's context as W3C trace context, to record with an input being queued. */
+function currentTraceContext(): TraceContext | undefined {
+  const sc = trace.getSpanContext(context.active());
+  if (!sc || !isSpanContextValid(sc)) return undefined;
+  const traceparent = `00-${sc.traceId}-${sc.spanId}-${(sc.traceFlags & 0xff).toString(16).padStart(2, '0')}`;
+  const tracestate = sc.traceState?.serialize();
+  return tracestate ? { traceparent, tracestate } : { traceparent };
+}
+
+/** A recorded trace context as a remote parent; undefined when it does not parse. */
+export function spanContextOf(c: TraceContext): SpanContext | undefined {
+  const m = /^([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})$/.exec(c.traceparent);
+  if (!m || m[1] === 'ff') return undefined;
+  const sc: SpanContext = { traceId: m[2]!, spanId: m[3]!, traceFlags: parseInt(m[4]!, 16) & TraceFlags.SAMPLED, isRemote: true };
+  if (c.tracestate) sc.traceState = createTraceState(c.tracestate);
+  return isSpanContextValid(sc) ? sc : undefined;
 }

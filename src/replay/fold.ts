@@ -197,7 +197,15 @@ function apply(s: TaskState, e: HistoryEvent): void {
       return fail(s, e, 'task-created-once', 'TaskCreated is already event 1');
     case 'InputQueued':
       if (s.queue.some((q) => q.inputId === e.inputId)) fail(s, e, 'duplicate-input', `input ${e.inputId} is already queued`);
-      s.queue.push({ inputId: e.inputId, input: e.input, steering: e.steering, eventId: e.eventId, time: e.time, ...(e.deliverAt === undefined ? {} : { deliverAt: e.deliverAt }) });
+      s.queue.push({
+        inputId: e.inputId,
+        input: e.input,
+        steering: e.steering,
+        eventId: e.eventId,
+        time: e.time,
+        ...(e.deliverAt === undefined ? {} : { deliverAt: e.deliverAt }),
+        ...(e.trace === undefined ? {} : { trace: e.trace }),
+      });
       s.lastInputId = e.inputId;
       break;
     case 'InputWithdrawn':

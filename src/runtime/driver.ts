@@ -183,9 +183,10 @@ export class Driver {
     t.active = active;
     this.#running.add(t);
     const spec = turnSpecFor(s, this.#rt.converter.toPayload(undefined), this.#rt.codec);
-    this.#rt.observers.attemptStarted({ taskId: t.id, workflow: s.workflow, turn: ot.turn, attempt: ot.attempt, entryMode: ot.entryMode, executor: policy.executor, replayedCalls: spec.calls.length, time: now });
+    const trace = ot.inputs.find((i) => i.trace !== undefined)?.trace;
+    this.#rt.observers.attemptStarted({ taskId: t.id, workflow: s.workflow, turn: ot.turn, attempt: ot.attempt, entryMode: ot.entryMode, executor: policy.executor, replayedCalls: spec.calls.length, time: now, ...(trace ? { trace } : {}) });
     this.#supervisor.armDeadline(t, active, ot.deadline - now);
-    this.#supervisor.armRenewal(t, active);
+    this.#supervisor.armRenewal(t, active, now);
     active.done = this.#runAttempt(t, active, executor, spec, reservation);
   }
 

@@ -359,6 +359,9 @@ export class Engine implements TaskClient {
   /** Queues a prepared input under the task's lock; `before` drafts go into the same append. */
   async #queue(t: TaskEntry, wf: Workflow<any, any, any, any>, inputId: string, payload: Payload, options: SendOptions, before: Draft[]): Promise<string> {
     const deliverAt = scheduledTime(t.id, options.deliverAt);
+    // In the sender's async context, before the lock: the trace context to record (turnlog/otel).
+    const trace = this.#rt.observers.traceContext();
+    const traced = trace ? { trace } : undefined;
     return this.#cache.mutate(t, async (t, retry) => {
       // Past or now: an ordinary input. Later: queued, not steering, taken by no turn before then.
       const scheduled = deliverAt !== undefined && deliverAt > this.#rt.clock.now() ? { deliverAt } : undefined;
@@ -372,7 +375,7 @@ export class Engine implements TaskClient {
         const policy = resolvePolicy(wf, this.#o.defaultExecutor);
         await this.#driver.drive(t, [
           { type: 'TaskCreated', workflow: wf.name, kind: wf.kind, policy, formatVersion: HISTORY_FORMAT_VERSION },
-          { type: 'InputQueued', inputId, input: payload, steering: false, ...scheduled },
+          { type: 'InputQueued', inputId, input: payload, steering: false, ...scheduled, ...traced },
         ]);
         return inputId;
       }
@@ -388,7 +391,7 @@ export class Engine implements TaskClient {
       }
       if (s.openTurn && !t.active) await this.#driver.drive(t); // recover inline (L3) before queueing
       if (scheduled) {
-        await this.#driver.drive(t, [...before, { type: 'InputQueued', inputId, input: payload, steering: false, ...scheduled }]);
+        await this.#driver.drive(t, [...before, { type: 'InputQueued', inputId, input: payload, steering: false, ...scheduled, ...traced }]);
         return inputId;
       }
       const busy = t.active !== undefined || t.state!.openTurn !== undefined;
@@ -401,7 +404,7 @@ export class Engine implements TaskClient {
         }
         if (t.state!.queue.filter((q) => q.deliverAt === undefined).length >= wf.policy.steeringMaxQueued) throw new SteeringQueueFullError(t.id, wf.policy.steeringMaxQueued);
       }
-      await this.#driver.drive(t, [...before, { type: 'InputQueued', inputId, input: payload, steering: busy }]);
+      await this.#driver.drive(t, [...before, { type: 'InputQueued', inputId, input: payload, steering: busy, ...traced }]);
       return inputId;
     });
   }

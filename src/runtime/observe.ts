@@ -4,7 +4,7 @@
  * listen here. A throwing listener is logged and never breaks the engine (invariant 10).
  */
 import type { AttemptOutcome, EmitItem } from '../attempt/host.js';
-import type { EntryMode, ExecutorKind, HistoryEvent, Payload } from '../history/events.js';
+import type { EntryMode, ExecutorKind, HistoryEvent, Payload, TraceContext } from '../history/events.js';
 import type { TaskState } from '../history/state.js';
 import type { Logger } from '../logger.js';
 import type { Runtime } from './runtime.js';
@@ -33,6 +33,11 @@ export interface AttemptStartedEvent {
   /** Recorded calls a recovered attempt replays instead of running again. */
   replayedCalls: number;
   time: number;
+  /**
+   * The trace context recorded with the turn's input (the first of its inputs that has one), by
+   * whichever engine queued it: the turn's parent, also after a restart or on another engine.
+   */
+  trace?: TraceContext;
 }
 
 /** An attempt this engine started has ended, with its outcome as the executor reported it. */
@@ -71,6 +76,12 @@ export interface EngineObserver {
   attemptStarted?(e: AttemptStartedEvent): void;
   attemptEnded?(e: AttemptEndedEvent): void;
   output?(e: OutputEvent): void;
+  /**
+   * Called in the sender's async context when an input is queued (`start`, `send`, an operator's
+   * re-send): the trace context to record with it (`InputQueued.trace`, durable), or undefined.
+   * The first observer that returns a valid one wins. `attemptStarted` hands it back as `trace`.
+   */
+  traceContext?(): TraceContext | undefined;
 }
 
 /** Output as the host got it (a chunk still a payload), for the engine's own listener. */
@@ -119,6 +130,22 @@ export class Observers {
     for (const o of this.#list) if (o.eventsAppended) this.#guard('eventsAppended', t.id, () => o.eventsAppended!(e));
   }
 
+  /** The trace context to record with an input being queued now (see EngineObserver.traceContext). */
+  traceContext(): TraceContext | undefined {
+    for (const o of this.#list) {
+      if (!o.traceContext) continue;
+      let c: TraceContext | undefined;
+      try {
+        c = o.traceContext();
+      } catch (err) {
+        this.#failed('traceContext', '', err);
+        continue;
+      }
+      if (c !== undefined && validTrace(c)) return c.tracestate ? { traceparent: c.traceparent, tracestate: c.tracestate } : { traceparent: c.traceparent };
+    }
+    return undefined;
+  }
+
   attemptStarted(e: AttemptStartedEvent): void {
     for (const o of this.#list) if (o.attemptStarted) this.#guard('attemptStarted', e.taskId, () => o.attemptStarted!(e));
   }
@@ -161,6 +188,12 @@ export class Observers {
   #failed(hook: string, taskId: string, err: unknown): void {
     this.#log.warn('observer failed; the engine carries on', { taskId, hook, error: err });
   }
+}
+
+/** W3C trace-context syntax (version 00 layout, not all-zero ids), and a bounded, printable tracestate. */
+const TRACEPARENT = /^[0-9a-f]{2}-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}$/;
+function validTrace(c: TraceContext): boolean {
+  return typeof c.traceparent === 'string' && TRACEPARENT.test(c.traceparent) && (c.tracestate === undefined || (typeof c.tracestate === 'string' && c.tracestate.length <= 512 && /^[\x20-\x7e]*$/.test(c.tracestate)));
 }
 
 /** Tells the observers an attempt ended, once (a hard cap may have told them first). */

@@ -78,14 +78,23 @@ export class Supervisor {
     }).catch((err) => logFailure(this.#rt.log, 'hard cap failed', { taskId: t.id }, err));
   }
 
-  armRenewal(t: TaskEntry, active: ActiveAttempt): void {
+  /**
+   * Renews every `leaseMs / 2`. On a shared store the attempt also has a watch on its lease:
+   * `leaseFrom` is when the request that got the current lease was sent, so the lease cannot
+   * expire (database clock) before `leaseFrom + leaseMs` here; at that time, unrenewed, the
+   * attempt stops (test: runtime/postgres-partition).
+   */
+  armRenewal(t: TaskEntry, active: ActiveAttempt, leaseFrom: number): void {
     const every = Math.max(1, Math.floor(this.#rt.leaseMs / 2));
+    if (!this.#rt.store.supports.exclusive) this.#watchLease(t, active, leaseFrom);
     const tick = () => {
       if (t.active !== active || active.finalized) return;
       void this.#cache.withLock(t, async (t) => {
         if (t.active !== active || !t.lease) return;
         try {
+          const sent = this.#rt.clock.now();
           t.lease = await this.#rt.store.renewLease(t.id, t.lease, this.#rt.leaseMs, this.#rt.clock.now());
+          active.leaseFrom = sent;
           active.renewFailures = 0;
         } catch (err) {
           if (isStale(err)) return this.fence(t, err);
@@ -94,10 +103,43 @@ export class Supervisor {
           if (active.renewFailures >= 3) this.cancelAttempt(active, 'cancel', 'lease lost: three renewals failed');
         }
       }).finally(() => {
-        if (t.active === active) active.timers.push(this.#rt.clock.setTimer(tick, every));
+        // Shared store: a failed renewal is retried sooner, before the watch would lapse the lease.
+        const next = active.renewFailures > 0 && !this.#rt.store.supports.exclusive ? Math.max(1, Math.floor(every / 5)) : every;
+        if (t.active === active) active.timers.push(this.#rt.clock.setTimer(tick, next));
       });
     };
     active.timers.push(this.#rt.clock.setTimer(tick, every));
+  }
+
+  /**
+   * Without the lock: a renewal hung on a cut connection holds it. Checks at the lease's local
+   * end; renewed meanwhile, it watches the new end.
+   */
+  #watchLease(t: TaskEntry, active: ActiveAttempt, leaseFrom: number): void {
+    active.leaseFrom = leaseFrom;
+    const check = (): void => {
+      if (t.active !== active || active.finalized || !this.#rt.open) return;
+      const left = active.leaseFrom! + this.#rt.leaseMs - this.#rt.clock.now();
+      if (left > 0) {
+        active.timers.push(this.#rt.clock.setTimer(check, left));
+        return;
+      }
+      this.lapse(t, active);
+    };
+    active.timers.push(this.#rt.clock.setTimer(check, Math.max(0, leaseFrom + this.#rt.leaseMs - this.#rt.clock.now())));
+  }
+
+  /**
+   * The attempt's lease may have expired in the store (a partition, a store that stopped
+   * answering): it stops as a crash would, writing nothing (its records and outcome are refused),
+   * so the turn stays open for whichever engine claims it next, this one included.
+   */
+  lapse(t: TaskEntry, active: ActiveAttempt): void {
+    const detail = `the lease of task ${t.id} was not renewed within leaseMs (${this.#rt.leaseMs} ms): the store could not be reached`;
+    this.stopAttempt(t, active, detail);
+    this.#cache.forget(t);
+    this.#results.rejectAll(t, this.#results.deferred(t.id, active.turn, `${detail}; another engine (or this one, once it reaches the store) re-runs the turn`));
+    this.#rt.log.warn('lease lapsed: the attempt is stopped; the turn is left for recovery', { taskId: t.id, turn: active.turn, attempt: active.attempt, leaseMs: this.#rt.leaseMs });
   }
 
   /**

@@ -40,6 +40,8 @@ export interface ActiveAttempt {
   /** The attempt ended: a grant that arrives later is released at once. */
   grantsReleased?: boolean;
   renewFailures: number;
+  /** Shared stores: when the request that got the current lease was sent (the engine's clock). */
+  leaseFrom?: number;
   /** Observers were told this attempt ended (once, by whoever ended it first). */
   endNoted?: boolean;
   done: Promise<void>;

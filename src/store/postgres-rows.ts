@@ -81,6 +81,7 @@ export function guard(client: object): void {
 /** The server or the network dropped the connection (restart, pg_terminate_backend, reset). */
 export function isConnectionLoss(err: unknown): boolean {
   const code = String((err as { code?: unknown })?.code ?? '');
+  if (code === 'TURNLOG_STORE_UNAVAILABLE') return true;
   if (/^(57P0[123]|08\d{3}|ECONNRESET|ECONNREFUSED|EPIPE|ETIMEDOUT)$/.test(code)) return true;
   return /Connection terminated|connection error|Client was closed|timeout exceeded when trying to connect/i.test(String((err as Error)?.message ?? ''));
 }
@@ -140,4 +141,17 @@ export async function loadPg(): Promise<{ Pool: new (config: Record<string, unkn
       { cause: err },
     );
   }
+}
+
+/**
+ * A lost connection (restart, dropped session, refused connect) as `TURNLOG_STORE_UNAVAILABLE`
+ * naming the store and what failed; any other error unchanged. Retryable: nothing was written.
+ */
+export function unavailable(err: unknown, location: string, what: string): unknown {
+  if (!isConnectionLoss(err) || (err as { code?: unknown }).code === 'TURNLOG_STORE_UNAVAILABLE') return err;
+  return new TurnlogError(
+    'TURNLOG_STORE_UNAVAILABLE',
+    `Store ${location}: ${what} lost its connection to PostgreSQL (${(err as Error).message}). Retry once PostgreSQL is reachable.`,
+    { cause: err },
+  );
 }

@@ -30,7 +30,7 @@ import { claimDue, releaseDue } from './postgres-claims.js';
 import { decodeCursor, encodeCursor, pageLimit, iterateInPages, readBounds } from './paging.js';
 import { Batcher } from './batcher.js';
 import { PgListener, encodeNotice, noticeChannel } from './postgres-listener.js';
-import { CONNECTION_TRIES, ClockFrame, DB_NOW, asBuffer, guard, isConnectionLoss, loadPg, quoteLiteral, redact, toLease, toSummary, type LeaseRow, type SummaryRow } from './postgres-rows.js';
+import { CONNECTION_TRIES, ClockFrame, DB_NOW, asBuffer, guard, isConnectionLoss, loadPg, quoteLiteral, redact, toLease, toSummary, unavailable, type LeaseRow, type SummaryRow } from './postgres-rows.js';
 
 export { isConnectionLoss, quoteLiteral } from './postgres-rows.js';
 import { appliedVersions, migrate, migrationGap, quoteSchema, unknownMigrationsError, type SqlClient } from './postgres-migrations.js';
@@ -309,7 +309,9 @@ export class PostgresHistoryStore implements HistoryStore {
   async #tx<T>(fn: (c: PgClientLike) => Promise<T>, sync = true, notices?: (out: T) => string[]): Promise<T> {
     const pool = this.#checkedPool();
     for (let attempt = 1; ; attempt++) {
-      const client = await pool.connect();
+      const client = await pool.connect().catch((err: unknown) => {
+        throw unavailable(err, this.location, 'a write');
+      });
       guard(client);
       let broken: Error | undefined;
       // BEGIN rides with the transaction's first statement when that one has no parameters
@@ -342,7 +344,7 @@ export class PostgresHistoryStore implements HistoryStore {
         });
         const code = (err as { code?: unknown }).code;
         if (attempt < 4 && (code === '23505' || code === '40P01' || code === '40001')) continue;
-        throw err;
+        throw unavailable(err, this.location, 'a write');
       } finally {
         if (notify.length) this.#notify(client, notify);
         else client.release(broken);
@@ -675,8 +677,26 @@ export class PostgresHistoryStore implements HistoryStore {
   // ---------------------------------------------------------------------------------------------
   // Reads: single statements, so they never block writers and see committed data only.
 
-  async #query(text: string, values: unknown[]): Promise<any[]> {
-    return (await this.#checkedPool().query(text, values)).rows;
+  /**
+   * One statement on a guarded client (not `pool.query`, whose one-shot error listener leaves a
+   * second connection error of a terminated session unheard: an uncaught exception under
+   * `pg_terminate_backend`, test: runtime/postgres-failures).
+   */
+  async #query(text: string, values: unknown[], what = 'a read'): Promise<any[]> {
+    const pool = this.#checkedPool();
+    const client = await pool.connect().catch((err: unknown) => {
+      throw unavailable(err, this.location, what);
+    });
+    guard(client);
+    let broken: Error | undefined;
+    try {
+      return (await client.query(text, values)).rows;
+    } catch (err) {
+      if (isConnectionLoss(err)) broken = err as Error;
+      throw unavailable(err, this.location, what);
+    } finally {
+      client.release(broken);
+    }
   }
 
   async readEvents(taskId: string, options: ReadOptions = {}): Promise<HistoryEvent[]> {
@@ -796,10 +816,11 @@ export class PostgresHistoryStore implements HistoryStore {
     this.#checkedPool();
     checkTaskId(mark.taskId);
     // Not through the task's rows: reading them may be what fails. Only this row is written.
-    await this.#checkedPool().query(
+    await this.#query(
       `INSERT INTO ${this.#s}.corrupt_marks (task_id, key, code, message, time) VALUES ($1, $2, $3, $4, $5)
        ON CONFLICT (task_id) DO UPDATE SET key = EXCLUDED.key, code = EXCLUDED.code, message = EXCLUDED.message, time = EXCLUDED.time`,
       [mark.taskId, mark.key, mark.code, mark.message, mark.time],
+      'a write',
     );
   }
 

@@ -23,6 +23,7 @@ import type {
   Payload,
   TaskOutcome,
   TimeoutCause,
+  TraceContext,
   TurnPolicy,
   TurnTerminalEvent,
   WorkflowKind,
@@ -174,11 +175,11 @@ export class HistoryBuilder {
 
   /** Queues an input (`id` defaults to `in-1`, `in-2`…; `steering` to "a turn is open"). */
   /** An input; with `deliverAt`, a scheduled one (`send(input, { deliverAt })`). */
-  input(value: unknown = null, o: { id?: string; steering?: boolean; deliverAt?: number } = {}): this {
+  input(value: unknown = null, o: { id?: string; steering?: boolean; deliverAt?: number; trace?: TraceContext } = {}): this {
     const id = o.id ?? `in-${++this.#inputSeq}`;
     const steering = o.steering ?? this.#open;
     this.#queue.push({ id, steering });
-    return this.raw({ type: 'InputQueued', inputId: id, input: payload(value), steering, ...(o.deliverAt === undefined ? {} : { deliverAt: o.deliverAt }) });
+    return this.raw({ type: 'InputQueued', inputId: id, input: payload(value), steering, ...(o.deliverAt === undefined ? {} : { deliverAt: o.deliverAt }), ...(o.trace === undefined ? {} : { trace: o.trace }) });
   }
 
   /** Withdraws a queued input (default: the last one queued). */

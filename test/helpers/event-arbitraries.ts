@@ -78,7 +78,18 @@ export function eventArbitraries(unit: fc.Arbitrary<string> | 'grapheme' = 'grap
       policy,
       formatVersion: u32,
     }),
-    InputQueued: fc.record({ type: fc.constant('InputQueued'), ...base, inputId: str, input: payload, steering: fc.boolean() }),
+    InputQueued: fc.record(
+      {
+        type: fc.constant('InputQueued'),
+        ...base,
+        inputId: str,
+        input: payload,
+        steering: fc.boolean(),
+        // The sender's trace context (turnlog/otel); an empty tracestate reads back as absent.
+        trace: fc.record({ traceparent: fc.stringMatching(/^00-[0-9a-f]{32}-[0-9a-f]{16}-0[01]$/), tracestate: fc.stringMatching(/^[a-z]{1,8}=[a-z0-9]{1,8}$/) }, { requiredKeys: ['traceparent'] }),
+      },
+      { requiredKeys: ['type', 'eventId', 'time', 'generation', 'inputId', 'input', 'steering'] },
+    ),
     InputWithdrawn: fc.record({ type: fc.constant('InputWithdrawn'), ...base, inputId: str, reason: str }),
     OperatorAction: fc.record({
       type: fc.constant('OperatorAction'),

@@ -35,6 +35,32 @@ describe('state snapshots', () => {
     expect(decodeState(encodeState(completed))).toStrictEqual(completed);
   });
 
+  it('keep each input’s trace context (SnapshotInput.trace): queued, taken by the open turn, taken by takeInputs', () => {
+    const tp = (n: number) => `00-${String(n).repeat(32)}-${String(n).repeat(16)}-01`;
+    const events = historyBuilder('snap')
+      .created({ kind: 'multi-turn' })
+      .input('a', { trace: { traceparent: tp(1), tracestate: 'vendor=x' } })
+      .turnStarted()
+      .input('steer', { trace: { traceparent: tp(2) } })
+      .take(['in-2'])
+      .input('queued', { trace: { traceparent: tp(3) } })
+      .input('untraced')
+      .build();
+    // The event codec carries it (InputQueued fields 5 and 6)…
+    expect(events.filter((e) => e.type === 'InputQueued').map((e) => (decodeEvent(encodeEvent(e), 'snap') as { trace?: unknown }).trace)).toEqual([
+      { traceparent: tp(1), tracestate: 'vendor=x' },
+      { traceparent: tp(2) },
+      { traceparent: tp(3) },
+      undefined,
+    ]);
+    // …and so does the folded state's snapshot.
+    const s = fold('snap', events);
+    expect(s.openTurn!.inputs[0]!.trace).toEqual({ traceparent: tp(1), tracestate: 'vendor=x' });
+    expect(s.openTurn!.taken[0]!.trace).toEqual({ traceparent: tp(2) });
+    expect(s.queue.map((q) => q.trace)).toEqual([{ traceparent: tp(3) }, undefined]);
+    expect(decodeState(encodeState(s))).toStrictEqual(s);
+  });
+
   it('hands back plain Uint8Arrays even when the state held Node Buffers', () => {
     const events = full().build().map((e) => decodeEvent(encodeEvent(e), 'snap'));
     const s = fold('snap', events);

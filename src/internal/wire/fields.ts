@@ -32,7 +32,7 @@ export const TaskCreated = { workflow: 10, kind: 16, policy: 26, formatVersion: 
 /** turnlog.v1.TaskOrigin */
 export const TaskOrigin = { taskId: 10, turn: 16, eventId: 24 } as const;
 /** turnlog.v1.InputQueued */
-export const InputQueued = { inputId: 10, input: 18, steering: 24, deliverAtMs: 33 } as const;
+export const InputQueued = { inputId: 10, input: 18, steering: 24, deliverAtMs: 33, traceparent: 42, tracestate: 50 } as const;
 /** turnlog.v1.InputWithdrawn */
 export const InputWithdrawn = { inputId: 10, reason: 18 } as const;
 /** turnlog.v1.TurnStarted */
@@ -90,7 +90,9 @@ export const HistoryEvent = { eventId: 8, timeMs: 17, generation: 24, taskCreate
 /** turnlog.v1.HistoryFileHeader */
 export const HistoryFileHeader = { magic: 10, formatVersion: 16, taskId: 26, eventCount: 32 } as const;
 /** turnlog.v1.SnapshotInput */
-export const SnapshotInput = { inputId: 10, input: 18, steering: 24, eventId: 32, timeMs: 41, deliverAtMs: 49 } as const;
+export const SnapshotInput = { inputId: 10, input: 18, steering: 24, eventId: 32, timeMs: 41, deliverAtMs: 49, trace: 58 } as const;
+/** turnlog.v1.SnapshotTrace */
+export const SnapshotTrace = { traceparent: 10, tracestate: 18 } as const;
 /** turnlog.v1.SnapshotCancel */
 export const SnapshotCancel = { scope: 8, reason: 18, eventId: 24 } as const;
 /** turnlog.v1.SnapshotMarker */
