@@ -109,6 +109,7 @@ const ENUM_SPELLING = {
   TaskStatus: ['TASK_STATUSES', (v) => v.toLowerCase()],
   TurnTerminalType: ['TURN_TERMINALS', (v) => 'Turn' + v.split('_').map((w) => w[0] + w.slice(1).toLowerCase()).join('')],
   WorkerCancelKind: ['WORKER_CANCEL_KINDS', (v) => v.toLowerCase()],
+  ChildStatus: ['CHILD_STATUSES', (v) => v.toLowerCase()],
 };
 /** The Temporal messages the hand-written codecs read and write. */
 const TEMPORAL_MESSAGES = [

@@ -43,6 +43,9 @@ export type ErrorCode =
   | 'TURNLOG_INPUT_NOT_FOUND'
   | 'TURNLOG_WRONG_KIND'
   | 'TURNLOG_TURN_NOT_ENDED'
+  // child tasks
+  | 'TURNLOG_CHILD_FAILED'
+  | 'TURNLOG_CHILD_CONFLICT'
   // time: flow limits and schedules
   | 'TURNLOG_LIMIT_UNKNOWN'
   // isolation
@@ -283,6 +286,39 @@ export class TurnOutcomeError extends TurnlogError {
     options: TurnlogErrorOptions = {},
   ) {
     super(code, `Task ${taskId}, turn ${turn}: ${message}`, options);
+  }
+}
+
+/**
+ * A child task (ctx.startChild) ended failed, cancelled or timed out; `child.result()` and
+ * `ctx.awaitChild()` throw it in the parent. `cause` is the child's failure, when it has one.
+ */
+export class ChildFailedError extends TurnlogError {
+  override readonly name = 'ChildFailedError';
+  constructor(
+    readonly parentId: string,
+    readonly childId: string,
+    readonly status: 'failed' | 'cancelled' | 'timed_out',
+    detail: string,
+    options: TurnlogErrorOptions = {},
+  ) {
+    super(
+      'TURNLOG_CHILD_FAILED',
+      `Task ${parentId}: child task ${childId} ${status.replace('_', ' ')}${detail ? `: ${detail}` : ''}. Catch ChildFailedError around child.result() to carry on (err.status, err.cause), or let it fail this turn.`,
+      options,
+    );
+  }
+}
+
+/** A child id (ctx.startChild's `childId`, or the derived one) already names a task of another parent or workflow. */
+export class ChildConflictError extends TurnlogError {
+  override readonly name = 'ChildConflictError';
+  constructor(
+    readonly parentId: string,
+    readonly childId: string,
+    detail: string,
+  ) {
+    super('TURNLOG_CHILD_CONFLICT', `Task ${parentId}: cannot start child ${childId}: task ${childId} already exists and ${detail}. Pass another childId to ctx.startChild().`);
   }
 }
 

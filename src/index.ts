@@ -4,7 +4,7 @@
 // authoring
 export { defineWorkflow, DEFAULT_RETRY } from './workflow/define-workflow.js';
 export type { Workflow, WorkflowOptions, TurnHandler, PayloadTypesCheck } from './workflow/define-workflow.js';
-export type { TurnContext, StepFn, StepOptions, Suspension, ExitForRecovery, CancelKind, WaitOptions, WaitResult } from './workflow/context.js';
+export type { TurnContext, StepFn, StepOptions, Suspension, ExitForRecovery, CancelKind, StartChildOptions, ChildHandle, WaitOptions, WaitResult } from './workflow/context.js';
 export type { Json, JsonValue, NotJson, PayloadMode, Payloadable } from './workflow/json.js';
 export type { WorkflowSource } from './workflow/workflow-source.js';
 

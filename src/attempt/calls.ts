@@ -8,7 +8,7 @@
 import { NonDeterminismError, type PayloadField, type PayloadTooLargeError } from '../errors.js';
 import type { FailureInfo, HistoryEvent, Payload } from '../history/events.js';
 import { errorToFailure, failureToError } from '../history/failure.js';
-import type { QueuedInput, RecordedCall } from '../history/state.js';
+import type { ChildOutcome, QueuedInput, RecordedCall } from '../history/state.js';
 import * as pb from '../internal/wire/fields.js';
 import { EMPTY_BYTES as EMPTY, Reader, Writer, readFailure, readPayload, writeFailure, writePayload } from '../internal/wire/wire.js';
 import type { SpecDecoder } from './turn-spec.js';
@@ -23,6 +23,7 @@ export interface CallIntents {
   'take-inputs': { kind: 'take-inputs' };
   patch: { kind: 'patch'; patchId: string };
   sleep: { kind: 'sleep'; ms: number };
+  child: { kind: 'child'; op: 'start'; childId: string; workflow: string } | { kind: 'child'; op: 'await'; childId: string };
   wait: { kind: 'wait'; name: string };
 }
 /** A new call as the host records it (the body of a worker's Record frame). */
@@ -34,6 +35,10 @@ export interface CallRecords {
   patch: { kind: 'patch'; seq: number; patchId: string; deprecated: boolean };
   /** `fireAt` is the host's now + `durationMs` when the sleep starts. */
   sleep: { kind: 'sleep'; seq: number; durationMs: number; fireAt: number };
+  /** A start carries the child's input; an await's `outcome` is filled in by the engine once the child ended. */
+  child:
+    | { kind: 'child'; seq: number; op: 'start'; childId: string; workflow: string; input: Payload; detached: boolean }
+    | { kind: 'child'; seq: number; op: 'await'; childId: string; outcome?: ChildOutcome };
   /** The engine adds the deadline (its now + `timeoutMs`) and answers it. */
   wait: { kind: 'wait'; seq: number; name: string; timeoutMs?: number };
 }
@@ -49,8 +54,14 @@ export interface CallReplies {
   'take-inputs': TakenInput[];
   patch: undefined;
   sleep: undefined;
+  child: ChildReply;
   /** When the wait times out (engine clock); absent: no timeout. */
   wait: { deadline?: number };
+}
+/** What startChild (the child id) and an await (with the child's outcome) return. */
+export interface ChildReply {
+  childId: string;
+  outcome?: ChildOutcome;
 }
 /** What a recorded call gives back to a later attempt. */
 export interface CallResults {
@@ -61,6 +72,7 @@ export interface CallResults {
   patch: true;
   /** When the timer fires (a later attempt sleeps only what is left). */
   sleep: number;
+  child: ChildReply;
   /** The wait as recorded: `ended` set once it ended (else a later attempt waits for the rest). */
   wait: Recorded<'wait'>;
 }
@@ -443,6 +455,104 @@ export const CALLS: { readonly [K in CallKind]: CallSpec<K> } = {
     }),
   },
 
+  child: {
+    kind: 'child',
+    describe: (c) => (c.op === 'start' ? `startChild("${c.workflow}", { childId: "${c.childId}" })` : `awaitChild("${c.childId}")`),
+    // The child id is derived from the call's position unless given, so it matches on every attempt.
+    matches: (r, i) => r.op === i.op && r.childId === i.childId && (r.op !== 'start' || i.op !== 'start' || r.workflow === i.workflow),
+    result: (r) => (r.op === 'start' ? { childId: r.childId } : { childId: r.childId, outcome: r.outcome }),
+    decoded: (c, codec) => (c.op === 'await' ? { ...c, outcome: decodedOutcome(c.outcome, codec) } : c),
+    record: {
+      tag: REC.child,
+      noun: 'child record',
+      write: (w, c) => {
+        const F = pb.WorkerFrame_Record_Child;
+        w.stringField(F.childId, c.childId);
+        if (c.op === 'start') {
+          w.stringField(F.workflow, c.workflow);
+          writePayload(w, F.input, c.input);
+          w.boolField(F.detached, c.detached);
+        } else w.boolField(F.wait, true);
+      },
+      read: (r, seq, bad) => {
+        const F = pb.WorkerFrame_Record_Child;
+        let childId = '';
+        let workflow = '';
+        let input: Payload | undefined;
+        let detached = false;
+        let wait = false;
+        fields(r, (t) => {
+          if (t === F.childId) childId = r.string();
+          else if (t === F.workflow) workflow = r.string();
+          else if (t === F.input) input = r.nested(readPayload);
+          else if (t === F.detached) detached = r.bool();
+          else if (t === F.wait) wait = r.bool();
+          else return false;
+          return true;
+        });
+        if (!childId) bad(`child record ${seq} has no child id`);
+        if (wait) return { kind: 'child', seq, op: 'await', childId };
+        if (!workflow || !input) bad(`child record ${seq} (${childId}) starts a child without a workflow or an input`);
+        return { kind: 'child', seq, op: 'start', childId, workflow, input: input!, detached };
+      },
+    },
+    reply: {
+      tag: pb.EngineFrame_Ack.child,
+      what: "A child's id or outcome",
+      write: (w, c) => writeChildReply(w, c),
+      read: (r) => readChildReply(r),
+    },
+    recorded: {
+      tag: CALL.child,
+      write: (w, c) => {
+        const F = pb.EngineFrame_ChildCall;
+        w.stringField(F.childId, c.childId);
+        if (c.op === 'start') {
+          w.stringField(F.workflow, c.workflow);
+          w.boolField(F.detached, c.detached);
+          return;
+        }
+        w.boolField(F.ended, true);
+        w.uint32(F.outcome);
+        const at = w.fork();
+        writeChildReply(w, { childId: c.childId, outcome: c.outcome });
+        w.ldelim(at);
+      },
+      read: (r, { seq, eventId }) => {
+        const F = pb.EngineFrame_ChildCall;
+        let childId = '';
+        let workflow = '';
+        let ended = false;
+        let detached = false;
+        let outcome: ChildOutcome = { status: 'completed' };
+        fields(r, (t) => {
+          if (t === F.childId) childId = r.string();
+          else if (t === F.workflow) workflow = r.string();
+          else if (t === F.ended) ended = r.bool();
+          else if (t === F.detached) detached = r.bool();
+          else if (t === F.outcome) outcome = r.nested(readChildReply).outcome ?? outcome;
+          else return false;
+          return true;
+        });
+        return ended ? { kind: 'child', seq, eventId, op: 'await', childId, outcome } : { kind: 'child', seq, eventId, op: 'start', childId, workflow, detached };
+      },
+    },
+    append: (rec, env) => {
+      if (rec.op === 'start') {
+        return {
+          events: () => [{ type: 'ChildStarted', turn: env.turn, seq: rec.seq, childId: rec.childId, workflow: rec.workflow, detached: rec.detached }],
+          reply: () => ({ childId: rec.childId }),
+        };
+      }
+      const outcome = rec.outcome;
+      if (!outcome) throw new Error(`${env.at}: child ${rec.childId} awaited without its outcome (engine bug)`);
+      return {
+        events: () => [{ type: 'ChildEnded', turn: env.turn, seq: rec.seq, childId: rec.childId, ...outcome }],
+        reply: () => ({ childId: rec.childId, outcome }),
+      };
+    },
+  },
+
   wait: {
     kind: 'wait',
     describe: (c) => `waitFor("${c.name}")`,
@@ -524,6 +634,41 @@ export const CALLS: { readonly [K in CallKind]: CallSpec<K> } = {
     },
   },
 };
+
+const REPLY = pb.EngineFrame_ChildReply;
+
+function writeChildReply(w: Writer, c: ChildReply): void {
+  w.stringField(REPLY.childId, c.childId);
+  const o = c.outcome;
+  if (!o) return;
+  w.uint32Field(REPLY.status, (pb.CHILD_STATUSES as readonly (string | undefined)[]).indexOf(o.status));
+  if (o.output) writePayload(w, REPLY.output, o.output);
+  if (o.failure) writeFailure(w, REPLY.failure, o.failure);
+  w.stringField(REPLY.reason, o.reason);
+}
+
+function readChildReply(r: Reader): ChildReply {
+  const c: ChildReply = { childId: '' };
+  let o: ChildOutcome | undefined;
+  fields(r, (t) => {
+    if (t === REPLY.childId) c.childId = r.string();
+    else if (t === REPLY.status) (o ??= { status: 'completed' }).status = pb.CHILD_STATUSES[r.uint32()] ?? 'failed';
+    else if (t === REPLY.output) (o ??= { status: 'completed' }).output = r.nested(readPayload);
+    else if (t === REPLY.failure) (o ??= { status: 'completed' }).failure = r.nested(readFailure);
+    else if (t === REPLY.reason) (o ??= { status: 'completed' }).reason = r.string();
+    else return false;
+    return true;
+  });
+  if (o) c.outcome = o;
+  return c;
+}
+
+function decodedOutcome(o: ChildOutcome, codec: SpecDecoder): ChildOutcome {
+  const out = { ...o };
+  if (o.output) out.output = codec.decode(o.output);
+  if (o.failure) out.failure = codec.decodeFailure(o.failure);
+  return out;
+}
 
 /** The row of a call, typed by its kind (TypeScript cannot narrow a table lookup by itself). */
 export function callSpec<K extends CallKind>(kind: K): CallSpec<K> {

@@ -5,12 +5,14 @@
  */
 import type { AsyncLocalStorage } from 'node:async_hooks';
 import { createHash } from 'node:crypto';
-import { FencedError, PayloadEncodingError, PayloadTooLargeError, RetryAfterError, TurnlogError, invalidArgument, type PayloadField } from '../errors.js';
+import { ChildFailedError, FencedError, PayloadEncodingError, PayloadTooLargeError, RetryAfterError, TurnlogError, invalidArgument, type PayloadField } from '../errors.js';
 import type { EntryMode, Payload, RetryPolicy } from '../history/events.js';
-import { errorToFailure } from '../history/failure.js';
+import { errorToFailure, failureToError } from '../history/failure.js';
+import type { ChildOutcome } from '../history/state.js';
 import { MAX_PAYLOAD_BYTES, payloadSize, type PayloadConverter } from '../history/payload.js';
 import { illFormedText } from '../history/well-formed.js';
-import { EXIT, SUSPENSION, type CancelKind, type ExitForRecovery, type StepFn, type StepOptions, type Suspension, type TurnContext, type WaitOptions, type WaitResult } from '../workflow/context.js';
+import type { Workflow } from '../workflow/define-workflow.js';
+import { EXIT, SUSPENSION, type CancelKind, type ChildHandle, type StartChildOptions, type ExitForRecovery, type StepFn, type StepOptions, type Suspension, type TurnContext, type WaitOptions, type WaitResult } from '../workflow/context.js';
 import { CALLS, replayMismatch, type CallIntent, type Recorded } from './calls.js';
 import type { AttemptOutcome, TurnHost, TurnSpec } from './host.js';
 import { backoffDelay } from './backoff.js';
@@ -384,6 +386,51 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     const left = fireAt - this.#host.now();
     if (left > 0) await this.#host.sleep(left, this.signal);
     else this.signal.throwIfAborted();
+  }
+
+  async startChild<CI, CO>(workflow: Workflow<CI, CO, any, any> | string, input: CI, options: StartChildOptions = {}): Promise<ChildHandle<CO>> {
+    const at = `Task ${this.taskId}, turn ${this.turn}: ctx.startChild()`;
+    const name = typeof workflow === 'string' ? workflow : (workflow as { name?: unknown } | null)?.name;
+    if (typeof name !== 'string' || name === '' || !name.isWellFormed()) throw invalidArgument(`${at} needs a workflow or a workflow name, got ${typeof name === 'string' ? JSON.stringify(name) : typeof workflow}.`);
+    const given = options.childId;
+    if (given !== undefined && (typeof given !== 'string' || given === '' || !given.isWellFormed())) {
+      throw invalidArgument(`${at} needs childId to be a non-empty well-formed string, got ${typeof given === 'string' ? JSON.stringify(given) : typeof given}.`);
+    }
+    if (options.cancelWithParent !== undefined && typeof options.cancelWithParent !== 'boolean') throw invalidArgument(`${at}: cancelWithParent must be a boolean.`);
+    // Derived from the call's position, so every attempt of this turn names the same child.
+    const childId = given ?? `${this.taskId}/c${this.turn}.${this.#seq + 1}`;
+    const stopped = this.intercept({ kind: 'child', op: 'start', childId, workflow: name });
+    if (stopped) return stopped;
+    const payload = encodeFor(this.#converter, input, 'input', `${at}, input of child ${childId}`);
+    const seq = ++this.#seq;
+    if (!this.#replayed(seq, { kind: 'child', op: 'start', childId, workflow: name })) {
+      this.#checkFenced();
+      const detached = options.cancelWithParent === false;
+      await this.#reserve().record(() => this.#host.record({ kind: 'child', seq, op: 'start', childId, workflow: name, input: payload, detached }));
+    }
+    return { childId, result: () => this.awaitChild<CO>(childId) };
+  }
+
+  async awaitChild<O = unknown>(childId: string): Promise<O> {
+    if (typeof childId !== 'string' || childId === '') throw invalidArgument(`Task ${this.taskId}, turn ${this.turn}: ctx.awaitChild() needs a child id.`);
+    const stopped = this.intercept({ kind: 'child', op: 'await', childId });
+    if (stopped) return stopped;
+    const seq = ++this.#seq;
+    const recorded = this.#replayed(seq, { kind: 'child', op: 'await', childId });
+    let outcome: ChildOutcome | undefined;
+    if (recorded) outcome = CALLS.child.result(recorded, this.#spec.taken).outcome;
+    else {
+      this.#checkFenced();
+      // The engine acks once the child has ended and ChildEnded is durable; the turn's signal
+      // (cancel, timeout, shutdown) stops the wait here, while the record slot stays taken.
+      const reply = this.#reserve().record(() => this.#host.record({ kind: 'child', seq, op: 'await', childId }));
+      reply.catch(() => undefined);
+      outcome = (await untilAborted(reply, this.signal)).outcome;
+    }
+    if (!outcome) throw new TurnlogError('TURNLOG_HISTORY_INVARIANT', `Task ${this.taskId}, turn ${this.turn}: child ${childId} was awaited without an outcome.`);
+    if (outcome.status === 'completed' || outcome.status === 'suspended') return this.#converter.fromPayload<O>(outcome.output ?? this.#converter.toPayload(undefined));
+    const cause = outcome.failure ? failureToError(outcome.failure) : undefined;
+    throw new ChildFailedError(this.taskId, childId, outcome.status, outcome.failure?.message ?? outcome.reason ?? '', cause ? { cause } : {});
   }
 
   async waitFor<T = unknown>(name: string, options: WaitOptions = {}): Promise<WaitResult<T>> {

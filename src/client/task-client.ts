@@ -3,8 +3,8 @@
  * remote client (over HTTP, a queue) can implement it too, and handles work unchanged.
  * Only types live here, so `client/` never imports the runtime (no import cycle).
  */
-import type { FailureInfo, HistoryEvent, TaskOutcome } from '../history/events.js';
-import type { TaskState } from '../history/state.js';
+import type { FailureInfo, HistoryEvent, TaskOutcome, TaskParent } from '../history/events.js';
+import type { ChildRef, TaskState } from '../history/state.js';
 import type { Decision } from '../replay/decision.js';
 import type { StreamItem, StreamOptions } from '../stream/items.js';
 
@@ -55,6 +55,10 @@ export interface TaskDescription {
   /** The last turn's output, decoded, if it produced one. */
   lastOutput?: unknown;
   decision: Decision;
+  /** A child task's parent: the task, and the turn and call that started it (docs/children.md). */
+  parent?: TaskParent;
+  /** Children this task started, in start order; `status` once the task recorded their outcome. */
+  children?: ChildRef[];
   /**
    * Set when the task's stored records cannot be read: the engine isolated it (decision rule
    * `corrupt`), runs nothing for it and refuses its APIs with HistoryCorruptError. The other

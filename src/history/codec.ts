@@ -11,6 +11,7 @@ import { CODE_PREFIX, EMPTY_BYTES as EMPTY, Reader, Writer, readFailure, readPay
 import {
   HISTORY_FORMAT_VERSION,
   type CancelScope,
+  type ChildStatus,
   type EntryMode,
   type ExecutorKind,
   type FailureInfo,
@@ -40,6 +41,7 @@ const EXECUTORS: readonly (ExecutorKind | undefined)[] = pb.EXECUTOR_KINDS;
 const OUTCOMES: readonly (TaskOutcome | undefined)[] = pb.TASK_OUTCOMES;
 const CAUSES: readonly (TimeoutCause | undefined)[] = pb.TIMEOUT_CAUSES;
 const SCOPES: readonly (CancelScope | undefined)[] = pb.CANCEL_SCOPES;
+const CHILD_STATUSES: readonly (ChildStatus | undefined)[] = pb.CHILD_STATUSES;
 
 function toNum<T>(table: readonly (T | undefined)[], v: T): number {
   const i = table.indexOf(v);
@@ -232,6 +234,7 @@ function eventToProto(e: HistoryEvent): Record<string, unknown> {
           policy: policyToProto(e.policy),
           formatVersion: e.formatVersion,
           forkedFrom: e.forkedFrom ? { taskId: e.forkedFrom.taskId, turn: e.forkedFrom.turn, eventId: e.forkedFrom.eventId } : null,
+          parent: e.parent ? { taskId: e.parent.taskId, turn: e.parent.turn, seq: e.parent.seq, detached: e.parent.detached } : null,
         },
       };
     case 'InputQueued':
@@ -287,6 +290,16 @@ function eventToProto(e: HistoryEvent): Record<string, unknown> {
       return { eventId, timeMs, generation, inputsTaken: { turn: e.turn, seq: e.seq, inputIds: e.inputIds } };
     case 'TimerStarted':
       return { eventId, timeMs, generation, timerStarted: { turn: e.turn, seq: e.seq, durationMs: e.durationMs, fireAtMs: e.fireAt } };
+    case 'ChildStarted':
+      return { eventId, timeMs, generation, childStarted: { turn: e.turn, seq: e.seq, childId: e.childId, workflow: e.workflow, detached: e.detached } };
+    case 'ChildEnded':
+      return {
+        eventId, timeMs, generation,
+        childEnded: {
+          turn: e.turn, seq: e.seq, childId: e.childId, status: toNum(CHILD_STATUSES, e.status),
+          output: optPayload(e.output), failure: e.failure ? failureToProto(e.failure) : null, reason: e.reason ?? '',
+        },
+      };
     case 'Checkpointed':
       return { eventId, timeMs, generation, checkpointed: { turn: e.turn, seq: e.seq, data: payloadToProto(e.data) } };
     case 'SignalReceived':
@@ -604,6 +617,8 @@ function eventFromProto(m: EventMsg, taskId: string): HistoryEvent {
       };
       const f = a.forkedFrom;
       if (f) e.forkedFrom = { taskId: f.taskId ?? '', turn: f.turn ?? 0, eventId: f.eventId ?? 0 };
+      const p = a.parent;
+      if (p) e.parent = { taskId: p.taskId ?? '', turn: p.turn ?? 0, seq: p.seq ?? 0, detached: p.detached === true };
       return e;
     }
     case 'inputQueued':
@@ -677,6 +692,16 @@ function eventFromProto(m: EventMsg, taskId: string): HistoryEvent {
       return { type: 'PatchMarked', eventId, time, generation, turn: a.turn, seq: a.seq, patchId: a.patchId, deprecated: a.deprecated === true };
     case 'timerStarted':
       return { type: 'TimerStarted', eventId, time, generation, turn: a.turn, seq: a.seq, durationMs: a.durationMs, fireAt: a.fireAtMs };
+    case 'childStarted':
+      return { type: 'ChildStarted', eventId, time, generation, turn: a.turn, seq: a.seq, childId: a.childId, workflow: a.workflow, detached: a.detached === true };
+    case 'childEnded': {
+      const e: HistoryEvent = { type: 'ChildEnded', eventId, time, generation, turn: a.turn, seq: a.seq, childId: a.childId, status: fromNum(CHILD_STATUSES, a.status, 'child status', at) };
+      const output = payloadFromProto(a.output);
+      if (output) e.output = output;
+      if (a.failure) e.failure = failureOf(a.failure, at);
+      if (a.reason) e.reason = a.reason;
+      return e;
+    }
     case 'signalReceived':
       return { type: 'SignalReceived', eventId, time, generation, signalId: a.signalId, name: a.name, value: payloadFromProto(a.value) ?? EMPTY_PAYLOAD };
     case 'waitStarted': {

@@ -87,7 +87,19 @@ export interface TaskCreated extends EventBase {
   formatVersion: number;
   /** Set on a fork: the original task, the turn it was forked at and that turn's terminal event id. */
   forkedFrom?: TaskOrigin;
+  /** Set on a child task (`ctx.startChild`): the parent's call that started it. */
+  parent?: TaskParent;
 }
+/** The parent of a child task: its id, and the turn and call position that started the child. */
+export interface TaskParent {
+  taskId: string;
+  turn: number;
+  seq: number;
+  /** Started with `{ cancelWithParent: false }`: cancelling the parent leaves this child running. */
+  detached: boolean;
+}
+/** How a child's first turn ended, as its parent observed it (docs/children.md). */
+export type ChildStatus = 'completed' | 'suspended' | 'failed' | 'cancelled' | 'timed_out';
 /** Where a forked task's history was copied from (`Engine.fork`, `turnlog fork`). */
 export interface TaskOrigin {
   taskId: string;
@@ -165,6 +177,27 @@ export interface TimerStarted extends EventBase {
   seq: number;
   durationMs: number;
   fireAt: number;
+}
+/** `ctx.startChild()`: the turn started (or, on a re-run, found) child task `childId`. */
+export interface ChildStarted extends EventBase {
+  type: 'ChildStarted';
+  turn: number;
+  seq: number;
+  childId: string;
+  workflow: string;
+  /** Started with `{ cancelWithParent: false }`. */
+  detached: boolean;
+}
+/** `child.result()` / `ctx.awaitChild()`: the child's outcome, recorded before the handler sees it (invariant 9). */
+export interface ChildEnded extends EventBase {
+  type: 'ChildEnded';
+  turn: number;
+  seq: number;
+  childId: string;
+  status: ChildStatus;
+  output?: Payload;
+  failure?: FailureInfo;
+  reason?: string;
 }
 /** `task.signal(name, value)`: buffered until a `ctx.waitFor(name)` takes it (docs/time.md). */
 export interface SignalReceived extends EventBase {
@@ -364,6 +397,8 @@ export type HistoryEvent =
   | HistoryCompacted
   | OperatorAction
   | TimerStarted
+  | ChildStarted
+  | ChildEnded
   | SignalReceived
   | WaitStarted
   | WaitEnded;
@@ -423,6 +458,8 @@ export const ALL_EVENT_TYPES = [
   'HistoryCompacted',
   'OperatorAction',
   'TimerStarted',
+  'ChildStarted',
+  'ChildEnded',
   'SignalReceived',
   'WaitStarted',
   'WaitEnded',

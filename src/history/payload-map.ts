@@ -46,6 +46,12 @@ export function mapEventPayloads(e: HistoryEvent, fn: PayloadFn, failure: Failur
     }
     case 'TurnFailed':
       return { ...e, failure: failure(e.failure) };
+    case 'ChildEnded': {
+      const out = { ...e };
+      if (e.output) out.output = fn(e.output);
+      if (e.failure) out.failure = failure(e.failure);
+      return out;
+    }
     default:
       return e;
   }

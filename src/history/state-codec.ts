@@ -9,6 +9,7 @@ import * as pb from '../internal/wire/fields.js';
 import { decodePolicy, encodePolicy, failureFromProto, failureToProto, setOwn, traceOf } from './codec.js';
 import type {
   CancelScope,
+  ChildStatus,
   EntryMode,
   ExecutorKind,
   FailureInfo,
@@ -17,7 +18,7 @@ import type {
   TaskStatus,
   WorkflowKind,
 } from './events.js';
-import type { OpenTurn, QueuedInput, RecordedCall, TaskState, TurnRecord } from './state.js';
+import type { ChildOutcome, ChildRef, OpenTurn, QueuedInput, RecordedCall, TaskState, TurnRecord } from './state.js';
 
 /** Layout version written in every snapshot; readers refuse others and fold the full history. */
 export const SNAPSHOT_VERSION = 1;
@@ -32,6 +33,7 @@ const EXECUTORS: readonly (ExecutorKind | undefined)[] = pb.EXECUTOR_KINDS;
 const OUTCOMES: readonly (TaskOutcome | undefined)[] = pb.TASK_OUTCOMES;
 const SCOPES: readonly (CancelScope | undefined)[] = pb.CANCEL_SCOPES;
 const STATUSES: readonly (TaskStatus | undefined)[] = pb.TASK_STATUSES;
+const CHILD_STATUSES: readonly (ChildStatus | undefined)[] = pb.CHILD_STATUSES;
 const TERMINALS: readonly (TurnRecord['terminal'] | undefined)[] = pb.TURN_TERMINALS;
 
 function toNum<T>(table: readonly (T | undefined)[], v: T): number {
@@ -85,6 +87,18 @@ function callMsg(c: RecordedCall): Msg {
       return { seq: c.seq, eventId: c.eventId, patch: { patchId: c.patchId, deprecated: c.deprecated } };
     case 'sleep':
       return { seq: c.seq, eventId: c.eventId, sleep: { durationMs: c.durationMs, fireAtMs: c.fireAt } };
+    case 'child': {
+      const child: Msg = { childId: c.childId };
+      if (c.op === 'start') Object.assign(child, { workflow: c.workflow, detached: c.detached });
+      else {
+        const o = c.outcome;
+        Object.assign(child, { ended: true, status: toNum(CHILD_STATUSES, o.status) });
+        if (o.output !== undefined) child['output'] = payloadMsg(o.output);
+        if (o.failure !== undefined) child['failure'] = failureToProto(o.failure);
+        if (o.reason !== undefined) child['reason'] = o.reason;
+      }
+      return { seq: c.seq, eventId: c.eventId, child };
+    }
     case 'wait': {
       const w: Msg = { name: c.name };
       if (c.timeoutMs !== undefined) w['timeoutMs'] = c.timeoutMs;
@@ -164,6 +178,14 @@ export function encodeState(state: TaskState): Uint8Array {
   }
   if (state.cancelRequested !== undefined) m['cancelRequested'] = cancelMsg(state.cancelRequested);
   if (state.lastInputId !== undefined) m['lastInputId'] = state.lastInputId;
+  if (state.parent !== undefined) m['parent'] = { ...state.parent };
+  if (state.children !== undefined) {
+    m['children'] = state.children.map((c) => {
+      const x: Msg = { childId: c.childId, workflow: c.workflow, turn: c.turn, seq: c.seq, detached: c.detached };
+      if (c.status !== undefined) x['status'] = toNum(CHILD_STATUSES, c.status);
+      return x;
+    });
+  }
   if (state.signals !== undefined) {
     m['signals'] = state.signals.map((x) => ({ signalId: x.signalId, name: x.name, value: payloadMsg(x.value), eventId: x.eventId, timeMs: x.time }));
   }
@@ -240,6 +262,15 @@ class Reader {
         return { kind: 'patch', seq, eventId, patchId: m['patch']['patchId'], deprecated: m['patch']['deprecated'] === true };
       case 'sleep':
         return { kind: 'sleep', seq, eventId, durationMs: m['sleep']['durationMs'], fireAt: m['sleep']['fireAtMs'] };
+      case 'child': {
+        const x: Msg = m['child'];
+        if (!x['ended']) return { kind: 'child', seq, eventId, op: 'start', childId: x['childId'], workflow: x['workflow'], detached: x['detached'] === true };
+        const outcome: ChildOutcome = { status: fromNum(CHILD_STATUSES, x['status'], 'child status', this.taskId, this.eventId) };
+        if (x['output']) outcome.output = payloadOf(x['output']);
+        if (x['failure']) outcome.failure = failureOf(x['failure']);
+        if (x['reason']) outcome.reason = x['reason'];
+        return { kind: 'child', seq, eventId, op: 'await', childId: x['childId'], outcome };
+      }
       case 'wait': {
         const w: Msg = m['wait'];
         const c: RecordedCall = { kind: 'wait', seq, eventId, name: w['name'] };
@@ -334,6 +365,18 @@ export function decodeState(data: Uint8Array): TaskState {
   }
   if (m['cancelRequested']) s.cancelRequested = r.cancel(m['cancelRequested']);
   if (m['lastInputId'] != null) s.lastInputId = m['lastInputId'];
+  if (m['parent']) {
+    const p: Msg = m['parent'];
+    s.parent = { taskId: p['taskId'], turn: p['turn'], seq: p['seq'], detached: p['detached'] === true };
+  }
+  const children = m['children'] as Msg[] | undefined;
+  if (children && children.length > 0) {
+    s.children = children.map((x) => {
+      const c: ChildRef = { childId: x['childId'], workflow: x['workflow'], turn: x['turn'], seq: x['seq'], detached: x['detached'] === true };
+      if (x['status']) c.status = fromNum(CHILD_STATUSES, x['status'], 'child status', taskId, lastEventId);
+      return c;
+    });
+  }
   const signals = m['signals'] as Msg[] | undefined;
   if (signals?.length) {
     s.signals = signals.map((x) => ({ signalId: x['signalId'], name: x['name'], value: payloadOf(x['value'] ?? {}), eventId: x['eventId'], time: x['timeMs'] }));

@@ -8,7 +8,9 @@ import type {
   FailureInfo,
   Payload,
   CancelScope,
+  ChildStatus,
   TaskOutcome,
+  TaskParent,
   TaskStatus,
   TraceContext,
   TurnPolicy,
@@ -44,6 +46,8 @@ export type RecordedCall =
   | { kind: 'take-inputs'; seq: number; eventId: number; inputIds: string[] }
   | { kind: 'patch'; seq: number; eventId: number; patchId: string; deprecated: boolean }
   | { kind: 'sleep'; seq: number; eventId: number; durationMs: number; fireAt: number }
+  | { kind: 'child'; seq: number; eventId: number; op: 'start'; childId: string; workflow: string; detached: boolean }
+  | { kind: 'child'; seq: number; eventId: number; op: 'await'; childId: string; outcome: ChildOutcome }
   | {
       kind: 'wait';
       seq: number;
@@ -54,6 +58,24 @@ export type RecordedCall =
       /** Set by WaitEnded: the signal taken or the timeout. */
       ended?: WaitOutcome;
     };
+
+/** A child's outcome as recorded in its parent (ChildEnded). */
+export interface ChildOutcome {
+  status: ChildStatus;
+  output?: Payload;
+  failure?: FailureInfo;
+  reason?: string;
+}
+
+/** A child task this task started (from its ChildStarted; `status` once a ChildEnded recorded it). */
+export interface ChildRef {
+  childId: string;
+  workflow: string;
+  turn: number;
+  seq: number;
+  detached: boolean;
+  status?: ChildStatus;
+}
 
 /** How a wait ended (WaitEnded). */
 export interface WaitOutcome {
@@ -142,6 +164,10 @@ export interface TaskState {
   /** A task-scoped cancel requested while no turn was open and not yet finalized. */
   cancelRequested?: { scope: CancelScope; reason: string; eventId: number };
   lastInputId?: string;
+  /** Set on a child task: its parent (TaskCreated.parent). */
+  parent?: TaskParent;
+  /** Children this task started, in start order (ChildStarted); empty for most tasks. */
+  children?: ChildRef[];
   /** Signals received and not yet taken by a `ctx.waitFor`, in arrival order (absent: none). */
   signals?: BufferedSignal[];
 }

@@ -24,6 +24,8 @@ const STRING_FIELDS: { [T in EventType]: { ids: Fields<T>; text: Fields<T> } } =
   Checkpointed: { ids: [], text: [] },
   PatchMarked: { ids: ['patchId'], text: [] },
   TimerStarted: { ids: [], text: [] },
+  ChildStarted: { ids: ['childId', 'workflow'], text: [] },
+  ChildEnded: { ids: ['childId'], text: ['reason'] },
   SignalReceived: { ids: ['signalId', 'name'], text: [] },
   WaitStarted: { ids: ['name'], text: [] },
   WaitEnded: { ids: ['signalId'], text: [] },
@@ -130,6 +132,10 @@ function allWellFormed(e: HistoryEvent): boolean {
       return ok(e.reason) && payloadOk(e.output) && payloadOk(e.state);
     case 'LeaseClaimed':
       return ok(e.owner) && ok(e.instance) && ok(e.reason);
+    case 'ChildStarted':
+      return ok(e.childId) && ok(e.workflow);
+    case 'ChildEnded':
+      return ok(e.childId) && (e.reason === undefined || ok(e.reason)) && payloadOk(e.output) && failureOk(e.failure);
     case 'HistoryCompacted':
       return listOk(e.droppedInputIds);
     default:

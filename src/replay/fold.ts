@@ -4,7 +4,7 @@
  */
 import { HistoryInvariantError } from '../errors.js';
 import type { HistoryEvent, TurnTerminalEvent } from '../history/events.js';
-import type { OpenTurn, QueuedInput, TaskState, WaitOutcome } from '../history/state.js';
+import type { ChildOutcome, OpenTurn, QueuedInput, TaskState, WaitOutcome } from '../history/state.js';
 import { applyStateDelta, turnSources, withFullState } from '../history/state-delta.js';
 import { decodeState } from '../history/state-codec.js';
 
@@ -53,6 +53,7 @@ export function fold(taskId: string, events: readonly HistoryEvent[], from?: Tas
       recoveryCount: 0,
       workerCrashCount: 0,
     };
+    if (first.parent !== undefined) s.parent = first.parent;
     i = 1;
   } else {
     if (events.length === 0) return from;
@@ -111,6 +112,9 @@ function cloneState(from: TaskState): TaskState {
   if (from.lastTurn !== undefined) s.lastTurn = from.lastTurn;
   if (from.cancelRequested !== undefined) s.cancelRequested = from.cancelRequested;
   if (from.lastInputId !== undefined) s.lastInputId = from.lastInputId;
+  if (from.parent !== undefined) s.parent = from.parent;
+  // Shared: the fold replaces the array (never mutates it) when a child starts or ends.
+  if (from.children !== undefined) s.children = from.children;
   if (from.signals !== undefined) s.signals = from.signals.slice();
   return s;
 }
@@ -248,6 +252,29 @@ function apply(s: TaskState, e: HistoryEvent): void {
       requireRunning(s, t, e);
       nextSeq(s, t, e);
       t.calls.push({ kind: 'sleep', seq: e.seq, eventId: e.eventId, durationMs: e.durationMs, fireAt: e.fireAt });
+      break;
+    }
+    case 'ChildStarted': {
+      const t = openTurnFor(s, e);
+      requireRunning(s, t, e);
+      nextSeq(s, t, e);
+      if (s.children?.some((c) => c.childId === e.childId)) fail(s, e, 'duplicate-child', `child ${e.childId} was already started`);
+      t.calls.push({ kind: 'child', seq: e.seq, eventId: e.eventId, op: 'start', childId: e.childId, workflow: e.workflow, detached: e.detached });
+      s.children = [...(s.children ?? []), { childId: e.childId, workflow: e.workflow, turn: e.turn, seq: e.seq, detached: e.detached }];
+      break;
+    }
+    case 'ChildEnded': {
+      const t = openTurnFor(s, e);
+      requireRunning(s, t, e);
+      nextSeq(s, t, e);
+      const k = s.children?.findIndex((c) => c.childId === e.childId) ?? -1;
+      if (k < 0) fail(s, e, 'unknown-child', `child ${e.childId} was never started by this task`);
+      const outcome: ChildOutcome = { status: e.status };
+      if (e.output !== undefined) outcome.output = e.output;
+      if (e.failure !== undefined) outcome.failure = e.failure;
+      if (e.reason !== undefined) outcome.reason = e.reason;
+      t.calls.push({ kind: 'child', seq: e.seq, eventId: e.eventId, op: 'await', childId: e.childId, outcome });
+      s.children = s.children!.map((c, i) => (i === k ? { ...c, status: e.status } : c));
       break;
     }
     case 'SignalReceived':

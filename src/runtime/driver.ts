@@ -13,12 +13,13 @@ import { decide, isDue } from '../replay/index.js';
 import type { Decision } from '../replay/decision.js';
 import type { Executor, Reservation } from '../executor/executor.js';
 import type { AttemptOutcome, TurnHost, TurnSpec } from '../attempt/host.js';
-import { callSpec, type CallRecord, type CallReplies, type RecordEnv, type Recording } from '../attempt/calls.js';
+import { callSpec, type CallRecord, type CallRecords, type CallReplies, type RecordEnv, type Recording } from '../attempt/calls.js';
 import { turnSpecFor } from '../attempt/turn-spec.js';
 import { sleep } from './clock.js';
 import { isStale, logFailure, type Appender } from './appender.js';
 import { finalizeDrafts, outcomeDrafts, oversized, turnStartDrafts, withinLimits, type Draft } from './drafts.js';
 import { emitOutput, noteAttemptEnded } from './observe.js';
+import type { Children } from './children.js';
 import type { Runtime } from './runtime.js';
 import type { Supervisor } from './supervisor.js';
 import { Waits } from './waits.js';
@@ -44,6 +45,8 @@ export class Driver {
   #starting = 0;
   /** Arms a wake-up for a task waiting for a scheduled input (rule waiting-for-timer). */
   readonly #waitUntil: (taskId: string, at: number) => void;
+  /** Child tasks: creates a child before its ChildStarted, waits for its end before ChildEnded. */
+  readonly #children: Children | undefined;
   /** Ends the named waits (ctx.waitFor) of attempts running here. */
   readonly #waits: Waits;
 
@@ -55,9 +58,11 @@ export class Driver {
     supervisor: Supervisor,
     waitUntil: (taskId: string, at: number) => void = () => {},
     waits: Waits = new Waits(rt, cache, appender),
+    children?: Children,
   ) {
     this.#waitUntil = waitUntil;
     this.#waits = waits;
+    this.#children = children;
     this.#rt = rt;
     this.#executors = executors;
     this.#cache = cache;
@@ -266,9 +271,11 @@ export class Driver {
     };
     const at = `Task ${t.id}, turn ${active.turn}`;
     return {
-      record: <C extends CallRecord>(call: C) => {
+      record: async <C extends CallRecord>(call0: C) => {
         // The step's fn is done: its flow-limit slot is free for the next step.
-        if (call.kind === 'step') releaseGrant(active, call.seq);
+        if (call0.kind === 'step') releaseGrant(active, call0.seq);
+        // Outside the parent's lock: creating a child locks the child, and a wait can be long.
+        const call = call0.kind === 'child' ? ((await this.#prepareChild(t.id, active, call0 as CallRecords['child'], check)) as C) : call0;
         return this.#cache.withLock(t, async (t) => {
           check();
           const env: RecordEnv = {
@@ -303,8 +310,22 @@ export class Driver {
     };
   }
 
+  /** A child record, made ready to append: the child created (start) or its outcome filled in (await). */
+  async #prepareChild(taskId: string, active: ActiveAttempt, call: CallRecords['child'], check: () => void): Promise<CallRecords['child']> {
+    check();
+    if (!this.#children) throw new TurnlogError('TURNLOG_INVALID_ARGUMENT', `Task ${taskId}: this host runs no child tasks.`);
+    if (call.op === 'start') {
+      await this.#children.start({ taskId, turn: active.turn, seq: call.seq, detached: call.detached }, call.childId, call.workflow, call.input);
+      return call;
+    }
+    const outcome = await this.#children.outcome(call.childId, (active.stop ??= new AbortController()).signal);
+    return { ...call, outcome };
+  }
+
   async #finishAttempt(t: LockedTask, active: ActiveAttempt, outcome: AttemptOutcome): Promise<void> {
     for (const tm of active.timers) tm.cancel();
+    // A child wait of this attempt stops with it (its record would be fenced anyway).
+    active.stop?.abort(new FencedError(t.id, active.turn, active.attempt, 'the attempt ended'));
     releaseGrants(active); // a crashed or killed worker's steps never sent their records
     noteAttemptEnded(this.#rt, t.id, active, outcome);
     if (t.active !== active || active.finalized) {

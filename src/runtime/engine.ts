@@ -18,6 +18,7 @@ import {
 } from '../errors.js';
 import { HISTORY_FORMAT_VERSION, type ExecutorKind, type HistoryEvent, type OperatorActionKind, type Payload } from '../history/events.js';
 import type { TaskState } from '../history/state.js';
+import type { TaskParent } from '../history/events.js';
 import { payloadSize } from '../history/payload.js';
 import { encodeHistoryFile, type HistoryFileFormat } from '../history/history-file.js';
 import { illFormedText } from '../history/well-formed.js';
@@ -37,6 +38,7 @@ import { Appender } from './appender.js';
 import { cancelDraft, type Draft } from './drafts.js';
 import { failedTurnInputs, operatorDraft, type ActionArgs } from './operator.js';
 import { Driver } from './driver.js';
+import { CHILD_INPUT_ID, Children } from './children.js';
 import { FaultInjector } from './fault.js';
 import { checkId, isCaptureMode, resolveOptions, type ActivateOptions, type EngineOptions, type EngineSettings, type OperatorOptions } from './options.js';
 import { TurnResults } from './results.js';
@@ -99,12 +101,15 @@ export class Engine implements TaskClient {
   #hub: StreamHub;
   readonly #watcher: Watcher;
   readonly #wakeups: Wakeups;
+  readonly #children: Children;
   readonly #waits: Waits;
   #state: 'inactive' | 'activating' | 'open' | 'quiescing' | 'closed' = 'inactive';
   /** The recovery pass this activation started at open. */
   #recovery: Promise<void> = Promise.resolve();
   /** The live-inspection socket while open (docs/cli.md#live-inspection). */
   #inspection: InspectServer | undefined;
+  /** Stops telling observers the store's group commits (HistoryStore.onCommit). */
+  #unwatchCommits: (() => void) | undefined;
   /** Flow limits of steps (docs/time.md#flow-limits); a new one per activation. */
   #limiter: Limiter;
 
@@ -114,7 +119,9 @@ export class Engine implements TaskClient {
     const engine = this;
     this.#rt = {
       ...o,
-      observers: new Observers(o.log, o.observerOption),
+      observers: new Observers(o.log, o.observerOption, {
+        workerPools: () => [...new Set(engine.#executors.values())].flatMap((ex) => (ex.workerCount === undefined ? [] : [{ executor: ex.kind, workers: ex.workerCount }])),
+      }),
       get store() {
         return engine.store;
       },
@@ -155,9 +162,14 @@ export class Engine implements TaskClient {
     );
     this.#supervisor = new Supervisor(this.#rt, this.#cache, this.#results, this.#appender, (t) => this.#driver.drive(t));
     this.#wakeups = new Wakeups(this.#rt, (id) => this.#scanner.wake(id));
+    this.#children = new Children(this.#rt, {
+      create: (id, wf, input, parent) => this.#createChild(id, wf, input, parent),
+      turnResult: (id, inputId) => this.turnResult(id, inputId),
+      cancel: (id, reason) => this.cancel(id, reason),
+    });
     const waits = (this.#waits = new Waits(this.#rt, this.#cache, this.#appender));
     this.#rt.observers.onAppend((t, _before, events) => waits.afterAppend(t, events));
-    this.#driver = new Driver(this.#rt, this.#executors, this.#cache, this.#appender, this.#supervisor, (id, at) => this.#wakeups.add(id, at), waits);
+    this.#driver = new Driver(this.#rt, this.#executors, this.#cache, this.#appender, this.#supervisor, (id, at) => this.#wakeups.add(id, at), waits, this.#children);
     this.#watcher = new Watcher(this.#rt, this.#cache, this.#appender, this.#results, (t) => this.#driver.drive(t));
     this.#scanner = new Scanner(this.#rt, this.#cache, this.#driver, () => this.#watcher.poll());
     this.#executors.set('inline', new InlineExecutor(o.workflows, o.converter));
@@ -247,6 +259,7 @@ export class Engine implements TaskClient {
       await phase('open');
       this.#store = await this.#makeStore();
       await this.#store.open();
+      this.#unwatchCommits = this.#store.onCommit?.((writes) => this.#rt.observers.groupCommitted(writes));
       for (const m of await this.#store.listCorrupt()) {
         this.#cache.markCorrupt(m);
         this.#o.log.error('task isolated: its stored history cannot be read', { taskId: m.taskId, key: m.key, error: m.message });
@@ -442,11 +455,26 @@ export class Engine implements TaskClient {
     await this.#cancel(taskId, reason, scope);
   }
 
+  /** A child task for ctx.startChild (docs/children.md), or the state of the task that has its id. */
+  async #createChild(childId: string, workflow: string, input: Payload, parent: TaskParent): Promise<TaskState | undefined> {
+    const wf = this.#workflow(workflow);
+    checkTaskId(childId);
+    const size = payloadSize(input);
+    if (size > this.#o.limits.inputBytes) throw new PayloadTooLargeError('input', size, this.#o.limits.inputBytes, `Task ${parent.taskId}, child ${childId} input`);
+    const t = await this.#cache.load(childId);
+    return this.#cache.mutate(t, async (t) => {
+      if (t.state) return t.state;
+      const created: Draft = { type: 'TaskCreated', workflow: wf.name, kind: wf.kind, policy: resolvePolicy(wf, this.#o.defaultExecutor), formatVersion: HISTORY_FORMAT_VERSION, parent };
+      await this.#driver.drive(t, [created, { type: 'InputQueued', inputId: CHILD_INPUT_ID, input, steering: false }]);
+      return undefined;
+    });
+  }
+
   /** Cancels; `record` (an operator action) goes into the same append. False when there was nothing to cancel. */
   async #cancel(taskId: string, reason: string, scope: 'task' | 'turn', record?: (s: TaskState) => Draft): Promise<boolean> {
     this.#assertOpen('cancel');
     const t = await this.#cache.load(taskId);
-    return this.#cache.mutate(t, async (t) => {
+    const done = await this.#cache.mutate(t, async (t) => {
       const s = t.state;
       if (!s) throw notFound(taskId);
       const cancel = cancelDraft(s, scope, reason);
@@ -463,6 +491,9 @@ export class Engine implements TaskClient {
       }
       return true;
     });
+    // Once the parent's cancel is durable; again on a repeated cancel (a cascade cut short by a crash).
+    if (scope === 'task' && (done || t.state?.outcome === 'cancelled')) await this.#children.cascade(t.state, reason);
+    return done;
   }
 
   /**
@@ -522,6 +553,8 @@ export class Engine implements TaskClient {
     if (s.lastInputId) d.lastInputId = s.lastInputId;
     if (s.state) d.state = this.#results.value(s.state);
     if (s.lastOutput) d.lastOutput = this.#results.value(s.lastOutput);
+    if (s.parent) d.parent = s.parent;
+    if (s.children) d.children = s.children;
     if (s.openTurn) {
       d.openTurn = {
         turn: s.openTurn.turn,
@@ -697,6 +730,8 @@ export class Engine implements TaskClient {
     await this.#inspection?.close();
     this.#inspection = undefined;
     this.#watcher.stop();
+    this.#unwatchCommits?.();
+    this.#unwatchCommits = undefined;
     await this.#scanner.stop();
     this.#wakeups.stop();
     await this.#supervisor.stopAll(graceMs);

@@ -44,6 +44,8 @@ export interface ActiveAttempt {
   leaseFrom?: number;
   /** Observers were told this attempt ended (once, by whoever ended it first). */
   endNoted?: boolean;
+  /** Aborted when the attempt ends: stops its wait for a child (created by the first wait). */
+  stop?: AbortController;
   done: Promise<void>;
 }
 

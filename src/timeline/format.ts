@@ -139,7 +139,7 @@ export function describeEvent(e: HistoryEvent, max: number, converter?: PayloadC
   const pv = (p: Payload | undefined): string => (p === undefined ? '' : payloadPreview(p, max, converter));
   switch (e.type) {
     case 'TaskCreated':
-      return `task created: workflow ${e.workflow} (${e.kind}), turn timeout ${duration(e.policy.turnTimeoutMs)}, grace ${duration(e.policy.graceMs)}, ${e.policy.executor} executor, format v${e.formatVersion}${e.forkedFrom ? `, forked from ${e.forkedFrom.taskId} at the end of turn ${e.forkedFrom.turn} (event ${e.forkedFrom.eventId})` : ''}`;
+      return `task created: workflow ${e.workflow} (${e.kind}), turn timeout ${duration(e.policy.turnTimeoutMs)}, grace ${duration(e.policy.graceMs)}, ${e.policy.executor} executor, format v${e.formatVersion}${e.forkedFrom ? `, forked from ${e.forkedFrom.taskId} at the end of turn ${e.forkedFrom.turn} (event ${e.forkedFrom.eventId})` : ''}${e.parent ? `, child of ${e.parent.taskId} (turn ${e.parent.turn}, call ${e.parent.seq}${e.parent.detached ? ', not cancelled with it' : ''})` : ''}`;
     case 'InputQueued':
       return `input ${e.inputId} ${e.deliverAt === undefined ? 'queued' : `scheduled for ${isoTime(e.deliverAt)}`}${e.steering ? ' (steering)' : ''}: ${pv(e.input)}`;
     case 'InputWithdrawn':
@@ -156,6 +156,10 @@ export function describeEvent(e: HistoryEvent, max: number, converter?: PayloadC
       return `call ${e.seq}: took steering input ${e.inputIds.join(', ')}`;
     case 'TimerStarted':
       return `call ${e.seq}: sleep ${duration(e.durationMs)}, fires at ${isoTime(e.fireAt)}`;
+    case 'ChildStarted':
+      return `call ${e.seq}: started child ${e.childId} (workflow ${e.workflow}${e.detached ? ', not cancelled with this task' : ''})`;
+    case 'ChildEnded':
+      return `call ${e.seq}: child ${e.childId} ${e.status}${e.output ? ` → ${pv(e.output)}` : ''}${e.failure ? `: ${failureText(e.failure, max)}` : ''}${e.reason ? ` (${e.reason})` : ''}`;
     case 'Checkpointed':
       return `call ${e.seq}: checkpoint ${pv(e.data)}`;
     case 'SignalReceived':

@@ -4,6 +4,7 @@
  * process and replay executors share (TurnSpec, TurnHost, AttemptOutcome).
  */
 import type { EntryMode, RetryPolicy } from '../history/events.js';
+import type { Workflow } from './define-workflow.js';
 import type { JsonValue, PayloadMode, Payloadable } from './json.js';
 
 export interface StepOptions {
@@ -113,6 +114,20 @@ export interface TurnContext<I = unknown, S = unknown, P extends PayloadMode = '
    */
   sleep(ms: number): Promise<void>;
   /**
+   * Starts a child task (a sub-agent) running `workflow` with `input`, recorded: a re-run of this
+   * turn gets the same child back and never starts a second one. The child id is `options.childId`
+   * or `<taskId>/c<turn>.<seq>`. Cancelling this task cancels the child unless `cancelWithParent: false`.
+   * docs/children.md
+   * @example const child = await ctx.startChild(researcher, 'solar panels'); const notes = await child.result();
+   */
+  startChild<CI, CO>(workflow: Workflow<CI, CO, any, any> | string, input: CI, options?: StartChildOptions): Promise<ChildHandle<CO>>;
+  /**
+   * Waits inside this turn for child `childId` (started by this task) and returns its first turn's
+   * output; the outcome is recorded, so a re-run gets it back without waiting. A child that failed,
+   * was cancelled or timed out throws ChildFailedError (TURNLOG_CHILD_FAILED).
+   */
+  awaitChild<O = unknown>(childId: string): Promise<O>;
+  /**
    * Waits for the named signal (`task.signal(name, value)`, `turnlog signal`), at most
    * `timeoutMs` (engine clock; absent: until the turn ends). The wait and its outcome are
    * recorded: a later attempt gets the same value back, and a re-run after a crash waits only
@@ -126,6 +141,19 @@ export interface TurnContext<I = unknown, S = unknown, P extends PayloadMode = '
   exitForRecovery(reason?: string): ExitForRecovery;
 }
 
+export interface StartChildOptions {
+  /** The child's task id; default `<parent task id>/c<turn>.<seq>` (unique per parent call). */
+  childId?: string;
+  /** Cancel the child when this task is cancelled (default true); recorded in the child's TaskCreated. */
+  cancelWithParent?: boolean;
+}
+
+/** A child task started by `ctx.startChild`. */
+export interface ChildHandle<O = unknown> {
+  readonly childId: string;
+  /** `ctx.awaitChild(childId)`: the child's first turn's output, recorded in the parent's history. */
+  result(): Promise<O>;
+}
 /** Options of {@link TurnContext.waitFor}. */
 export interface WaitOptions {
   /** Give up after this many milliseconds (engine clock), a finite number >= 0. */

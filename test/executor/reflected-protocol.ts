@@ -2,11 +2,11 @@
 // generated descriptor (lookupType) and history/codec.ts' Failure mapping. The reference that
 // protocol-codec.test.ts holds src/executor/protocol.ts' hand codec to, byte for byte.
 import type { EntryMode, FailureInfo, Payload, RetryPolicy, WorkflowKind } from '../../src/history/events.js';
-import type { QueuedInput, RecordedCall, WaitOutcome } from '../../src/history/state.js';
+import type { ChildOutcome, QueuedInput, RecordedCall, WaitOutcome } from '../../src/history/state.js';
 import { failureFromProto, failureToProto } from '../../src/history/codec.js';
 import { lookupType } from '../../src/internal/proto/root.js';
 import type { CancelKind, EmitItem, TurnSpec } from '../../src/attempt/host.js';
-import type { CallRecord } from '../../src/attempt/calls.js';
+import type { CallRecord, ChildReply } from '../../src/attempt/calls.js';
 import { WorkerProtocolError, type EngineMessage, type TerminalOutcome, type WorkerMessage } from '../../src/executor/protocol.js';
 
 const EngineFrameType = lookupType('turnlog.v1.EngineFrame');
@@ -15,6 +15,7 @@ const WorkerFrameType = lookupType('turnlog.v1.WorkerFrame');
 // Index = proto enum number; 0 is UNSPECIFIED (same numbering as history.proto).
 const KINDS: readonly (WorkflowKind | undefined)[] = [undefined, 'one-shot', 'multi-turn'];
 const ENTRY_MODES: readonly (EntryMode | undefined)[] = [undefined, 'fresh', 'resumed', 'recovered'];
+const CHILD_STATUSES: readonly (ChildOutcome['status'] | undefined)[] = [undefined, 'completed', 'suspended', 'failed', 'cancelled', 'timed_out'];
 const CANCEL_KINDS: readonly (CancelKind | undefined)[] = [undefined, 'timeout', 'cancel', 'shutdown'];
 
 type Msg = Record<string, any>;
@@ -46,6 +47,7 @@ export function reflectedEncodeEngineMessage(m: EngineMessage): Uint8Array {
     case 'ack': {
       const ack: Msg = { seq: m.seq, error: m.error ? failureToProto(m.error) : null };
       if (m.reply?.kind === 'take-inputs') ack.takeInputs = { inputs: m.reply.value.map((q) => ({ inputId: q.inputId, input: payloadOut(q.input) })) };
+      if (m.reply?.kind === 'child') ack.child = childReplyOut(m.reply.value);
       if (m.reply?.kind === 'wait') ack.wait = m.reply.value.deadline === undefined ? {} : { deadlineMs: m.reply.value.deadline };
       if (m.grant) ack.limitGrant = { waitedMs: m.grant.waitedMs };
       body = { ack };
@@ -86,6 +88,7 @@ export function reflectedDecodeEngineMessage(bytes: Uint8Array): EngineMessage {
     const m: Extract<EngineMessage, { type: 'ack' }> = { type: 'ack', seq: f.ack.seq ?? 0 };
     const error = failureIn(f.ack.error);
     if (error) m.error = error;
+    if (f.ack.child) m.reply = { kind: 'child', value: childReplyIn(f.ack.child) };
     if (f.ack.takeInputs) {
       m.reply = { kind: 'take-inputs', value: (f.ack.takeInputs.inputs ?? []).map((q: Msg) => ({ inputId: q.inputId ?? '', input: payloadIn(q.input)! })) };
     }
@@ -156,6 +159,10 @@ function callOut(c: RecordedCall): Msg {
       return { ...base, patch: { patchId: c.patchId, deprecated: c.deprecated } };
     case 'sleep':
       return { ...base, sleep: { durationMs: c.durationMs, fireAtMs: c.fireAt } };
+    case 'child':
+      return c.op === 'start'
+        ? { ...base, child: { childId: c.childId, workflow: c.workflow, detached: c.detached } }
+        : { ...base, child: { childId: c.childId, ended: true, outcome: childReplyOut({ childId: c.childId, outcome: c.outcome }) } };
     case 'wait': {
       const wait: Msg = { name: c.name };
       if (c.timeoutMs !== undefined) wait.timeoutMs = c.timeoutMs;
@@ -164,6 +171,32 @@ function callOut(c: RecordedCall): Msg {
       return { ...base, wait };
     }
   }
+}
+
+function childReplyOut(r: ChildReply): Msg {
+  const o = r.outcome;
+  if (!o) return { childId: r.childId };
+  return {
+    childId: r.childId,
+    status: CHILD_STATUSES.indexOf(o.status),
+    output: o.output ? payloadOut(o.output) : null,
+    failure: o.failure ? failureToProto(o.failure) : null,
+    reason: o.reason ?? '',
+  };
+}
+
+function childReplyIn(m: Msg): ChildReply {
+  const r: ChildReply = { childId: m.childId ?? '' };
+  if (m.status || m.output || m.failure || m.reason) {
+    const o: ChildOutcome = { status: CHILD_STATUSES[m.status ?? 0] ?? 'completed' };
+    const output = payloadIn(m.output);
+    if (output) o.output = output;
+    const failure = failureIn(m.failure);
+    if (failure) o.failure = failure;
+    if (m.reason) o.reason = m.reason;
+    r.outcome = o;
+  }
+  return r;
 }
 
 function runToSpec(r: Msg): TurnSpec {
@@ -222,6 +255,11 @@ function callIn(c: Msg): RecordedCall {
   if (c.takeInputs) return { kind: 'take-inputs', seq, eventId, inputIds: c.takeInputs.inputIds ?? [] };
   if (c.patch) return { kind: 'patch', seq, eventId, patchId: c.patch.patchId ?? '', deprecated: c.patch.deprecated ?? false };
   if (c.sleep) return { kind: 'sleep', seq, eventId, durationMs: c.sleep.durationMs ?? 0, fireAt: c.sleep.fireAtMs ?? 0 };
+  if (c.child) {
+    const x = c.child;
+    if (!x.ended) return { kind: 'child', seq, eventId, op: 'start', childId: x.childId ?? '', workflow: x.workflow ?? '', detached: x.detached ?? false };
+    return { kind: 'child', seq, eventId, op: 'await', childId: x.childId ?? '', outcome: childReplyIn(x.outcome ?? {}).outcome ?? { status: 'completed' } };
+  }
   if (c.wait) {
     const w = c.wait;
     const call: Extract<RecordedCall, { kind: 'wait' }> = { kind: 'wait', seq, eventId, name: w.name ?? '' };
@@ -285,6 +323,10 @@ function recordOut(c: CallRecord): Msg {
       return { seq: c.seq, patch: { patchId: c.patchId, deprecated: c.deprecated } };
     case 'sleep':
       return { seq: c.seq, sleep: { durationMs: c.durationMs, fireAtMs: c.fireAt } };
+    case 'child':
+      return c.op === 'start'
+        ? { seq: c.seq, child: { childId: c.childId, workflow: c.workflow, input: payloadOut(c.input), detached: c.detached } }
+        : { seq: c.seq, child: { childId: c.childId, wait: true } };
     case 'wait':
       return { seq: c.seq, wait: c.timeoutMs === undefined ? { name: c.name } : { name: c.name, timeoutMs: c.timeoutMs } };
   }
@@ -343,6 +385,14 @@ export function reflectedDecodeWorkerMessage(bytes: Uint8Array): WorkerMessage {
       return { type: 'record', call: { kind: 'checkpoint', seq, data: payloadIn(rec.checkpoint.data)! } };
     }
     if (rec.takeInputs) return { type: 'record', call: { kind: 'take-inputs', seq: positiveSeq(seq0, 'take-inputs') } };
+    if (rec.child) {
+      const x = rec.child;
+      const seq = positiveSeq(seq0, 'child record');
+      if (!x.childId) throw new WorkerProtocolError(`child record ${seq} has no child id`);
+      if (x.wait) return { type: 'record', call: { kind: 'child', seq, op: 'await', childId: x.childId } };
+      if (!x.workflow || !x.input) throw new WorkerProtocolError(`child record ${seq} (${x.childId}) starts a child without a workflow or an input`);
+      return { type: 'record', call: { kind: 'child', seq, op: 'start', childId: x.childId, workflow: x.workflow, input: payloadIn(x.input)!, detached: x.detached ?? false } };
+    }
     if (rec.patch) {
       const seq = positiveSeq(seq0, 'patch record');
       if (!rec.patch.patchId) throw new WorkerProtocolError(`patch record ${seq} has no patch id`);

@@ -129,6 +129,21 @@ export function eventArbitraries(unit: fc.Arbitrary<string> | 'grapheme' = 'grap
     Checkpointed: fc.record({ type: fc.constant('Checkpointed'), ...base, turn: small, seq: small, data: payload }),
     PatchMarked: fc.record({ type: fc.constant('PatchMarked'), ...base, turn: small, seq: small, patchId: str, deprecated: fc.boolean() }),
     TimerStarted: fc.record({ type: fc.constant('TimerStarted'), ...base, turn: small, seq: small, durationMs: ms, fireAt: ms }),
+    ChildStarted: fc.record({ type: fc.constant('ChildStarted'), ...base, turn: small, seq: small, childId: nonEmpty, workflow: nonEmpty, detached: fc.boolean() }),
+    ChildEnded: fc.record(
+      {
+        type: fc.constant('ChildEnded'),
+        ...base,
+        turn: small,
+        seq: small,
+        childId: nonEmpty,
+        status: fc.constantFrom('completed', 'suspended', 'failed', 'cancelled', 'timed_out'),
+        output: payload,
+        failure,
+        reason: nonEmpty,
+      },
+      { requiredKeys: ['type', 'eventId', 'time', 'generation', 'turn', 'seq', 'childId', 'status'] },
+    ),
     SignalReceived: fc.record({ type: fc.constant('SignalReceived'), ...base, signalId: str, name: str, value: payload }),
     WaitStarted: fc.record(
       { type: fc.constant('WaitStarted'), ...base, turn: small, seq: small, name: str, timeoutMs: ms, deadline: ms },

@@ -104,6 +104,21 @@ const arbitraries: { [T in EventType]: fc.Arbitrary<Extract<HistoryEvent, { type
   Checkpointed: fc.record({ type: fc.constant('Checkpointed'), ...base, turn: u32, seq: u32, data: payload }),
   PatchMarked: fc.record({ type: fc.constant('PatchMarked'), ...base, turn: u32, seq: u32, patchId: str, deprecated: fc.boolean() }),
   TimerStarted: fc.record({ type: fc.constant('TimerStarted'), ...base, turn: u32, seq: u32, durationMs: dbl, fireAt: dbl }),
+  ChildStarted: fc.record({ type: fc.constant('ChildStarted'), ...base, turn: u32, seq: u32, childId: str, workflow: str, detached: fc.boolean() }),
+  ChildEnded: fc.record(
+    {
+      type: fc.constant('ChildEnded'),
+      ...base,
+      turn: u32,
+      seq: u32,
+      childId: str,
+      status: fc.constantFrom('completed', 'suspended', 'failed', 'cancelled', 'timed_out'),
+      output: payload,
+      failure,
+      reason: str.filter((s) => s !== ''),
+    },
+    { requiredKeys: ['type', 'eventId', 'time', 'generation', 'turn', 'seq', 'childId', 'status'] },
+  ),
   SignalReceived: fc.record({ type: fc.constant('SignalReceived'), ...base, signalId: str, name: str, value: payload }),
   WaitStarted: fc.record(
     { type: fc.constant('WaitStarted'), ...base, turn: u32, seq: u32, name: str, timeoutMs: dbl, deadline: dbl },

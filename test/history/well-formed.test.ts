@@ -34,6 +34,8 @@ const ID_FIELDS: Partial<Record<EventType, string[]>> = {
   StepCompleted: ['name', 'limit'],
   InputsTaken: ['inputIds'],
   PatchMarked: ['patchId'],
+  ChildStarted: ['childId', 'workflow'],
+  ChildEnded: ['childId'],
   LeaseClaimed: ['owner', 'instance'],
   OperatorAction: ['inputId', 'newInputId'],
   SignalReceived: ['signalId', 'name'],

@@ -62,6 +62,8 @@ const ENDINGS: {
   Checkpointed: 'not an ending',
   PatchMarked: 'not an ending',
   TimerStarted: 'not an ending',
+  ChildStarted: 'not an ending',
+  ChildEnded: 'not an ending',
   SignalReceived: 'not an ending',
   WaitStarted: 'not an ending',
   WaitEnded: 'not an ending',

@@ -21,6 +21,8 @@ export const TASK_STATUSES = [undefined, "pending", "in_progress", "suspended", 
 export const TURN_TERMINALS = [undefined, "TurnCompleted", "TurnFailed", "TurnSuspended", "TurnCancelled", "TurnTimedOut"] as const;
 /** turnlog.v1.WorkerCancelKind */
 export const WORKER_CANCEL_KINDS = [undefined, "timeout", "cancel", "shutdown"] as const;
+/** turnlog.v1.ChildStatus */
+export const CHILD_STATUSES = [undefined, "completed", "suspended", "failed", "cancelled", "timed_out"] as const;
 
 // Tags by message and field: (field number << 3) | wire type.
 /** turnlog.v1.RetryPolicy */
@@ -28,7 +30,9 @@ export const RetryPolicy = { maxAttempts: 8, initialIntervalMs: 17, backoffCoeff
 /** turnlog.v1.TurnPolicy */
 export const TurnPolicy = { turnTimeoutMs: 9, graceMs: 17, maxRecoveries: 24, maxWorkerCrashes: 32, steeringMaxQueued: 40, executor: 48, stepRetry: 58 } as const;
 /** turnlog.v1.TaskCreated */
-export const TaskCreated = { workflow: 10, kind: 16, policy: 26, formatVersion: 32, forkedFrom: 42 } as const;
+export const TaskCreated = { workflow: 10, kind: 16, policy: 26, formatVersion: 32, forkedFrom: 42, parent: 50 } as const;
+/** turnlog.v1.TaskParent */
+export const TaskParent = { taskId: 10, turn: 16, seq: 24, detached: 32 } as const;
 /** turnlog.v1.TaskOrigin */
 export const TaskOrigin = { taskId: 10, turn: 16, eventId: 24 } as const;
 /** turnlog.v1.InputQueued */
@@ -43,6 +47,10 @@ export const StepCompleted = { turn: 8, attempt: 16, seq: 24, name: 34, result: 
 export const InputsTaken = { turn: 8, seq: 16, inputIds: 26 } as const;
 /** turnlog.v1.TimerStarted */
 export const TimerStarted = { turn: 8, seq: 16, durationMs: 25, fireAtMs: 33 } as const;
+/** turnlog.v1.ChildStarted */
+export const ChildStarted = { turn: 8, seq: 16, childId: 26, workflow: 34, detached: 40 } as const;
+/** turnlog.v1.ChildEnded */
+export const ChildEnded = { turn: 8, seq: 16, childId: 26, status: 32, output: 42, failure: 50, reason: 58 } as const;
 /** turnlog.v1.SignalReceived */
 export const SignalReceived = { signalId: 10, name: 18, value: 26 } as const;
 /** turnlog.v1.WaitStarted */
@@ -86,7 +94,7 @@ export const HistoryCompacted = { throughEventId: 8, state: 18, turns: 24, dropp
 /** turnlog.v1.OperatorAction */
 export const OperatorAction = { action: 10, by: 18, reason: 26, turn: 32, inputId: 42, newInputId: 50 } as const;
 /** turnlog.v1.HistoryEvent */
-export const HistoryEvent = { eventId: 8, timeMs: 17, generation: 24, taskCreated: 82, inputQueued: 90, inputWithdrawn: 98, turnStarted: 106, stepCompleted: 114, checkpointed: 122, timeoutCancelRequested: 130, cancelRequested: 138, workerKilled: 146, workerCrashed: 154, turnCompleted: 162, turnFailed: 170, turnSuspended: 178, turnCancelled: 186, turnTimedOut: 194, turnExitedForRecovery: 202, leaseClaimed: 210, taskCompleted: 218, inputsTaken: 226, patchMarked: 234, historyCompacted: 266, operatorAction: 290, signalReceived: 298, waitStarted: 306, waitEnded: 314, timerStarted: 330 } as const;
+export const HistoryEvent = { eventId: 8, timeMs: 17, generation: 24, taskCreated: 82, inputQueued: 90, inputWithdrawn: 98, turnStarted: 106, stepCompleted: 114, checkpointed: 122, timeoutCancelRequested: 130, cancelRequested: 138, workerKilled: 146, workerCrashed: 154, turnCompleted: 162, turnFailed: 170, turnSuspended: 178, turnCancelled: 186, turnTimedOut: 194, turnExitedForRecovery: 202, leaseClaimed: 210, taskCompleted: 218, inputsTaken: 226, patchMarked: 234, historyCompacted: 266, operatorAction: 290, signalReceived: 298, waitStarted: 306, waitEnded: 314, timerStarted: 330, childStarted: 338, childEnded: 346 } as const;
 /** turnlog.v1.HistoryFileHeader */
 export const HistoryFileHeader = { magic: 10, formatVersion: 16, taskId: 26, eventCount: 32 } as const;
 /** turnlog.v1.SnapshotInput */
@@ -110,7 +118,11 @@ export const SnapshotWaitCall = { name: 10, timeoutMs: 17, deadlineMs: 25, ended
 /** turnlog.v1.SnapshotSignal */
 export const SnapshotSignal = { signalId: 10, name: 18, value: 26, eventId: 32, timeMs: 41 } as const;
 /** turnlog.v1.SnapshotCall */
-export const SnapshotCall = { seq: 8, eventId: 16, step: 26, checkpoint: 34, takeInputs: 42, patch: 50, sleep: 58, wait: 66 } as const;
+export const SnapshotCall = { seq: 8, eventId: 16, step: 26, checkpoint: 34, takeInputs: 42, patch: 50, sleep: 58, wait: 66, child: 74 } as const;
+/** turnlog.v1.SnapshotChildCall */
+export const SnapshotChildCall = { childId: 10, workflow: 18, ended: 24, status: 32, output: 42, failure: 50, reason: 58, detached: 64 } as const;
+/** turnlog.v1.SnapshotChild */
+export const SnapshotChild = { childId: 10, workflow: 18, turn: 24, seq: 32, detached: 40, status: 48 } as const;
 /** turnlog.v1.SnapshotPatchCall */
 export const SnapshotPatchCall = { patchId: 10, deprecated: 16 } as const;
 /** turnlog.v1.SnapshotOpenTurn */
@@ -118,13 +130,13 @@ export const SnapshotOpenTurn = { turn: 8, attempt: 16, attemptRunning: 24, inpu
 /** turnlog.v1.SnapshotTurnRecord */
 export const SnapshotTurnRecord = { turn: 8, terminal: 16, eventId: 24, attempts: 32 } as const;
 /** turnlog.v1.TaskStateSnapshot */
-export const TaskStateSnapshot = { snapshotVersion: 8, taskId: 18, workflow: 26, kind: 32, policy: 42, formatVersion: 48, createdAtMs: 57, updatedAtMs: 65, lastEventId: 72, highestGeneration: 80, status: 88, outcome: 96, turn: 104, openTurn: 114, queue: 122, lastOutput: 130, state: 138, lastFailure: 146, lastTurn: 154, recoveryCount: 160, workerCrashCount: 168, cancelRequested: 178, lastInputId: 186, signals: 210 } as const;
+export const TaskStateSnapshot = { snapshotVersion: 8, taskId: 18, workflow: 26, kind: 32, policy: 42, formatVersion: 48, createdAtMs: 57, updatedAtMs: 65, lastEventId: 72, highestGeneration: 80, status: 88, outcome: 96, turn: 104, openTurn: 114, queue: 122, lastOutput: 130, state: 138, lastFailure: 146, lastTurn: 154, recoveryCount: 160, workerCrashCount: 168, cancelRequested: 178, lastInputId: 186, signals: 210, parent: 226, children: 234 } as const;
 /** turnlog.v1.EngineFrame */
 export const EngineFrame = { run: 10, cancel: 18, pendingInputs: 42, shutdown: 50, ack: 58, signals: 90 } as const;
 /** turnlog.v1.EngineFrame.Run */
 export const EngineFrame_Run = { taskId: 10, workflow: 18, kind: 24, turn: 32, attempt: 40, entryMode: 48, steered: 56, inputId: 66, input: 74, state: 82, calls: 90, taken: 98, checkpoint: 106, turnStartedAtMs: 113, deadlineMs: 121, recoveryCount: 128, stepRetry: 138, timeoutExceeded: 144, cancelRequested: 152, pendingInputs: 160 } as const;
 /** turnlog.v1.EngineFrame.Call */
-export const EngineFrame_Call = { seq: 8, eventId: 16, step: 26, checkpoint: 34, takeInputs: 42, patch: 50, sleep: 58, wait: 66 } as const;
+export const EngineFrame_Call = { seq: 8, eventId: 16, step: 26, checkpoint: 34, takeInputs: 42, patch: 50, sleep: 58, wait: 66, child: 74 } as const;
 /** turnlog.v1.EngineFrame.StepCall */
 export const EngineFrame_StepCall = { name: 10, attempt: 16, result: 26, failure: 34, durationMs: 41 } as const;
 /** turnlog.v1.EngineFrame.CheckpointCall */
@@ -133,6 +145,10 @@ export const EngineFrame_CheckpointCall = { data: 10 } as const;
 export const EngineFrame_TakeInputsCall = { inputIds: 10 } as const;
 /** turnlog.v1.EngineFrame.PatchCall */
 export const EngineFrame_PatchCall = { patchId: 10, deprecated: 16 } as const;
+/** turnlog.v1.EngineFrame.ChildCall */
+export const EngineFrame_ChildCall = { childId: 10, workflow: 18, ended: 24, outcome: 34, detached: 40 } as const;
+/** turnlog.v1.EngineFrame.ChildReply */
+export const EngineFrame_ChildReply = { childId: 10, status: 16, output: 26, failure: 34, reason: 42 } as const;
 /** turnlog.v1.EngineFrame.SleepCall */
 export const EngineFrame_SleepCall = { durationMs: 9, fireAtMs: 17 } as const;
 /** turnlog.v1.EngineFrame.WaitCall */
@@ -142,7 +158,7 @@ export const EngineFrame_TakenInput = { inputId: 10, input: 18, steering: 24, ev
 /** turnlog.v1.EngineFrame.Cancel */
 export const EngineFrame_Cancel = { kind: 8, reason: 18 } as const;
 /** turnlog.v1.EngineFrame.Ack */
-export const EngineFrame_Ack = { seq: 8, error: 18, takeInputs: 26, wait: 34, limitGrant: 50 } as const;
+export const EngineFrame_Ack = { seq: 8, error: 18, takeInputs: 26, wait: 34, child: 42, limitGrant: 50 } as const;
 /** turnlog.v1.EngineFrame.LimitGrant */
 export const EngineFrame_LimitGrant = { waitedMs: 9 } as const;
 /** turnlog.v1.EngineFrame.WaitReply */
@@ -164,7 +180,7 @@ export const WorkerFrame_Emit = { chunk: 10, stepSeq: 16, stepName: 26, dropped:
 /** turnlog.v1.WorkerFrame.Ready */
 export const WorkerFrame_Ready = { protocolVersion: 8, pid: 16, workflows: 26, error: 34 } as const;
 /** turnlog.v1.WorkerFrame.Record */
-export const WorkerFrame_Record = { seq: 8, step: 18, checkpoint: 26, takeInputs: 34, patch: 42, sleep: 50, wait: 58, acquire: 74 } as const;
+export const WorkerFrame_Record = { seq: 8, step: 18, checkpoint: 26, takeInputs: 34, patch: 42, sleep: 50, wait: 58, child: 66, acquire: 74 } as const;
 /** turnlog.v1.WorkerFrame.Record.Step */
 export const WorkerFrame_Record_Step = { name: 10, result: 18, failure: 26, durationMs: 33, limit: 42, waitedMs: 49 } as const;
 /** turnlog.v1.WorkerFrame.Record.Checkpoint */
@@ -175,6 +191,8 @@ export const WorkerFrame_Record_TakeInputs = {} as const;
 export const WorkerFrame_Record_Patch = { patchId: 10, deprecated: 16 } as const;
 /** turnlog.v1.WorkerFrame.Record.Sleep */
 export const WorkerFrame_Record_Sleep = { durationMs: 9, fireAtMs: 17 } as const;
+/** turnlog.v1.WorkerFrame.Record.Child */
+export const WorkerFrame_Record_Child = { childId: 10, workflow: 18, input: 26, detached: 32, wait: 40 } as const;
 /** turnlog.v1.WorkerFrame.Record.Wait */
 export const WorkerFrame_Record_Wait = { name: 10, timeoutMs: 17 } as const;
 /** turnlog.v1.WorkerFrame.Record.Acquire */
