@@ -53,7 +53,7 @@ export class Appender {
       out[i] = wellFormedEvent(enc ? enc(e) : e, t.id);
       // A state delta is bytes of the stored previous state: without codecs only, so every
       // reader that decodes payloads one event at a time still sees full states.
-      if (!enc && (e.type === 'TurnCompleted' || e.type === 'TurnSuspended') && e.state !== undefined) {
+      if (!enc && (e.type === 'TurnCompleted' || e.type === 'TurnSuspended' || e.type === 'StateMigrated') && e.state !== undefined) {
         out[i] = withStateDelta(i === 0 ? t.state : fold(t.id, out.slice(0, i), t.state), out[i]!);
       }
     }

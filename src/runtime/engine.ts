@@ -36,6 +36,7 @@ import { TaskHandle } from '../client/task-handle.js';
 import type { SendOptions, StartOptions, TaskClient, TaskDescription, TurnResult } from '../client/task-client.js';
 import { Appender } from './appender.js';
 import { cancelDraft, type Draft } from './drafts.js';
+import { newerStateError } from './migration.js';
 import { failedTurnInputs, operatorDraft, type ActionArgs } from './operator.js';
 import { Driver } from './driver.js';
 import { CHILD_INPUT_ID, Children } from './children.js';
@@ -396,6 +397,9 @@ export class Engine implements TaskClient {
         throw new TaskConflictError(t.id, s.status, `it runs workflow ${s.workflow}, not ${wf.name}. Use another taskId.`);
       }
       if (options.inputId !== undefined && (await this.#hasInput(t, options.inputId))) return options.inputId;
+      // A state of newer code: refused before the input is written (docs/versioning.md#state-migrations).
+      const newer = newerStateError(t.id, wf, s);
+      if (newer) throw newer;
       if (options.ifLastInputId !== undefined && s.lastInputId !== undefined && s.lastInputId !== options.ifLastInputId) {
         throw new LastInputIdPreconditionError(t.id, options.ifLastInputId, s.lastInputId);
       }
