@@ -50,6 +50,8 @@ export type ErrorCode =
   | 'TURNLOG_CHILD_CONFLICT'
   // time: flow limits and schedules
   | 'TURNLOG_LIMIT_UNKNOWN'
+  | 'TURNLOG_SCHEDULE_INVALID'
+  | 'TURNLOG_SCHEDULE_NOT_FOUND'
   // isolation
   | 'TURNLOG_ISOLATION_BOUNDARY'
   | 'TURNLOG_WORKER_CRASHED'
