@@ -20,6 +20,8 @@ import type {
   HistoryStore,
   ListOptions,
   ReadOptions,
+  SlotAnswer,
+  SlotRequest,
   StoredSnapshot,
   StoreSupports,
   TaskPage,
@@ -27,6 +29,7 @@ import type {
 import { checkTaskId } from './keys.js';
 import { checkClaim } from './due-work.js';
 import { claimDue, releaseDue } from './postgres-claims.js';
+import { acquireSlot, releaseSlot, renewSlots } from './postgres-limits.js';
 import { decodeCursor, encodeCursor, pageLimit, iterateInPages, readBounds } from './paging.js';
 import { Batcher } from './batcher.js';
 import { PgListener, encodeNotice, noticeChannel } from './postgres-listener.js';
@@ -191,7 +194,7 @@ export class PostgresHistoryStore implements HistoryStore {
     this.schema = options.schema ?? 'turnlog';
     this.#s = quoteSchema(this.schema);
     this.channel = noticeChannel(this.schema);
-    this.supports = { exclusive: false, watch: true, claim: true, groupCommit: options.groupCommit !== false };
+    this.supports = { exclusive: false, watch: true, claim: true, groupCommit: options.groupCommit !== false, flowLimits: true };
     if (options.groupCommit !== false) {
       // Half the pool writes batches; the rest serves lease renewals, reads and the listener.
       this.#batcher = new Batcher((entries) => this.#appendBatch(entries), Math.max(1, Math.floor((options.max ?? 10) / 2)));
@@ -846,6 +849,18 @@ export class PostgresHistoryStore implements HistoryStore {
   async claimDueWork(request: ClaimRequest): Promise<DueBatch> {
     checkClaim(request);
     return this.#tx((c) => claimDue(c, this.#s, request));
+  }
+
+  acquireSlot(request: SlotRequest): Promise<SlotAnswer> {
+    return this.#tx((c) => acquireSlot(c, this.#s, request));
+  }
+
+  async releaseSlot(limit: string, slotId: string): Promise<void> {
+    await this.#tx((c) => releaseSlot(c, this.#s, limit, slotId));
+  }
+
+  async renewSlots(instance: string, slotIds: readonly string[], leaseMs: number): Promise<void> {
+    if (slotIds.length > 0) await this.#tx((c) => renewSlots(c, this.#s, instance, slotIds, leaseMs));
   }
 
   async releaseDueWork(taskIds: readonly string[], instance: string): Promise<void> {
