@@ -211,6 +211,11 @@ export class PostgresHistoryStore implements HistoryStore {
       (pool as unknown as { on(e: string, f: () => void): void }).on('error', () => undefined);
       this.#ownsPool = true;
     }
+    // Every connection the pool makes gets an error listener for its whole life: a server that
+    // terminates a checked-out connection between two queries (pg_terminate_backend, a restart)
+    // makes pg emit 'error' on the client, which would otherwise be an uncaught exception that
+    // kills the process. The failure still reaches the caller through the query that uses it.
+    (pool as unknown as { on?(e: string, f: (c: object) => void): void }).on?.('connect', guard);
     this.#pool = pool;
     try {
       if (this.#options.migrate === false) await this.#checkSchema();
