@@ -43,11 +43,15 @@ export type ErrorCode =
   | 'TURNLOG_INPUT_NOT_FOUND'
   | 'TURNLOG_WRONG_KIND'
   | 'TURNLOG_TURN_NOT_ENDED'
+  | 'TURNLOG_STATE_VERSION_NEWER'
+  | 'TURNLOG_STATE_MIGRATION_FAILED'
   // child tasks
   | 'TURNLOG_CHILD_FAILED'
   | 'TURNLOG_CHILD_CONFLICT'
   // time: flow limits and schedules
   | 'TURNLOG_LIMIT_UNKNOWN'
+  | 'TURNLOG_SCHEDULE_INVALID'
+  | 'TURNLOG_SCHEDULE_NOT_FOUND'
   // isolation
   | 'TURNLOG_ISOLATION_BOUNDARY'
   | 'TURNLOG_WORKER_CRASHED'
@@ -257,6 +261,25 @@ export class LastInputIdPreconditionError extends TurnlogError {
     super(
       'TURNLOG_LAST_INPUT_ID_PRECONDITION',
       `Task ${taskId}: ifLastInputId is ${expected} but the last input is ${actual ?? '(none)'}. Another caller sent an input first; read the task and decide again.`,
+    );
+  }
+}
+
+/**
+ * The task's state was shaped by a newer version of the workflow than this code's
+ * (docs/versioning.md#state-migrations): this engine neither runs a turn on it nor queues input.
+ */
+export class StateVersionNewerError extends TurnlogError {
+  override readonly name = 'StateVersionNewerError';
+  constructor(
+    readonly taskId: string,
+    readonly workflow: string,
+    readonly stateVersion: number,
+    readonly codeVersion: number,
+  ) {
+    super(
+      'TURNLOG_STATE_VERSION_NEWER',
+      `Task ${taskId}: its state is of workflow ${workflow} version ${stateVersion}, newer than this code's version ${codeVersion}; nothing was written. Deploy the newer code (version ${stateVersion} or later) to the engines that run this task.`,
     );
   }
 }

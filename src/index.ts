@@ -12,6 +12,7 @@ export type { WorkflowSource } from './workflow/workflow-source.js';
 export { Engine, isCaptureMode } from './runtime/engine.js';
 export type { EngineOptions, StartOptions, SendOptions, ActivateOptions, TaskDescription } from './runtime/engine.js';
 export type { FlowLimit } from './runtime/limits.js';
+export type { ScheduleSpec, ScheduleInfo } from './runtime/schedules.js';
 export { TaskHandle } from './client/task-handle.js';
 export type { TurnResult, TaskClient } from './client/task-client.js';
 export type { StreamItem, DurableStreamItem, LiveStreamItem, StreamOptions } from './stream/items.js';

@@ -15,6 +15,7 @@ import { registerList } from './commands/list.js';
 import { registerMigrate } from './commands/migrate.js';
 import { registerOperatorActions } from './commands/operate.js';
 import { registerReplay } from './commands/replay.js';
+import { registerSchedules } from './commands/schedules.js';
 import { registerShow } from './commands/show.js';
 import { registerStats } from './commands/stats.js';
 import { registerUi } from './commands/ui.js';
@@ -33,6 +34,7 @@ export function createProgram(): Command {
     .exitOverride();
   registerList(program);
   registerShow(program);
+  registerSchedules(program);
   registerEvents(program);
   registerWhy(program);
   registerExport(program);

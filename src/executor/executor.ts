@@ -47,4 +47,6 @@ export interface Executor {
    * memory snapshots and keep their executors).
    */
   close(): Promise<void>;
+  /** Optional, for metrics: the live worker processes (`turnlog.worker.pool.size`). */
+  readonly workerCount?: number;
 }

@@ -375,6 +375,11 @@ function eventToProto(e: HistoryEvent): Record<string, unknown> {
         eventId, timeMs, generation,
         historyCompacted: { throughEventId: e.throughEventId, state: e.state, turns: e.turns, droppedEvents: e.droppedEvents, droppedInputIds: e.droppedInputIds ?? [] },
       };
+    case 'StateMigrated':
+      return {
+        eventId, timeMs, generation,
+        stateMigrated: { fromVersion: e.fromVersion, toVersion: e.toVersion, state: optPayload(e.state), stateDelta: deltaToProto(e.stateDelta) },
+      };
   }
 }
 
@@ -841,6 +846,14 @@ function eventFromProto(m: EventMsg, taskId: string): HistoryEvent {
         droppedEvents: a.droppedEvents,
         ...(a.droppedInputIds?.length ? { droppedInputIds: [...a.droppedInputIds] } : {}),
       };
+    case 'stateMigrated': {
+      const e: HistoryEvent = { type: 'StateMigrated', eventId, time, generation, fromVersion: a.fromVersion, toVersion: a.toVersion };
+      const state = payloadFromProto(a.state);
+      const stateDelta = deltaFromProto(a.stateDelta);
+      if (state) e.state = state;
+      if (stateDelta) e.stateDelta = stateDelta;
+      return e;
+    }
     default:
       // An event type added by a newer turnlog: proto3 keeps it as an unknown field.
       throw new HistoryFormatError(taskId, eventId, HISTORY_FORMAT_VERSION, 'unknown event type');

@@ -334,6 +334,20 @@ export interface LeaseClaimed extends EventBase {
   reason: string;
   expiresAt: number;
 }
+/**
+ * The state migration hook ran before a turn started on a state of an older workflow version
+ * (docs/versioning.md#state-migrations); in the same batch as that TurnStarted, just before it.
+ */
+export interface StateMigrated extends EventBase {
+  type: 'StateMigrated';
+  /** The state's version before: 0 when code without a version last started a turn on it. */
+  fromVersion: number;
+  toVersion: number;
+  /** The migrated state in full (never together with `stateDelta`). */
+  state?: Payload;
+  /** The migrated state as a change of the previous one (format 2; no other sources). */
+  stateDelta?: StateDelta;
+}
 /** Operator actions recorded by the CLI (docs/cli.md#operator-actions). */
 export type OperatorActionKind = 'cancel-task' | 'cancel-turn' | 'withdraw' | 'resend' | 'resume';
 /** Who did what from the CLI; appended with the action's effect, changes no state by itself. */
@@ -397,6 +411,7 @@ export type HistoryEvent =
   | HistoryCompacted
   | OperatorAction
   | TimerStarted
+  | StateMigrated
   | ChildStarted
   | ChildEnded
   | SignalReceived
@@ -458,6 +473,7 @@ export const ALL_EVENT_TYPES = [
   'HistoryCompacted',
   'OperatorAction',
   'TimerStarted',
+  'StateMigrated',
   'ChildStarted',
   'ChildEnded',
   'SignalReceived',

@@ -46,6 +46,8 @@ export function mapEventPayloads(e: HistoryEvent, fn: PayloadFn, failure: Failur
     }
     case 'TurnFailed':
       return { ...e, failure: failure(e.failure) };
+    case 'StateMigrated':
+      return e.state ? { ...e, state: fn(e.state) } : e;
     case 'ChildEnded': {
       const out = { ...e };
       if (e.output) out.output = fn(e.output);

@@ -178,6 +178,8 @@ export function encodeState(state: TaskState): Uint8Array {
   }
   if (state.cancelRequested !== undefined) m['cancelRequested'] = cancelMsg(state.cancelRequested);
   if (state.lastInputId !== undefined) m['lastInputId'] = state.lastInputId;
+  if (state.stateVersion !== undefined) m['stateVersion'] = state.stateVersion;
+  if (state.openTurn?.workflowVersion !== undefined) m['openTurnWorkflowVersion'] = state.openTurn.workflowVersion;
   if (state.parent !== undefined) m['parent'] = { ...state.parent };
   if (state.children !== undefined) {
     m['children'] = state.children.map((c) => {
@@ -365,6 +367,8 @@ export function decodeState(data: Uint8Array): TaskState {
   }
   if (m['cancelRequested']) s.cancelRequested = r.cancel(m['cancelRequested']);
   if (m['lastInputId'] != null) s.lastInputId = m['lastInputId'];
+  if (m['stateVersion'] != null) s.stateVersion = m['stateVersion'];
+  if (m['openTurnWorkflowVersion'] != null && s.openTurn) s.openTurn.workflowVersion = m['openTurnWorkflowVersion'];
   if (m['parent']) {
     const p: Msg = m['parent'];
     s.parent = { taskId: p['taskId'], turn: p['turn'], seq: p['seq'], detached: p['detached'] === true };

@@ -185,6 +185,15 @@ export function applyStateDelta(base: Payload, delta: StateDelta, turnSources: r
  * before `e`), when the task's format allows it and the delta is smaller; otherwise `e` itself.
  */
 export function withStateDelta(prev: TaskState | undefined, e: HistoryEvent): HistoryEvent {
+  if (e.type === 'StateMigrated') {
+    // A migration copies only out of the previous state: it has no payloads of its own.
+    if (e.state === undefined || prev?.state === undefined || prev.formatVersion < STATE_DELTA_FORMAT) return e;
+    const delta = diffState(prev.state, e.state, []);
+    if (delta === undefined) return e;
+    const out = { ...e, stateDelta: delta };
+    delete out.state;
+    return out;
+  }
   if (e.type !== 'TurnCompleted' && e.type !== 'TurnSuspended') return e;
   if (e.state === undefined || prev?.state === undefined || prev.formatVersion < STATE_DELTA_FORMAT) return e;
   const t = prev.openTurn;
@@ -198,6 +207,14 @@ export function withStateDelta(prev: TaskState | undefined, e: HistoryEvent): Hi
 
 /** `e` with a delta replaced by the full state it describes (`prev` as for {@link withStateDelta}). */
 export function withFullState(prev: TaskState, e: HistoryEvent): HistoryEvent {
+  if (e.type === 'StateMigrated') {
+    if (e.stateDelta === undefined || prev.state === undefined) return e;
+    const state = applyStateDelta(prev.state, e.stateDelta, []);
+    if (typeof state === 'string') return e;
+    const out = { ...e, state };
+    delete out.stateDelta;
+    return out;
+  }
   if ((e.type !== 'TurnCompleted' && e.type !== 'TurnSuspended') || e.stateDelta === undefined || prev.state === undefined) return e;
   const state = applyStateDelta(prev.state, e.stateDelta, turnSources(prev.openTurn, e.output));
   if (typeof state === 'string') return e;

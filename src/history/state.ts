@@ -123,6 +123,8 @@ export interface OpenTurn {
   workerCrashes: number;
   /** A pending cancel of this turn (scope turn or task). */
   cancelRequested?: { scope: CancelScope; reason: string; eventId: number };
+  /** The running (or last) attempt's TurnStarted `workflowVersion`: the state it writes is of that version. */
+  workflowVersion?: number;
 }
 
 export interface TurnRecord {
@@ -164,6 +166,12 @@ export interface TaskState {
   /** A task-scoped cancel requested while no turn was open and not yet finalized. */
   cancelRequested?: { scope: CancelScope; reason: string; eventId: number };
   lastInputId?: string;
+  /**
+   * The workflow version the state is shaped for: the `workflowVersion` of the attempt whose
+   * terminal wrote it (0 without one), or StateMigrated's `toVersion`. Undefined before the first
+   * state, and when folded from a snapshot written before state versions existed.
+   */
+  stateVersion?: number;
   /** Set on a child task: its parent (TaskCreated.parent). */
   parent?: TaskParent;
   /** Children this task started, in start order (ChildStarted); empty for most tasks. */

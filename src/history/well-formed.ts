@@ -16,6 +16,7 @@ type Fields<T extends EventType> = readonly (keyof Extract<HistoryEvent, { type:
 const STRING_FIELDS: { [T in EventType]: { ids: Fields<T>; text: Fields<T> } } = {
   TaskCreated: { ids: ['workflow'], text: [] },
   HistoryCompacted: { ids: ['droppedInputIds'], text: [] },
+  StateMigrated: { ids: [], text: [] },
   InputQueued: { ids: ['inputId'], text: [] },
   InputWithdrawn: { ids: ['inputId'], text: ['reason'] },
   TurnStarted: { ids: ['inputIds', 'owner', 'instance'], text: [] },
@@ -138,6 +139,8 @@ function allWellFormed(e: HistoryEvent): boolean {
       return ok(e.childId) && (e.reason === undefined || ok(e.reason)) && payloadOk(e.output) && failureOk(e.failure);
     case 'HistoryCompacted':
       return listOk(e.droppedInputIds);
+    case 'StateMigrated':
+      return payloadOk(e.state);
     default:
       // TimeoutCancelRequested, TurnTimedOut, TaskCompleted: no strings.
       return true;

@@ -20,6 +20,7 @@ import {
   type Link,
   type Meter,
   type MeterProvider,
+  type ObservableGauge,
   type Span,
   type SpanContext,
   type Tracer,
@@ -28,7 +29,7 @@ import {
 } from '@opentelemetry/api';
 import type { HistoryEvent, TraceContext, TurnStarted } from '../history/events.js';
 import { setLogTraceSource } from '../logger.js';
-import type { AttemptEndedEvent, AttemptStartedEvent, EngineObserver, EventsAppendedEvent } from '../runtime/observe.js';
+import type { AttemptEndedEvent, AttemptStartedEvent, EngineObserver, EventsAppendedEvent, GroupCommitEvent, ObservedEngine } from '../runtime/observe.js';
 
 export interface OpenTelemetryOptions {
   /** Default: the global provider (`trace.getTracerProvider()`); a no-op until an SDK registers one. */
@@ -68,6 +69,15 @@ export function openTelemetry(options: OpenTelemetryOptions = {}): EngineObserve
   // A no-op meter (no SDK when the observer was made) records nothing: skip building attributes.
   const metered = meter.constructor !== createNoopMeter().constructor;
   const m = instruments(meter);
+  /** The engines this observer is attached to, for the worker pool gauge. */
+  const engines = new Set<ObservedEngine>();
+  if (metered) {
+    m.poolSize.addCallback((r) => {
+      const sizes = new Map<string, number>();
+      for (const eng of engines) for (const p of eng.workerPools()) sizes.set(p.executor, (sizes.get(p.executor) ?? 0) + p.workers);
+      for (const [executor, workers] of sizes) r.observe(workers, { 'turnlog.executor': executor });
+    });
+  }
   if (options.logTraceIds !== false) setLogTraceSource(activeIds);
 
   const pendingStarts = new Map<string, TurnStarted>();
@@ -176,7 +186,14 @@ export function openTelemetry(options: OpenTelemetryOptions = {}): EngineObserve
   return {
     traceContext: currentTraceContext,
     eventsAppended(e: EventsAppendedEvent) {
+      if (metered && e.durationMs !== undefined) m.appendDuration.record(e.durationMs);
       for (const ev of e.events) onEvent(e.taskId, ev);
+    },
+    groupCommitted(e: GroupCommitEvent) {
+      if (metered) m.batchSize.record(e.writes);
+    },
+    attached(engine: ObservedEngine) {
+      engines.add(engine);
     },
     attemptStarted(a: AttemptStartedEvent) {
       const key = `${a.taskId}\0${a.turn}`;
@@ -218,6 +235,9 @@ function instruments(meter: Meter): {
   queueDepth: UpDownCounter;
   recoveries: Counter;
   kills: Counter;
+  appendDuration: Histogram;
+  batchSize: Histogram;
+  poolSize: ObservableGauge;
 } {
   return {
     turnsStarted: meter.createCounter('turnlog.turns.started', { description: 'Turns started (first attempts).' }),
@@ -226,6 +246,9 @@ function instruments(meter: Meter): {
     queueDepth: meter.createUpDownCounter('turnlog.steering.queue_depth', { description: 'Inputs queued and not yet taken by a turn (this engine).' }),
     recoveries: meter.createCounter('turnlog.recoveries', { description: 'Recovery decisions carried out, by rule.' }),
     kills: meter.createCounter('turnlog.worker.kills', { description: 'Workers SIGKILLed at the hard cap.' }),
+    appendDuration: meter.createHistogram('turnlog.append.duration', { description: 'Time the store took to make one append of this engine durable.', unit: 'ms' }),
+    batchSize: meter.createHistogram('turnlog.group_commit.batch_size', { description: 'Writes sharing one group commit of the store.', unit: '{write}' }),
+    poolSize: meter.createObservableGauge('turnlog.worker.pool.size', { description: 'Live worker processes (busy, parked, warm, starting), per executor.', unit: '{process}' }),
   };
 }
 

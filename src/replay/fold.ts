@@ -69,7 +69,7 @@ export function fold(taskId: string, events: readonly HistoryEvent[], from?: Tas
  * Returns a copy of `events`; events without a delta are shared.
  */
 export function withFullStates(taskId: string, events: readonly HistoryEvent[]): HistoryEvent[] {
-  if (!events.some((e) => (e.type === 'TurnCompleted' || e.type === 'TurnSuspended') && e.stateDelta !== undefined)) return events.slice();
+  if (!events.some((e) => (e.type === 'TurnCompleted' || e.type === 'TurnSuspended' || e.type === 'StateMigrated') && e.stateDelta !== undefined)) return events.slice();
   const out: HistoryEvent[] = [];
   let s: TaskState | undefined;
   for (const e of events) {
@@ -112,6 +112,7 @@ function cloneState(from: TaskState): TaskState {
   if (from.lastTurn !== undefined) s.lastTurn = from.lastTurn;
   if (from.cancelRequested !== undefined) s.cancelRequested = from.cancelRequested;
   if (from.lastInputId !== undefined) s.lastInputId = from.lastInputId;
+  if (from.stateVersion !== undefined) s.stateVersion = from.stateVersion;
   if (from.parent !== undefined) s.parent = from.parent;
   // Shared: the fold replaces the array (never mutates it) when a child starts or ends.
   if (from.children !== undefined) s.children = from.children;
@@ -141,6 +142,7 @@ function cloneOpenTurn(t: OpenTurn): OpenTurn {
   if (t.checkpoint !== undefined) o.checkpoint = t.checkpoint;
   if (t.marker !== undefined) o.marker = t.marker;
   if (t.cancelRequested !== undefined) o.cancelRequested = t.cancelRequested;
+  if (t.workflowVersion !== undefined) o.workflowVersion = t.workflowVersion;
   return o;
 }
 
@@ -220,6 +222,9 @@ function apply(s: TaskState, e: HistoryEvent): void {
       break;
     case 'TurnStarted':
       turnStarted(s, e);
+      break;
+    case 'StateMigrated':
+      stateMigrated(s, e);
       break;
     case 'StepCompleted': {
       const t = openTurnFor(s, e);
@@ -416,6 +421,22 @@ function historyCompacted(s: TaskState, e: Extract<HistoryEvent, { type: 'Histor
   Object.assign(s, at, { taskId: s.taskId, createdAt: s.createdAt, lastEventId: e.throughEventId });
 }
 
+/** The migration hook's recorded result replaces the state (docs/versioning.md#state-migrations). */
+function stateMigrated(s: TaskState, e: Extract<HistoryEvent, { type: 'StateMigrated' }>): void {
+  if (s.openTurn?.attemptRunning) fail(s, e, 'state-migrated', `turn ${s.openTurn.turn} attempt ${s.openTurn.attempt} is running; a migration comes before an attempt starts`);
+  if (e.toVersion <= e.fromVersion) fail(s, e, 'state-migrated', `version ${e.fromVersion} → ${e.toVersion} does not go up`);
+  // Unknown (a snapshot from before state versions) is not checked.
+  if (s.stateVersion !== undefined && s.stateVersion !== e.fromVersion) fail(s, e, 'state-migrated', `migrates from version ${e.fromVersion}, but the state is of version ${s.stateVersion}`);
+  if (e.state !== undefined) s.state = e.state;
+  else if (e.stateDelta !== undefined) {
+    if (s.state === undefined) fail(s, e, 'state-delta', 'a state migration records a delta, but there is no previous state');
+    const next = applyStateDelta(s.state, e.stateDelta, []);
+    if (typeof next === 'string') fail(s, e, 'state-delta', `state migration: ${next}`);
+    s.state = next;
+  } else fail(s, e, 'state-migrated', 'it records neither a state nor a delta');
+  s.stateVersion = e.toVersion;
+}
+
 function turnStarted(s: TaskState, e: Extract<HistoryEvent, { type: 'TurnStarted' }>): void {
   const t = s.openTurn;
   if (e.attempt === 1) {
@@ -445,6 +466,7 @@ function turnStarted(s: TaskState, e: Extract<HistoryEvent, { type: 'TurnStarted
       taken: [],
       workerCrashes: 0,
     };
+    if (e.workflowVersion !== undefined) s.openTurn.workflowVersion = e.workflowVersion;
     s.turn = e.turn;
     s.status = 'in_progress';
     return;
@@ -474,6 +496,8 @@ function turnStarted(s: TaskState, e: Extract<HistoryEvent, { type: 'TurnStarted
   t.executor = e.executor;
   t.owner = e.owner;
   t.instance = e.instance;
+  if (e.workflowVersion !== undefined) t.workflowVersion = e.workflowVersion;
+  else delete t.workflowVersion;
   s.recoveryCount++;
 }
 
@@ -482,6 +506,8 @@ function turnEnded(s: TaskState, e: TurnTerminalEvent): void {
   s.lastTurn = { turn: t.turn, terminal: e.type, eventId: e.eventId, attempts: t.attempt };
   if (e.type === 'TurnCompleted' || e.type === 'TurnSuspended') {
     if (e.output !== undefined) s.lastOutput = e.output;
+    // The state written is of the version of the code that wrote it (a failed turn writes none).
+    if (e.state !== undefined || e.stateDelta !== undefined) s.stateVersion = t.workflowVersion ?? 0;
     if (e.state !== undefined) s.state = e.state;
     else if (e.stateDelta !== undefined) {
       if (s.state === undefined) fail(s, e, 'state-delta', `turn ${t.turn} records a state delta, but there is no previous state`);

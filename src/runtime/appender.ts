@@ -53,7 +53,7 @@ export class Appender {
       out[i] = wellFormedEvent(enc ? enc(e) : e, t.id);
       // A state delta is bytes of the stored previous state: without codecs only, so every
       // reader that decodes payloads one event at a time still sees full states.
-      if (!enc && (e.type === 'TurnCompleted' || e.type === 'TurnSuspended') && e.state !== undefined) {
+      if (!enc && (e.type === 'TurnCompleted' || e.type === 'TurnSuspended' || e.type === 'StateMigrated') && e.state !== undefined) {
         out[i] = withStateDelta(i === 0 ? t.state : fold(t.id, out.slice(0, i), t.state), out[i]!);
       }
     }
@@ -79,6 +79,7 @@ export class Appender {
     const events = this.#materialize(t, drafts, generation, time);
     const next = fold(t.id, events, t.state);
     const expectedLastEventId = t.state?.lastEventId ?? 0;
+    const started = performance.now();
     try {
       await this.#rt.store.append(t.id, events, lease ? { expectedLastEventId, generation, lease } : { expectedLastEventId, generation });
     } catch (err) {
@@ -91,7 +92,7 @@ export class Appender {
     if (lease) t.lease = lease;
     for (const e of events) if (isTurnTerminal(e)) t.lastTerminal = e;
     for (const l of outcomeLogLines(t.id, before, events)) this.#rt.log[l.level](l.message, l.fields);
-    this.#rt.observers.appended(t, before, events, 'engine');
+    this.#rt.observers.appended(t, before, events, 'engine', performance.now() - started);
     this.#fault?.afterAppend();
     const keep = this.#rt.workflows.get(next.workflow)?.compaction?.keepTurns;
     if (keep !== undefined && next.openTurn === undefined && events.some(isTurnTerminal)) void this.#compact(t, keep);

@@ -17,7 +17,8 @@ import { callSpec, type CallRecord, type CallRecords, type CallReplies, type Rec
 import { turnSpecFor } from '../attempt/turn-spec.js';
 import { sleep } from './clock.js';
 import { isStale, logFailure, type Appender } from './appender.js';
-import { finalizeDrafts, outcomeDrafts, oversized, turnStartDrafts, withinLimits, type Draft } from './drafts.js';
+import { endDrafts, finalizeDrafts, outcomeDrafts, oversized, turnStartDrafts, withinLimits, type Draft } from './drafts.js';
+import { migrateState, newerStateError } from './migration.js';
 import { emitOutput, noteAttemptEnded } from './observe.js';
 import type { Children } from './children.js';
 import type { Runtime } from './runtime.js';
@@ -128,6 +129,15 @@ export class Driver {
             if (!this.#rt.operatorOnly) this.#rt.log.warn('task left waiting: its workflow is not registered with this engine', { taskId: t.id, workflow: preview.workflow });
             return;
           }
+          {
+            // A state shaped by newer code (a rolling deploy, a rollback): left for an engine that has it.
+            const newer = newerStateError(t.id, this.#rt.workflows.get(preview.workflow), preview);
+            if (newer) {
+              if (pending.length) await this.#appender.append(t, pending);
+              this.#rt.log.warn('task left waiting: its state is of a newer workflow version', { taskId: t.id, workflow: preview.workflow, code: newer.code, error: newer });
+              return;
+            }
+          }
           if (this.running() >= this.#rt.maxRunningTurns) {
             // At the cap: the input is durably queued; a slot freed here (or another engine) runs it.
             if (pending.length) await this.#appender.append(t, pending);
@@ -153,6 +163,8 @@ export class Driver {
     pending: Draft[],
     preview: TaskState,
   ): Promise<void> {
+    // Before the worker is taken and the clock read: the hook is user code and may take a while.
+    const migration = await migrateState(this.#rt, t.id, this.#rt.workflows.get(preview.workflow), preview);
     const now = this.#rt.clock.now();
     const policy = preview.policy;
     // An exclusive store proves other instances dead: their leases count as expired.
@@ -161,7 +173,7 @@ export class Driver {
     // Throws before anything is written when the workflow's executor is not configured.
     const executor = this.#executorFor(policy.executor);
     // A worker taken now lets TurnStarted name its pid (0: it waits for a free worker).
-    const reservation = executor.reserve?.(t.id, preview.kind);
+    const reservation = migration.kind === 'failed' ? undefined : executor.reserve?.(t.id, preview.kind);
     const pid = policy.executor === 'inline' ? process.pid : (reservation?.pid ?? 0);
     const drafts = turnStartDrafts(d, preview, pending, {
       owner: this.#rt.owner,
@@ -176,6 +188,14 @@ export class Driver {
       workflowVersion: this.#rt.workflows.get(preview.workflow)?.version,
     });
     t.claim = undefined;
+    // The migration goes in the same batch, just before TurnStarted: a crash never leaves one without the other.
+    if (migration.kind === 'migrated') drafts.splice(drafts.length - 1, 0, migration.draft);
+    if (migration.kind === 'failed') {
+      // The turn fails before its handler runs; the stored state stays (the next turn tries again).
+      drafts.push(...endDrafts(preview, { type: 'TurnFailed', turn: d.turn, failure: migration.failure }, 'failed'));
+      await this.#appender.append(t, drafts, lease, now);
+      return this.drive(t);
+    }
     try {
       await this.#appender.append(t, drafts, lease, now);
     } catch (err) {

@@ -36,6 +36,7 @@ import { TaskHandle } from '../client/task-handle.js';
 import type { SendOptions, StartOptions, TaskClient, TaskDescription, TurnResult } from '../client/task-client.js';
 import { Appender } from './appender.js';
 import { cancelDraft, type Draft } from './drafts.js';
+import { newerStateError } from './migration.js';
 import { failedTurnInputs, operatorDraft, type ActionArgs } from './operator.js';
 import { Driver } from './driver.js';
 import { CHILD_INPUT_ID, Children } from './children.js';
@@ -49,6 +50,7 @@ import type { Runtime } from './runtime.js';
 import { Scanner } from './scanner.js';
 import { Wakeups } from './wakeups.js';
 import { LocalLimiter, type Limiter } from './limits.js';
+import { SCHEDULE_WORKFLOW, Schedules, type ScheduleInfo, type ScheduleSpec } from './schedules.js';
 import { Supervisor } from './supervisor.js';
 import { TaskCache, type TaskEntry } from './task-cache.js';
 import { Watcher } from './watcher.js';
@@ -108,8 +110,13 @@ export class Engine implements TaskClient {
   #recovery: Promise<void> = Promise.resolve();
   /** The live-inspection socket while open (docs/cli.md#live-inspection). */
   #inspection: InspectServer | undefined;
+  /** Stops telling observers the store's group commits (HistoryStore.onCommit). */
+  #unwatchCommits: (() => void) | undefined;
   /** Flow limits of steps (docs/time.md#flow-limits); a new one per activation. */
   #limiter: Limiter;
+  readonly #schedules: Schedules;
+  /** The workflows given to open (the built-in schedule workflow is not one of them). */
+  readonly #userWorkflows: ReadonlyMap<string, Workflow<any, any, any, any>>;
 
   private constructor(options: EngineOptions, operatorOnly = false) {
     const o = (this.#o = resolveOptions(options, operatorOnly));
@@ -117,7 +124,9 @@ export class Engine implements TaskClient {
     const engine = this;
     this.#rt = {
       ...o,
-      observers: new Observers(o.log, o.observerOption),
+      observers: new Observers(o.log, o.observerOption, {
+        workerPools: () => [...new Set(engine.#executors.values())].flatMap((ex) => (ex.workerCount === undefined ? [] : [{ executor: ex.kind, workers: ex.workerCount }])),
+      }),
       get store() {
         return engine.store;
       },
@@ -168,6 +177,20 @@ export class Engine implements TaskClient {
     this.#driver = new Driver(this.#rt, this.#executors, this.#cache, this.#appender, this.#supervisor, (id, at) => this.#wakeups.add(id, at), waits, this.#children);
     this.#watcher = new Watcher(this.#rt, this.#cache, this.#appender, this.#results, (t) => this.#driver.drive(t));
     this.#scanner = new Scanner(this.#rt, this.#cache, this.#driver, () => this.#watcher.poll());
+    // Schedules run as tasks of a built-in workflow every engine registers (docs/time.md#schedules).
+    if (o.workflows.has(SCHEDULE_WORKFLOW)) throw invalidArgument(`Workflow name ${SCHEDULE_WORKFLOW} is reserved for schedules; rename your workflow.`);
+    this.#userWorkflows = new Map(o.workflows);
+    this.#schedules = new Schedules({
+      now: () => o.clock.now(),
+      hasWorkflow: (name) => this.#userWorkflows.has(name),
+      start: (wf, input, opts) => this.start(wf, input, opts),
+      sendInput: (taskId, input, opts) => this.sendInput(taskId, input, opts),
+      describe: (taskId) => this.describe(taskId),
+      list: (opts) => this.list(opts),
+      turnResult: (taskId, inputId) => this.turnResult(taskId, inputId),
+      warn: (message, fields) => o.log.warn(message, fields),
+    });
+    o.workflows.set(SCHEDULE_WORKFLOW, this.#schedules.workflow);
     this.#executors.set('inline', new InlineExecutor(o.workflows, o.converter));
     for (const [kind, ex] of Object.entries(options.executors ?? {})) if (ex) this.#executors.set(kind as ExecutorKind, ex);
   }
@@ -255,6 +278,7 @@ export class Engine implements TaskClient {
       await phase('open');
       this.#store = await this.#makeStore();
       await this.#store.open();
+      this.#unwatchCommits = this.#store.onCommit?.((writes) => this.#rt.observers.groupCommitted(writes));
       for (const m of await this.#store.listCorrupt()) {
         this.#cache.markCorrupt(m);
         this.#o.log.error('task isolated: its stored history cannot be read', { taskId: m.taskId, key: m.key, error: m.message });
@@ -316,7 +340,29 @@ export class Engine implements TaskClient {
 
   /** The workflows this engine runs, by name. */
   get workflows(): ReadonlyMap<string, Workflow<any, any, any, any>> {
-    return this.#o.workflows;
+    return this.#userWorkflows;
+  }
+
+  /**
+   * Creates or updates schedule `id`: each `cron` slot starts `workflow` with `input` as task
+   * `<id>@<slotIso>`, once, however many engines share the store (docs/time.md#schedules).
+   * @example await engine.schedule('digest', { cron: '0 8 * * mon-fri', workflow: 'digest', input: {}, timezone: 'Europe/Paris' });
+   */
+  schedule(id: string, spec: ScheduleSpec): Promise<ScheduleInfo> {
+    this.#assertOpen('schedule');
+    return this.#schedules.schedule(id, spec);
+  }
+
+  /** Removes schedule `id` (TURNLOG_SCHEDULE_NOT_FOUND if there is none); started runs go on. */
+  unschedule(id: string): Promise<void> {
+    this.#assertOpen('unschedule');
+    return this.#schedules.unschedule(id);
+  }
+
+  /** The store's schedules, by id, with their next slot. */
+  schedules(): Promise<ScheduleInfo[]> {
+    this.#assertOpen('schedules');
+    return this.#schedules.list();
   }
 
   // -------------------------------------------------------------------------------------------
@@ -391,6 +437,9 @@ export class Engine implements TaskClient {
         throw new TaskConflictError(t.id, s.status, `it runs workflow ${s.workflow}, not ${wf.name}. Use another taskId.`);
       }
       if (options.inputId !== undefined && (await this.#hasInput(t, options.inputId))) return options.inputId;
+      // A state of newer code: refused before the input is written (docs/versioning.md#state-migrations).
+      const newer = newerStateError(t.id, wf, s);
+      if (newer) throw newer;
       if (options.ifLastInputId !== undefined && s.lastInputId !== undefined && s.lastInputId !== options.ifLastInputId) {
         throw new LastInputIdPreconditionError(t.id, options.ifLastInputId, s.lastInputId);
       }
@@ -725,6 +774,8 @@ export class Engine implements TaskClient {
     await this.#inspection?.close();
     this.#inspection = undefined;
     this.#watcher.stop();
+    this.#unwatchCommits?.();
+    this.#unwatchCommits = undefined;
     await this.#scanner.stop();
     this.#wakeups.stop();
     await this.#supervisor.stopAll(graceMs);
@@ -842,7 +893,7 @@ export class Engine implements TaskClient {
   #workflow(name: string): Workflow<any, any, any, any> {
     const wf = this.#o.workflows.get(name);
     if (!wf) {
-      throw new TurnlogError('TURNLOG_WORKFLOW_NOT_FOUND', `Workflow ${name} is not registered with this engine. Registered: ${[...this.#o.workflows.keys()].join(', ') || '(none)'}. Pass it in Engine.open({ workflows }).`);
+      throw new TurnlogError('TURNLOG_WORKFLOW_NOT_FOUND', `Workflow ${name} is not registered with this engine. Registered: ${[...this.#userWorkflows.keys()].join(', ') || '(none)'}. Pass it in Engine.open({ workflows }).`);
     }
     return wf;
   }

@@ -20,6 +20,19 @@ export interface EventsAppendedEvent {
   generation: number;
   /** `engine`: this engine appended them; `other-writer`: read back after a ConcurrencyError. */
   origin: 'engine' | 'other-writer';
+  /** This engine's appends: how long the store took to make them durable (ms, wall clock). */
+  durationMs?: number;
+}
+
+/** A group commit of the engine's store went out: `writes` appends (and leases, snapshots) share one commit. */
+export interface GroupCommitEvent {
+  writes: number;
+}
+
+/** What an observer may read from the engine it is attached to, when it wants (e.g. a metric callback). */
+export interface ObservedEngine {
+  /** Live worker processes per executor that has them (process executors). */
+  workerPools(): { executor: ExecutorKind; workers: number }[];
 }
 
 /** This engine started an attempt of a turn (its TurnStarted is durable). */
@@ -76,6 +89,10 @@ export interface EngineObserver {
   attemptStarted?(e: AttemptStartedEvent): void;
   attemptEnded?(e: AttemptEndedEvent): void;
   output?(e: OutputEvent): void;
+  /** The store's group commit sent a batch (stores with `onCommit`: LevelDB, PostgreSQL). */
+  groupCommitted?(e: GroupCommitEvent): void;
+  /** Called once when the observer is added to an engine, with what it may read from it later. */
+  attached?(engine: ObservedEngine): void;
   /**
    * Called in the sender's async context when an input is queued (`start`, `send`, an operator's
    * re-send): the trace context to record with it (`InputQueued.trace`, durable), or undefined.
@@ -99,13 +116,17 @@ export class Observers {
   readonly #internalOutput: ((e: RawOutput) => void)[] = [];
   #list: EngineObserver[] = [];
 
-  constructor(log: Logger, initial: readonly EngineObserver[] = []) {
+  readonly #engine: ObservedEngine;
+
+  constructor(log: Logger, initial: readonly EngineObserver[] = [], engine: ObservedEngine = { workerPools: () => [] }) {
     this.#log = log;
+    this.#engine = engine;
     for (const o of initial) this.add(o);
   }
 
   /** Adds a listener; returns its unsubscribe (idempotent). */
   add(o: EngineObserver): () => void {
+    if (o.attached) this.#guard('attached', '', () => o.attached!(this.#engine));
     // A new array per change: a listener that unsubscribes during a call does not skip another.
     this.#list = [...this.#list, o];
     return () => {
@@ -123,10 +144,11 @@ export class Observers {
     this.#internalOutput.push(l);
   }
 
-  appended(t: TaskEntry, before: TaskState | undefined, events: readonly HistoryEvent[], origin: EventsAppendedEvent['origin']): void {
+  appended(t: TaskEntry, before: TaskState | undefined, events: readonly HistoryEvent[], origin: EventsAppendedEvent['origin'], durationMs?: number): void {
     for (const l of this.#internal) this.#guard('eventsAppended', t.id, () => l(t, before, events));
     if (this.#list.length === 0 || events.length === 0) return;
     const e: EventsAppendedEvent = { taskId: t.id, events, generation: events[events.length - 1]!.generation, origin };
+    if (durationMs !== undefined) e.durationMs = durationMs;
     for (const o of this.#list) if (o.eventsAppended) this.#guard('eventsAppended', t.id, () => o.eventsAppended!(e));
   }
 
@@ -144,6 +166,10 @@ export class Observers {
       if (c !== undefined && validTrace(c)) return c.tracestate ? { traceparent: c.traceparent, tracestate: c.tracestate } : { traceparent: c.traceparent };
     }
     return undefined;
+  }
+
+  groupCommitted(writes: number): void {
+    for (const o of this.#list) if (o.groupCommitted) this.#guard('groupCommitted', '', () => o.groupCommitted!({ writes }));
   }
 
   attemptStarted(e: AttemptStartedEvent): void {

@@ -181,6 +181,11 @@ export class TaskCache {
           try {
             from = decodeState(snap.data);
             t.snapshotAt = snap.eventId;
+            // A snapshot from before state versions: a migration needs the version, fold it all.
+            if (from.state !== undefined && from.stateVersion === undefined && this.#rt.workflows.get(from.workflow)?.migrateState) {
+              from = undefined;
+              t.snapshotAt = 0;
+            }
           } catch (err) {
             this.#rt.log.warn('snapshot unreadable, folding the whole history', { taskId, error: err });
           }

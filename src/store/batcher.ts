@@ -11,11 +11,19 @@ export class Batcher<E> {
   /** Batches and entries written, for the benchmark and tests. */
   batches = 0;
   entries = 0;
+  /** Told each batch's size as it goes out (HistoryStore.onCommit). */
+  readonly #listeners = new Set<(entries: number) => void>();
 
   /** `run` writes a batch and settles each entry itself; it must not reject. */
   constructor(run: (entries: E[]) => Promise<void>, maxInFlight: number) {
     this.#run = run;
     this.#maxInFlight = Math.max(1, maxInFlight);
+  }
+
+  /** Calls `l` with the number of entries of each batch as it goes out; returns its unsubscribe. */
+  listen(l: (entries: number) => void): () => void {
+    this.#listeners.add(l);
+    return () => this.#listeners.delete(l);
   }
 
   submit(entry: E): void {
@@ -27,6 +35,7 @@ export class Batcher<E> {
   #start(entries: E[]): void {
     this.#inFlight++;
     this.batches++;
+    if (this.#listeners.size > 0) for (const l of this.#listeners) l(entries.length);
     void this.#run(entries).finally(() => {
       this.#inFlight--;
       // Next tick: callers whose writes just settled submit their next ones first, joining this batch.

@@ -34,6 +34,8 @@ export class GroupCommitter {
   /** Batches and writes issued, for the benchmark and tests. */
   batches = 0;
   writes = 0;
+  /** Told each batch's size as it goes out (HistoryStore.onCommit). */
+  readonly #listeners = new Set<(writes: number) => void>();
 
   constructor(write: BatchWriter, onFailure: (taskIds: ReadonlySet<string>) => void) {
     this.#write = write;
@@ -49,6 +51,12 @@ export class GroupCommitter {
     });
   }
 
+  /** Calls `l` with the number of writes of each batch as it goes out; returns its unsubscribe. */
+  listen(l: (writes: number) => void): () => void {
+    this.#listeners.add(l);
+    return () => this.#listeners.delete(l);
+  }
+
   /** Resolves once every submitted write has settled. */
   drain(): Promise<void> {
     if (!this.#writing) return Promise.resolve();
@@ -58,6 +66,7 @@ export class GroupCommitter {
   #run(entries: Entry[]): void {
     this.#writing = true;
     this.batches++;
+    if (this.#listeners.size > 0) for (const l of this.#listeners) l(entries.length);
     let ops: BatchOp[];
     let sync = false;
     if (entries.length === 1) {

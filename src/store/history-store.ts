@@ -161,6 +161,11 @@ export interface StoreLifecycle {
   readonly exclusive: boolean;
   open(): Promise<void>;
   close(): Promise<void>;
+  /**
+   * Optional, for metrics: calls `listener` with the number of writes that share each group
+   * commit as it goes out (`turnlog.group_commit.batch_size`); returns its unsubscribe.
+   */
+  onCommit?(listener: (writes: number) => void): () => void;
 }
 
 /** The log: append and read one task's events. */

@@ -155,6 +155,11 @@ export class LevelHistoryStore implements HistoryStore {
     );
   }
 
+  /** Each group commit's number of writes (appends, leases, snapshots), as it goes out. */
+  onCommit(listener: (writes: number) => void): () => void {
+    return this.#committer.listen(listener);
+  }
+
   /** Group-commit counters (writes submitted, batches issued), for benchmarks and tests. */
   get commitStats(): { writes: number; batches: number } {
     return { writes: this.#committer.writes, batches: this.#committer.batches };

@@ -925,6 +925,12 @@ export class PostgresHistoryStore implements HistoryStore {
     return { batches: this.#batcher?.batches ?? 0, appends: this.#batcher?.entries ?? 0 };
   }
 
+  /** Each group commit's number of appends, as it goes out (none with `groupCommit: false`). */
+  onCommit(listener: (appends: number) => void): () => void {
+    return this.#batcher?.listen(listener) ?? (() => undefined);
+  }
+
+
   /** How many times the LISTEN connection has connected (1, then one more per reconnect). */
   listenerConnects(): number {
     return this.#listener?.connects ?? 0;

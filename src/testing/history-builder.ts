@@ -207,9 +207,11 @@ export class HistoryBuilder {
       instance?: string;
       turnStartedAt?: number;
       deadline?: number;
+      workflowVersion?: number;
     } = {},
   ): this {
     const attempt = o.attempt ?? 1;
+    const version = o.workflowVersion === undefined ? {} : { workflowVersion: o.workflowVersion };
     if (attempt === 1) {
       const head = this.#queue[0];
       const inputIds = o.inputIds ?? (head ? [head.id] : []);
@@ -233,6 +235,7 @@ export class HistoryBuilder {
         pid: o.pid ?? 1000,
         turnStartedAt: this.#turnStartedAt,
         deadline: this.#deadline,
+        ...version,
       });
     }
     this.#attempt = attempt;
@@ -250,7 +253,13 @@ export class HistoryBuilder {
       pid: o.pid ?? 1000 + attempt,
       turnStartedAt: o.turnStartedAt ?? this.#turnStartedAt,
       deadline: o.deadline ?? this.#deadline,
+      ...version,
     });
+  }
+
+  /** A state migration (docs/versioning.md#state-migrations), recorded before the next turnStarted. */
+  stateMigrated(state: unknown, o: { from: number; to: number }): this {
+    return this.raw({ type: 'StateMigrated', fromVersion: o.from, toVersion: o.to, state: payload(state) });
   }
 
   /** The next attempt of the open turn (entry `recovered`, turn start and deadline unchanged). */

@@ -77,8 +77,10 @@ export interface TurnReplayResult {
    * `ok`: the handler made the recorded calls and ended as recorded. `cut-off`: the turn was
    * stopped from outside (timeout, cancel, kill, crash, end of history): the recorded calls
    * matched, and the replay stopped where the recording did; the outcome is not compared.
+   * `older-version`: not replayed: the workflow has `migrateState`, so its state shape changed at
+   * its `version`, and this turn was recorded by an older version (on the old shape).
    */
-  status: 'ok' | 'cut-off';
+  status: 'ok' | 'cut-off' | 'older-version';
   /** Recorded calls (steps, checkpoints, takeInputs) of the turn. */
   calls: number;
   /** How the replayed handler ended; undefined when it was stopped at the end of a cut-off record. */
@@ -291,8 +293,9 @@ export async function resolveHistory(
  * Codes of the TurnFailed events the engine writes itself; replay treats those turns as cut off.
  * TURNLOG_PAYLOAD_TOO_LARGE: the engine's configured limits, which a replay does not know, turned
  * a completed turn (or a checkpoint) into this failure (test: "payload limits" in replay-history.test).
+ * TURNLOG_STATE_MIGRATION_FAILED: the migrateState hook threw before the handler ran.
  */
-export const ENGINE_FAILURE_CODES = ['TURNLOG_WORKER_START', 'TURNLOG_WORKER_PROTOCOL', 'TURNLOG_WORKER_CRASHED', 'TURNLOG_WORKFLOW_NOT_FOUND', 'TURNLOG_PAYLOAD_TOO_LARGE'] as const;
+export const ENGINE_FAILURE_CODES = ['TURNLOG_WORKER_START', 'TURNLOG_WORKER_PROTOCOL', 'TURNLOG_WORKER_CRASHED', 'TURNLOG_WORKFLOW_NOT_FOUND', 'TURNLOG_PAYLOAD_TOO_LARGE', 'TURNLOG_STATE_MIGRATION_FAILED'] as const;
 const CUT_OFF_FAILURE_CODES: ReadonlySet<string> = new Set(ENGINE_FAILURE_CODES);
 
 /**
@@ -377,6 +380,17 @@ async function replayTracked(
     // Validate the terminal before running code against it.
     const after = e === undefined ? undefined : fold(taskId, [e], s);
     const terminal = e as TurnTerminalEvent | undefined;
+    if (wf.migrateState !== undefined && wf.version !== undefined && (ot.workflowVersion ?? 0) < wf.version) {
+      // Code whose state shape changed never runs on the old one (the engine migrates first).
+      const result: TurnReplayResult = { turn: ot.turn, attempt: ot.attempt, eventId: terminal?.eventId ?? events[events.length - 1]?.eventId ?? 0, terminal: terminal?.type, status: 'older-version', calls: ot.calls.length, outcome: undefined, oldPatches: [] };
+      results.push(result);
+      onTurn?.(result);
+      if (after) {
+        s = after;
+        start = k + 1;
+      }
+      continue;
+    }
     const cutOff =
       terminal === undefined ||
       terminal.type === 'TurnTimedOut' ||

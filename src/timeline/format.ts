@@ -195,5 +195,7 @@ export function describeEvent(e: HistoryEvent, max: number, converter?: PayloadC
       return `lease claimed by ${e.owner}/${e.instance}, generation ${e.previousGeneration} → ${e.generation} (${e.reason})`;
     case 'TaskCompleted':
       return `task completed: ${e.outcome}`;
+    case 'StateMigrated':
+      return `state migrated: version ${e.fromVersion} → ${e.toVersion}${e.state ? ` → ${pv(e.state)}` : ' (as a delta)'}`;
   }
 }

@@ -68,6 +68,14 @@ export interface WorkflowOptions<I, O, S, P extends PayloadMode = 'json'> {
    * (`workflowVersion`), so a history says which code ran each attempt (docs/versioning.md).
    */
   version?: number;
+  /**
+   * State migration (needs `version`): when a turn starts on a state shaped by an older version
+   * (`fromVersion`; 0 for code without a version), the engine calls this once, in its own
+   * process, records the result (`StateMigrated`) and runs the turn on it; replay never calls it
+   * again. A throw fails the turn (TURNLOG_STATE_MIGRATION_FAILED) and keeps the stored state.
+   * docs/versioning.md#state-migrations.
+   */
+  migrateState?: (state: unknown, fromVersion: number) => S | Promise<S>;
 }
 
 /** A defined workflow. Pass it to `Engine.open({ workflows })` and `engine.start()`. */
@@ -84,6 +92,8 @@ export interface Workflow<I = unknown, O = unknown, S = unknown, P extends Paylo
   readonly policy: Omit<TurnPolicy, 'executor'> & { executor: ExecutorKind | undefined };
   /** `WorkflowOptions.version`, when set. */
   readonly version?: number;
+  /** `WorkflowOptions.migrateState`, when set. */
+  readonly migrateState?: (state: unknown, fromVersion: number) => S | Promise<S>;
   /** Phantom fields for type inference only. */
   readonly __types?: { input: I; output: O; state: S };
 }
@@ -138,6 +148,10 @@ export function defineWorkflow<I = unknown, O = unknown, S = unknown, P extends 
   if (options.version !== undefined && (!Number.isInteger(options.version) || options.version < 1 || options.version > 0xffffffff)) {
     throw invalid(name, `version must be a positive integer, got ${String(options.version)}`);
   }
+  if (options.migrateState !== undefined) {
+    if (typeof options.migrateState !== 'function') throw invalid(name, '`migrateState` must be a function (state, fromVersion) => state');
+    if (options.version === undefined) throw invalid(name, '`migrateState` needs `version`: the hook runs when a state of an older version meets this one');
+  }
   const compaction = options.compaction;
   if (compaction !== undefined) {
     if (kind !== 'multi-turn') throw invalid(name, 'compaction is for multi-turn workflows');
@@ -146,6 +160,7 @@ export function defineWorkflow<I = unknown, O = unknown, S = unknown, P extends 
   }
   return Object.freeze({
     ...(options.version !== undefined ? { version: options.version } : {}),
+    ...(options.migrateState !== undefined ? { migrateState: options.migrateState } : {}),
     name,
     kind,
     turn: options.turn,

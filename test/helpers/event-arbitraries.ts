@@ -184,6 +184,9 @@ export function eventArbitraries(unit: fc.Arbitrary<string> | 'grapheme' = 'grap
       expiresAt: ms,
     }),
     TaskCompleted: fc.record({ type: fc.constant('TaskCompleted'), ...base, outcome: fc.constantFrom('succeeded', 'failed', 'cancelled', 'timed_out') }),
+    StateMigrated: fc.record({ type: fc.constant('StateMigrated'), ...base, fromVersion: u32, toVersion: u32, state: payload, stateDelta }, {
+      requiredKeys: ['type', 'eventId', 'time', 'generation', 'fromVersion', 'toVersion'],
+    }),
     HistoryCompacted: fc.record(
       { type: fc.constant('HistoryCompacted'), ...base, throughEventId: u32, state: fc.uint8Array({ maxLength: 32 }), turns: u32, droppedEvents: u32, droppedInputIds: fc.array(nonEmpty, { minLength: 1, maxLength: 5 }) },
       { requiredKeys: ['type', 'eventId', 'time', 'generation', 'throughEventId', 'state', 'turns', 'droppedEvents'] },

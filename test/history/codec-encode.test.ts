@@ -152,6 +152,9 @@ const arbitraries: { [T in EventType]: fc.Arbitrary<Extract<HistoryEvent, { type
   TurnExitedForRecovery: fc.record({ type: fc.constant('TurnExitedForRecovery'), ...base, turn: u32, attempt: u32, reason: str }),
   LeaseClaimed: fc.record({ type: fc.constant('LeaseClaimed'), ...base, owner: str, instance: str, previousGeneration: u32, reason: str, expiresAt: dbl }),
   TaskCompleted: fc.record({ type: fc.constant('TaskCompleted'), ...base, outcome: fc.constantFrom('succeeded', 'failed', 'cancelled', 'timed_out') }),
+  StateMigrated: fc.record({ type: fc.constant('StateMigrated'), ...base, fromVersion: u32, toVersion: u32, state: payload }, {
+    requiredKeys: ['type', 'eventId', 'time', 'generation', 'fromVersion', 'toVersion'],
+  }),
   HistoryCompacted: fc.record(
     { type: fc.constant('HistoryCompacted'), ...base, throughEventId: u32, state: fc.uint8Array({ maxLength: 32 }), turns: u32, droppedEvents: u32, droppedInputIds: fc.array(str, { minLength: 1, maxLength: 4 }) },
     { requiredKeys: ['type', 'eventId', 'time', 'generation', 'throughEventId', 'state', 'turns', 'droppedEvents'] },

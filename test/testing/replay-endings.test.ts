@@ -72,6 +72,7 @@ const ENDINGS: {
   LeaseClaimed: 'not an ending',
   TaskCompleted: 'not an ending',
   HistoryCompacted: 'not an ending',
+  StateMigrated: 'not an ending',
   TurnCompleted: { end: (b) => b.completed('done', open), own: 'complete' },
   TurnSuspended: { end: (b) => b.suspended('waiting', { ...open, output: 'out' }), own: 'suspend' },
   TurnFailed: {
@@ -82,6 +83,7 @@ const ENDINGS: {
     TURNLOG_WORKER_PROTOCOL: { end: (b) => b.failed({ message: 'garbage', type: 'Error', code: 'TURNLOG_WORKER_PROTOCOL' }, open) },
     TURNLOG_WORKFLOW_NOT_FOUND: { end: (b) => b.failed({ message: 'unknown', type: 'Error', code: 'TURNLOG_WORKFLOW_NOT_FOUND' }, open) },
     TURNLOG_PAYLOAD_TOO_LARGE: { end: (b) => b.failed({ message: 'output over the limit', type: 'PayloadTooLargeError', code: 'TURNLOG_PAYLOAD_TOO_LARGE' }, open) },
+    TURNLOG_STATE_MIGRATION_FAILED: { end: (b) => b.failed({ message: 'the hook threw', type: 'StateMigrationFailed', code: 'TURNLOG_STATE_MIGRATION_FAILED' }, open) },
   },
   TurnCancelled: { end: (b) => b.cancel('turn', 'stop').cancelled('stop', open) },
   TurnTimedOut: {

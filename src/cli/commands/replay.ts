@@ -102,8 +102,8 @@ export function registerReplay(program: Command): void {
 }
 
 function turnLine(r: TurnReplayResult): string {
-  const status = r.status === 'ok' ? 'ok' : 'cut off';
-  const note = r.status === 'cut-off' ? ' (outcome not compared)' : '';
+  const status = r.status === 'ok' ? 'ok' : r.status === 'cut-off' ? 'cut off' : 'skipped';
+  const note = r.status === 'cut-off' ? ' (outcome not compared)' : r.status === 'older-version' ? ' (recorded by an older version: not replayed)' : '';
   return `  turn ${String(r.turn).padEnd(4)} ${status.padEnd(8)} ${(r.terminal ?? 'history ends').padEnd(14)} event ${String(r.eventId).padEnd(6)} ${r.calls} call${r.calls === 1 ? '' : 's'}${note}`;
 }
 

@@ -91,10 +91,12 @@ export const LeaseClaimed = { owner: 10, instance: 18, generation: 24, previousG
 export const TaskCompleted = { outcome: 8 } as const;
 /** turnlog.v1.HistoryCompacted */
 export const HistoryCompacted = { throughEventId: 8, state: 18, turns: 24, droppedEvents: 32, droppedInputIds: 42 } as const;
+/** turnlog.v1.StateMigrated */
+export const StateMigrated = { fromVersion: 8, toVersion: 16, state: 26, stateDelta: 34 } as const;
 /** turnlog.v1.OperatorAction */
 export const OperatorAction = { action: 10, by: 18, reason: 26, turn: 32, inputId: 42, newInputId: 50 } as const;
 /** turnlog.v1.HistoryEvent */
-export const HistoryEvent = { eventId: 8, timeMs: 17, generation: 24, taskCreated: 82, inputQueued: 90, inputWithdrawn: 98, turnStarted: 106, stepCompleted: 114, checkpointed: 122, timeoutCancelRequested: 130, cancelRequested: 138, workerKilled: 146, workerCrashed: 154, turnCompleted: 162, turnFailed: 170, turnSuspended: 178, turnCancelled: 186, turnTimedOut: 194, turnExitedForRecovery: 202, leaseClaimed: 210, taskCompleted: 218, inputsTaken: 226, patchMarked: 234, historyCompacted: 266, operatorAction: 290, signalReceived: 298, waitStarted: 306, waitEnded: 314, timerStarted: 330, childStarted: 338, childEnded: 346 } as const;
+export const HistoryEvent = { eventId: 8, timeMs: 17, generation: 24, taskCreated: 82, inputQueued: 90, inputWithdrawn: 98, turnStarted: 106, stepCompleted: 114, checkpointed: 122, timeoutCancelRequested: 130, cancelRequested: 138, workerKilled: 146, workerCrashed: 154, turnCompleted: 162, turnFailed: 170, turnSuspended: 178, turnCancelled: 186, turnTimedOut: 194, turnExitedForRecovery: 202, leaseClaimed: 210, taskCompleted: 218, inputsTaken: 226, patchMarked: 234, stateMigrated: 242, historyCompacted: 266, operatorAction: 290, signalReceived: 298, waitStarted: 306, waitEnded: 314, timerStarted: 330, childStarted: 338, childEnded: 346 } as const;
 /** turnlog.v1.HistoryFileHeader */
 export const HistoryFileHeader = { magic: 10, formatVersion: 16, taskId: 26, eventCount: 32 } as const;
 /** turnlog.v1.SnapshotInput */
@@ -130,7 +132,7 @@ export const SnapshotOpenTurn = { turn: 8, attempt: 16, attemptRunning: 24, inpu
 /** turnlog.v1.SnapshotTurnRecord */
 export const SnapshotTurnRecord = { turn: 8, terminal: 16, eventId: 24, attempts: 32 } as const;
 /** turnlog.v1.TaskStateSnapshot */
-export const TaskStateSnapshot = { snapshotVersion: 8, taskId: 18, workflow: 26, kind: 32, policy: 42, formatVersion: 48, createdAtMs: 57, updatedAtMs: 65, lastEventId: 72, highestGeneration: 80, status: 88, outcome: 96, turn: 104, openTurn: 114, queue: 122, lastOutput: 130, state: 138, lastFailure: 146, lastTurn: 154, recoveryCount: 160, workerCrashCount: 168, cancelRequested: 178, lastInputId: 186, signals: 210, parent: 226, children: 234 } as const;
+export const TaskStateSnapshot = { snapshotVersion: 8, taskId: 18, workflow: 26, kind: 32, policy: 42, formatVersion: 48, createdAtMs: 57, updatedAtMs: 65, lastEventId: 72, highestGeneration: 80, status: 88, outcome: 96, turn: 104, openTurn: 114, queue: 122, lastOutput: 130, state: 138, lastFailure: 146, lastTurn: 154, recoveryCount: 160, workerCrashCount: 168, cancelRequested: 178, lastInputId: 186, stateVersion: 192, openTurnWorkflowVersion: 200, signals: 210, parent: 226, children: 234 } as const;
 /** turnlog.v1.EngineFrame */
 export const EngineFrame = { run: 10, cancel: 18, pendingInputs: 42, shutdown: 50, ack: 58, signals: 90 } as const;
 /** turnlog.v1.EngineFrame.Run */
