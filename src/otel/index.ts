@@ -5,6 +5,7 @@
  * hands out non-recording spans and no-op instruments, so the cost is a few map operations.
  */
 import {
+  ProxyTracerProvider,
   ROOT_CONTEXT,
   SpanStatusCode,
   TraceFlags,
@@ -41,6 +42,8 @@ export interface OpenTelemetryOptions {
 }
 
 const NAME = 'turnlog';
+/** Task ids whose workflow name is kept for attributes (the oldest is forgotten first). */
+const MAX_NAMED_TASKS = 10_000;
 
 /** The outcome attribute of each turn terminal. */
 const OUTCOME: Partial<Record<HistoryEvent['type'], string>> = {
@@ -79,13 +82,28 @@ export function openTelemetry(options: OpenTelemetryOptions = {}): EngineObserve
     });
   }
   if (options.logTraceIds !== false) setLogTraceSource(activeIds);
+  /**
+   * Whether spans are made: a provider was given, or an SDK registered the global one (asked
+   * again each time: it may register after this observer was made). With neither, the observer
+   * builds no span, attribute or map entry at all (bench/otel.bench.ts).
+   */
+  const tracing = (): boolean => {
+    if (options.tracerProvider) return true;
+    const p = trace.getTracerProvider();
+    return !(p instanceof ProxyTracerProvider) || p.getDelegateTracer(NAME) !== undefined;
+  };
 
   const pendingStarts = new Map<string, TurnStarted>();
   const turns = new Map<string, Span>();
   const attempts = new Map<string, OpenAttempt>();
   /** The last ended attempt of a turn, for the link from the attempt that replaces it. */
   const replaced = new Map<string, SpanContext>();
+  /** Workflow names by task id (metric and span attributes); bounded: a suspended task never completes. */
   const workflows = new Map<string, string>();
+  const nameWorkflow = (taskId: string, workflow: string): void => {
+    if (workflows.size >= MAX_NAMED_TASKS && !workflows.has(taskId)) workflows.delete(workflows.keys().next().value!);
+    workflows.set(taskId, workflow);
+  };
 
   const endAttempt = (key: string, attrs: Attributes, time: number, error?: string): void => {
     const a = attempts.get(key);
@@ -100,7 +118,10 @@ export function openTelemetry(options: OpenTelemetryOptions = {}): EngineObserve
   const onEvent = (taskId: string, e: HistoryEvent): void => {
     switch (e.type) {
       case 'TaskCreated':
-        workflows.set(taskId, e.workflow);
+        nameWorkflow(taskId, e.workflow);
+        return;
+      case 'TaskCompleted':
+        workflows.delete(taskId);
         return;
       case 'InputQueued':
         m.queueDepth.add(1);
@@ -186,7 +207,9 @@ export function openTelemetry(options: OpenTelemetryOptions = {}): EngineObserve
   return {
     traceContext: currentTraceContext,
     eventsAppended(e: EventsAppendedEvent) {
-      if (metered && e.durationMs !== undefined) m.appendDuration.record(e.durationMs);
+      if (metered) {
+        if (e.durationMs !== undefined) m.appendDuration.record(e.durationMs);
+      } else if (turns.size === 0 && attempts.size === 0 && !tracing()) return; // no SDK: nothing to do
       for (const ev of e.events) onEvent(e.taskId, ev);
     },
     groupCommitted(e: GroupCommitEvent) {
@@ -197,9 +220,17 @@ export function openTelemetry(options: OpenTelemetryOptions = {}): EngineObserve
     },
     attemptStarted(a: AttemptStartedEvent) {
       const key = `${a.taskId}\0${a.turn}`;
-      workflows.set(a.taskId, a.workflow);
       const started = pendingStarts.get(key);
       pendingStarts.delete(key);
+      if (!turns.has(key) && !tracing()) {
+        // No tracer: metrics only (no-ops too without a meter).
+        if (!metered) return;
+        nameWorkflow(a.taskId, a.workflow);
+        if (a.attempt === 1) m.turnsStarted.add(1, { 'turnlog.workflow': a.workflow });
+        if (a.entryMode === 'recovered') m.recoveries.add(1, { 'turnlog.recovery.rule': 'rerun' });
+        return;
+      }
+      nameWorkflow(a.taskId, a.workflow);
       const base: Attributes = { 'turnlog.task_id': a.taskId, 'turnlog.workflow': a.workflow, 'turnlog.turn': a.turn, 'turnlog.executor': a.executor };
       let turnSpan = turns.get(key);
       if (!turnSpan) {

@@ -25,7 +25,7 @@ import { illFormedText } from '../history/well-formed.js';
 import { decide, fold, forkEvents } from '../replay/index.js';
 import { encodeState } from '../history/state-codec.js';
 import { appendHistory } from '../store/append-history.js';
-import type { CorruptMark, HistoryStore, ListOptions, TaskPage } from '../store/history-store.js';
+import type { CorruptMark, FlowLimitStore, HistoryStore, ListOptions, TaskPage } from '../store/history-store.js';
 import { checkTaskId } from '../store/keys.js';
 import type { Executor } from '../executor/executor.js';
 import { InlineExecutor } from '../executor/inline-executor.js';
@@ -49,7 +49,7 @@ import type { StreamItem, StreamOptions } from '../stream/items.js';
 import type { Runtime } from './runtime.js';
 import { Scanner } from './scanner.js';
 import { Wakeups } from './wakeups.js';
-import { LocalLimiter, type Limiter } from './limits.js';
+import { LocalLimiter, SharedLimiter, type Limiter } from './limits.js';
 import { SCHEDULE_WORKFLOW, Schedules, type ScheduleInfo, type ScheduleSpec } from './schedules.js';
 import { Supervisor } from './supervisor.js';
 import { TaskCache, type TaskEntry } from './task-cache.js';
@@ -278,6 +278,9 @@ export class Engine implements TaskClient {
       await phase('open');
       this.#store = await this.#makeStore();
       await this.#store.open();
+      if (this.#store.supports.flowLimits && this.#o.flowLimits.size > 0) {
+        this.#limiter = new SharedLimiter(this.#store as FlowLimitStore, this.#o.flowLimits, this.#o.clock, this.#instance, this.#o.leaseMs);
+      }
       this.#unwatchCommits = this.#store.onCommit?.((writes) => this.#rt.observers.groupCommitted(writes));
       for (const m of await this.#store.listCorrupt()) {
         this.#cache.markCorrupt(m);

@@ -6,7 +6,8 @@
  * share it as one row; the local limiter keeps it in memory on the engine's clock.
  */
 import { TurnlogError, invalidArgument } from '../errors.js';
-import type { Clock, Timer } from './clock.js';
+import type { FlowLimitStore } from '../store/history-store.js';
+import { sleep, type Clock, type Timer } from './clock.js';
 
 /** One named limit of `EngineOptions.flowLimits`. */
 export interface FlowLimit {
@@ -172,5 +173,70 @@ export class LocalLimiter implements Limiter {
         },
       });
     }
+  }
+}
+
+/**
+ * Limits shared by every engine of a store with `supports.flowLimits` (PostgreSQL): each acquire
+ * is a store transaction; a waiter polls (5 ms growing to 200 ms, or when the rate says); held
+ * slots are renewed every leaseMs / 3, so a crashed engine's slots expire after `leaseMs`.
+ */
+export class SharedLimiter implements Limiter {
+  readonly #store: FlowLimitStore;
+  readonly #limits: ReadonlyMap<string, ResolvedLimit>;
+  readonly #clock: Clock;
+  readonly #instance: string;
+  readonly #leaseMs: number;
+  readonly #held = new Map<string, string>();
+  #renewal: Timer | undefined;
+  #closed = false;
+  #n = 0;
+
+  constructor(store: FlowLimitStore, limits: ReadonlyMap<string, ResolvedLimit>, clock: Clock, instance: string, leaseMs: number) {
+    this.#store = store;
+    this.#limits = limits;
+    this.#clock = clock;
+    this.#instance = instance;
+    this.#leaseMs = leaseMs;
+  }
+
+  async acquire(name: string, signal: AbortSignal, at: string): Promise<LimitGrant> {
+    const limit = this.#limits.get(name);
+    if (!limit) throw unknownLimit(name, at, this.#limits.keys());
+    const slotId = `${this.#instance}/${++this.#n}`;
+    const since = this.#clock.now();
+    for (let poll = 5; ; poll = Math.min(200, poll * 2)) {
+      signal.throwIfAborted();
+      if (this.#closed) throw new TurnlogError('TURNLOG_ENGINE_CLOSED', 'The engine closed while a step waited for its flow limit.');
+      const a = await this.#store.acquireSlot({ limit: name, slotId, instance: this.#instance, concurrency: limit.concurrency, intervalMs: limit.intervalMs, toleranceMs: limit.toleranceMs, leaseMs: this.#leaseMs });
+      if (a.granted) break;
+      await sleep(this.#clock, a.retryInMs ?? poll, signal);
+    }
+    this.#held.set(slotId, name);
+    this.#renewal ??= this.#clock.setTimer(() => this.#renew(), this.#leaseMs / 3, { background: true });
+    let released = false;
+    return {
+      waitedMs: this.#clock.now() - since,
+      release: () => {
+        if (released) return;
+        released = true;
+        this.#held.delete(slotId);
+        // Best effort: a release that fails leaves the row to expire with its lease.
+        this.#store.releaseSlot(name, slotId).catch(() => undefined);
+      },
+    };
+  }
+
+  #renew(): void {
+    this.#renewal = undefined;
+    if (this.#closed || this.#held.size === 0) return;
+    this.#store.renewSlots(this.#instance, [...this.#held.keys()], this.#leaseMs).catch(() => undefined);
+    this.#renewal = this.#clock.setTimer(() => this.#renew(), this.#leaseMs / 3, { background: true });
+  }
+
+  close(): void {
+    this.#closed = true;
+    this.#renewal?.cancel();
+    this.#renewal = undefined;
   }
 }

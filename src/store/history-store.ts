@@ -100,6 +100,32 @@ export interface StoreSupports {
   readonly claim: boolean;
   /** Concurrent appends share one durable write (store/group-commit.ts). */
   readonly groupCommit: boolean;
+  /** Flow-limit slots and rates shared by every engine of the store ({@link FlowLimitStore}). */
+  readonly flowLimits?: boolean;
+}
+
+/** One flow-limit acquire on a shared store (docs/time.md#flow-limits). */
+export interface SlotRequest {
+  limit: string;
+  /** Unique per acquire; released or renewed by it. */
+  slotId: string;
+  instance: string;
+  /** Infinity: no concurrency cap. */
+  concurrency: number;
+  /** ms between starts at the steady rate (0: no rate) and the GCRA's tolerance (burst - 1 intervals). */
+  intervalMs: number;
+  toleranceMs: number;
+  /** The slot expires this long after now on the store's clock unless renewed. */
+  leaseMs: number;
+}
+/** Granted, or not now: `retryInMs` when the rate says when; absent when a slot must free first. */
+export type SlotAnswer = { granted: true } | { granted: false; retryInMs?: number };
+
+/** A store with `supports.flowLimits`: slots and rate shared by all engines, on the store's clock. */
+export interface FlowLimitStore {
+  acquireSlot(request: SlotRequest): Promise<SlotAnswer>;
+  releaseSlot(limit: string, slotId: string): Promise<void>;
+  renewSlots(instance: string, slotIds: readonly string[], leaseMs: number): Promise<void>;
 }
 
 /** Why a task was handed out by {@link WorkClaims.claimDueWork}. */
@@ -248,4 +274,4 @@ export interface RetentionStore {
 }
 
 /** The whole contract: every role. What `Engine.open({ store })` takes. */
-export interface HistoryStore extends StoreLifecycle, EventLog, TaskIndex, LeaseStore, WorkClaims, SnapshotStore, RetentionStore {}
+export interface HistoryStore extends StoreLifecycle, EventLog, TaskIndex, LeaseStore, WorkClaims, SnapshotStore, RetentionStore, Partial<FlowLimitStore> {}

@@ -85,6 +85,25 @@ export const MIGRATIONS: readonly Migration[] = [
     `,
   },
   {
+    version: 4,
+    name: 'flow limits',
+    // Slots held by steps under a flow limit (a lease on the database clock) and each limit's rate (GCRA time).
+    sql: (s) => `
+      CREATE TABLE ${s}.limit_slots (
+        limit_name text COLLATE "C" NOT NULL,
+        slot_id text COLLATE "C" NOT NULL,
+        instance text NOT NULL,
+        expires_at bigint NOT NULL,
+        PRIMARY KEY (limit_name, slot_id)
+      );
+      COMMENT ON COLUMN ${s}.limit_slots.expires_at IS 'milliseconds since the epoch on the database clock';
+      CREATE TABLE ${s}.limit_buckets (
+        limit_name text COLLATE "C" PRIMARY KEY,
+        tat double precision NOT NULL
+      );
+    `,
+  },
+  {
     version: 5,
     name: 'claims of due work',
     // One row per task an engine claimed in claimDueWork; expires_at on the database clock.

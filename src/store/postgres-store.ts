@@ -20,6 +20,8 @@ import type {
   HistoryStore,
   ListOptions,
   ReadOptions,
+  SlotAnswer,
+  SlotRequest,
   StoredSnapshot,
   StoreSupports,
   TaskPage,
@@ -27,6 +29,7 @@ import type {
 import { checkTaskId } from './keys.js';
 import { checkClaim } from './due-work.js';
 import { claimDue, releaseDue } from './postgres-claims.js';
+import { acquireSlot, releaseSlot, renewSlots } from './postgres-limits.js';
 import { decodeCursor, encodeCursor, pageLimit, iterateInPages, readBounds } from './paging.js';
 import { Batcher } from './batcher.js';
 import { PgListener, encodeNotice, noticeChannel } from './postgres-listener.js';
@@ -191,7 +194,7 @@ export class PostgresHistoryStore implements HistoryStore {
     this.schema = options.schema ?? 'turnlog';
     this.#s = quoteSchema(this.schema);
     this.channel = noticeChannel(this.schema);
-    this.supports = { exclusive: false, watch: true, claim: true, groupCommit: options.groupCommit !== false };
+    this.supports = { exclusive: false, watch: true, claim: true, groupCommit: options.groupCommit !== false, flowLimits: true };
     if (options.groupCommit !== false) {
       // Half the pool writes batches; the rest serves lease renewals, reads and the listener.
       this.#batcher = new Batcher((entries) => this.#appendBatch(entries), Math.max(1, Math.floor((options.max ?? 10) / 2)));
@@ -226,6 +229,11 @@ export class PostgresHistoryStore implements HistoryStore {
       (pool as unknown as { on(e: string, f: () => void): void }).on('error', () => undefined);
       this.#ownsPool = true;
     }
+    // Every connection the pool makes gets an error listener for its whole life: a server that
+    // terminates a checked-out connection between two queries (pg_terminate_backend, a restart)
+    // makes pg emit 'error' on the client, which would otherwise be an uncaught exception that
+    // kills the process. The failure still reaches the caller through the query that uses it.
+    (pool as unknown as { on?(e: string, f: (c: object) => void): void }).on?.('connect', guard);
     this.#pool = pool;
     try {
       if (this.#options.migrate === false) await this.#checkSchema();
@@ -846,6 +854,18 @@ export class PostgresHistoryStore implements HistoryStore {
   async claimDueWork(request: ClaimRequest): Promise<DueBatch> {
     checkClaim(request);
     return this.#tx((c) => claimDue(c, this.#s, request));
+  }
+
+  acquireSlot(request: SlotRequest): Promise<SlotAnswer> {
+    return this.#tx((c) => acquireSlot(c, this.#s, request));
+  }
+
+  async releaseSlot(limit: string, slotId: string): Promise<void> {
+    await this.#tx((c) => releaseSlot(c, this.#s, limit, slotId));
+  }
+
+  async renewSlots(instance: string, slotIds: readonly string[], leaseMs: number): Promise<void> {
+    if (slotIds.length > 0) await this.#tx((c) => renewSlots(c, this.#s, instance, slotIds, leaseMs));
   }
 
   async releaseDueWork(taskIds: readonly string[], instance: string): Promise<void> {

@@ -24,7 +24,9 @@ const chat = defineWorkflow({
   kind: 'multi-turn',
   turn: async (ctx, input: string) => {
     if (failOnce.delete(input)) throw new Error(`bug on ${input}`);
-    if (input.startsWith('wait')) {
+    // A first attempt that ignores every cancel (its engine stops mid-turn), then like `wait`.
+    if (input.startsWith('hold') && ctx.attempt === 1) await new Promise(() => undefined);
+    if (input.startsWith('wait') || input.startsWith('hold')) {
       // Runs until cancelled: the operator's cancel must reach this handler.
       await new Promise<void>((resolve) => ctx.signal.addEventListener('abort', () => resolve(), { once: true }));
       aborted.set(`${ctx.taskId}/${ctx.turn}`, true);
@@ -165,6 +167,39 @@ describePg('operator actions from the CLI on a shared PostgreSQL store', () => {
     const bad = await op('resend', 'r-1', '2');
     expect(bad.code).toBe(2);
     expect((await history(a, 'r-1')).length).toBe(before);
+  });
+
+  it('race: another engine claims the task between the operator’s read and its append; the action is fenced, then retried on the new lease', async () => {
+    const store = createPostgresStore({ connectionString: PG_URL, schema, max: 2 });
+    cleanups.push(() => store.close());
+    const operator = await Engine.openForOperator({ store, logger: silentLogger });
+    cleanups.push(() => operator.shutdown());
+    const first = createPostgresStore({ connectionString: PG_URL, schema, max: 2 });
+    cleanups.push(() => first.close());
+    const a = await Engine.open({ store: first, workflows: [chat], logger: silentLogger, owner: 'runner', instance: 'dies', scanIntervalMs: 0, leaseMs: 300 });
+    cleanups.push(() => a.shutdown({ graceMs: 0 }));
+    await a.start(chat, 'hold-5', { taskId: 'stale-1' });
+    await until(async () => (await a.describe('stale-1')).openTurn?.running === true, 'the turn to run');
+    await a.shutdown({ graceMs: 0 }); // the turn is left in progress under generation g
+    // The operator reads the task (and its lease, generation g)…
+    expect((await operator.describe('stale-1')).openTurn).toBeDefined();
+    const g = (await store.getLease('stale-1'))!.generation;
+    // …then another engine recovers it once the lease expired: generation g + 1.
+    const b = await engine('recoverer');
+    await until(
+      async () => {
+        await b.recover();
+        return (await b.describe('stale-1')).openTurn?.running === true;
+      },
+      'the other engine to recover the turn',
+    );
+    expect((await store.getLease('stale-1'))!.generation).toBe(g + 1);
+    const r = await operator.operatorAction('cancel', { taskId: 'stale-1', by: 'gina' }, { scope: 'task' });
+    expect(r).toMatchObject({ done: true });
+    const h = await history(b, 'stale-1');
+    expect(h.find((e) => e.type === 'OperatorAction')).toMatchObject({ by: 'gina', generation: g + 1 });
+    await until(() => aborted.get('stale-1/1') === true, 'the recovered handler to see the cancel');
+    expect((await history(b, 'stale-1')).at(-1)).toMatchObject({ type: 'TaskCompleted', outcome: 'cancelled' });
   });
 
   it('race: a cancel decided on a turn that ends before the append re-reads and finds nothing to cancel', async () => {

@@ -131,6 +131,27 @@ describe('trace context recorded with the input', () => {
   });
 });
 
+describe('no SDK, then an SDK registered later', () => {
+  it('makes no span while no SDK is registered, and traces the next turn once one is (the check is per turn)', async () => {
+    const tmp = await makeTmpDir('turnlog-prop-');
+    const observer = openTelemetry({ logTraceIds: false });
+    const engine = await Engine.open({ store: tmp.path + '/s', workflows: [gate], logger: silentLogger, scanIntervalMs: 0, observers: [observer] });
+    cleanups.push(async () => {
+      trace.disable();
+      await engine.shutdown();
+      await tmp.remove();
+    });
+    await (await engine.start(gate, 'before', { taskId: 'p-late-1' })).result();
+    const late = tracing();
+    trace.setGlobalTracerProvider(late.provider);
+    const { span, result: h } = await underRequest(() => engine.start(gate, 'after', { taskId: 'p-late-2' }));
+    await h.result();
+    expect(late.spans('p-late-1', 'turnlog.')).toEqual([]);
+    childOf(late.spans('p-late-2', 'turnlog.turn')[0], span);
+    expect(late.spans('p-late-2', 'turnlog.step answer')).toHaveLength(1);
+  });
+});
+
 describePg('trace context across engines on PostgreSQL', () => {
   let schema: string;
   beforeAll(() => {

@@ -5,6 +5,7 @@ import { afterEach, describe, expect, it } from 'vitest';
 import { join } from 'node:path';
 import { isTurnlogError } from '../../src/errors.js';
 import { silentLogger } from '../../src/logger.js';
+import { encodeState } from '../../src/history/state-codec.js';
 import { fold } from '../../src/replay/fold.js';
 import { Engine } from '../../src/runtime/engine.js';
 import { LevelHistoryStore } from '../../src/store/level-store.js';
@@ -191,5 +192,21 @@ describe('state migration (LevelDB)', () => {
     const again = await fixed.engine.turnResult('c', await fixed.engine.sendInput('c', 'to Paris'));
     expect(again.output).toBe('hello | book a flight | to Paris');
     expect(hookCalls).toEqual([1, 1]);
+  });
+
+  it('a snapshot written before state versions is not trusted for the version: the hook still gets version 1', async () => {
+    const dir = await storeDir();
+    await recordV1(dir);
+    // What an older build left: a snapshot at the last event, without state_version.
+    const raw = new LevelHistoryStore(dir);
+    await raw.open();
+    const old = fold('c', await raw.readEvents('c'));
+    delete old.stateVersion;
+    await raw.putSnapshot('c', { eventId: old.lastEventId, data: encodeState(old) });
+    await raw.close();
+    hookCalls.length = 0;
+    const { engine } = await open(dir, v2());
+    await engine.turnResult('c', await engine.sendInput('c', 'to Paris'));
+    expect(hookCalls).toEqual([1]);
   });
 });
