@@ -7,7 +7,7 @@
 import { FencedError, TurnlogError, isTurnlogError } from '../errors.js';
 import type { ExecutorKind, Lease } from '../history/events.js';
 import { errorToFailure } from '../history/failure.js';
-import { nextLease } from '../history/lease.js';
+import { isLeaseLive, nextLease } from '../history/lease.js';
 import type { TaskState } from '../history/state.js';
 import { decide, isDue } from '../replay/index.js';
 import type { Decision } from '../replay/decision.js';
@@ -135,6 +135,22 @@ export class Driver {
             if (newer) {
               if (pending.length) await this.#appender.append(t, pending);
               this.#rt.log.warn('task left waiting: its state is of a newer workflow version', { taskId: t.id, workflow: preview.workflow, code: newer.code, error: newer });
+              return;
+            }
+          }
+          if (decision.kind === 'start-turn') {
+            // On a shared store an idle task keeps the lease of the engine whose turn just ended
+            // until it expires or a scan frees it. A new input is queued, not refused: that engine
+            // hears it and runs the turn (watcher.ts), or this one does once the lease is free.
+            let held = this.#liveForeignLease(t);
+            if (held && !leaseRead) {
+              leaseRead = true;
+              t.lease = await this.#rt.store.getLease(t.id);
+              held = this.#liveForeignLease(t);
+            }
+            if (held) {
+              if (pending.length) await this.#appender.append(t, pending);
+              this.#waitUntil(t.id, held.expiresAt);
               return;
             }
           }
@@ -382,6 +398,12 @@ export class Driver {
   #foreignLease(t: TaskEntry): Lease | undefined {
     if (this.#rt.store.exclusive || !t.lease || t.lease.instance === this.#rt.instance) return undefined;
     return t.lease;
+  }
+
+  /** Another instance's lease that is still live: a turn start here would be LeaseHeldError. */
+  #liveForeignLease(t: TaskEntry): Lease | undefined {
+    const l = this.#foreignLease(t);
+    return isLeaseLive(l, this.#rt.clock.now()) ? l : undefined;
   }
 
   #executorFor(kind: ExecutorKind): Executor {

@@ -82,7 +82,11 @@ export class Watcher {
         // An operator (`turnlog resend --store postgres://…`, Engine.openForOperator) runs no
         // turn: an engine that has the workflow starts what its action made due (a re-sent input,
         // the next input after a cancelled turn) now rather than at its next scan.
-        if (!t.active && t.state && events.some((e) => e.type === 'OperatorAction') && this.#rt.workflows.has(t.state.workflow)) await this.#drive(t);
+        // Likewise an input another engine queued on an idle task whose lease is still ours (our
+        // turn just ended): that engine left the turn to us (driver.ts, a live foreign lease).
+        const ours = t.lease !== undefined && t.lease.instance === this.#rt.instance;
+        const due = events.some((e) => e.type === 'OperatorAction') || (ours && events.some((e) => e.type === 'InputQueued'));
+        if (!t.active && t.state && due && this.#rt.workflows.has(t.state.workflow)) await this.#drive(t);
       })
       .catch((err) => this.#rt.log.warn('re-reading a task another engine appended to failed', { taskId: t.id, error: err }));
   }
