@@ -15,6 +15,7 @@ import type { Workflow } from '../workflow/define-workflow.js';
 import { EXIT, SUSPENSION, type CancelKind, type ChildHandle, type StartChildOptions, type ExitForRecovery, type StepFn, type StepOptions, type Suspension, type TurnContext, type WaitOptions, type WaitResult } from '../workflow/context.js';
 import { CALLS, replayMismatch, type CallIntent, type Recorded } from './calls.js';
 import type { AttemptOutcome, TurnHost, TurnSpec } from './host.js';
+import { backoffDelay } from './backoff.js';
 
 export type { AttemptOutcome, TurnHost, TurnSpec } from './host.js';
 
@@ -206,11 +207,8 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
         break;
       } catch (err) {
         if (attempt >= policy.maxAttempts || !isRetryable(err, policy) || this.signal.aborted) return fail(err);
-        // A server's suggested delay (RetryAfterError) wins over the backoff, uncapped.
-        const delay =
-          err instanceof RetryAfterError
-            ? err.retryAfterMs
-            : Math.min(policy.maxIntervalMs, policy.initialIntervalMs * Math.pow(Math.max(1, policy.backoffCoefficient), attempt - 1));
+        // A server's suggested delay (RetryAfterError) wins over the backoff, uncapped and unjittered.
+        const delay = err instanceof RetryAfterError ? err.retryAfterMs : backoffDelay(policy, attempt, this.#host.random?.() ?? Math.random());
         try {
           await this.#host.sleep(delay, this.signal);
         } catch {

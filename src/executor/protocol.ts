@@ -267,6 +267,10 @@ function writeRun(w: Writer, s: TurnSpec, pendingInputs: number): void {
     w.doubleField(RETRY.backoffCoefficient, p.backoffCoefficient);
     w.doubleField(RETRY.maxIntervalMs, p.maxIntervalMs);
     w.stringsField(RETRY.nonRetryableTypes, p.nonRetryableTypes);
+    if (p.jitter !== undefined) {
+      w.uint32(RETRY.jitter);
+      w.double(p.jitter);
+    }
     w.ldelim(at);
   }
   w.boolField(RUN.timeoutExceeded, s.timeoutExceeded);
@@ -382,6 +386,7 @@ function readRun(r: Reader, setPending: (n: number) => void): TurnSpec {
             else if (u === RETRY.backoffCoefficient) stepRetry.backoffCoefficient = r.double();
             else if (u === RETRY.maxIntervalMs) stepRetry.maxIntervalMs = r.double();
             else if (u === RETRY.nonRetryableTypes) stepRetry.nonRetryableTypes.push(r.string());
+            else if (u === RETRY.jitter) stepRetry.jitter = r.double();
             else r.skip(u & 7);
           }
         });

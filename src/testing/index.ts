@@ -30,6 +30,7 @@ export type { BuilderOptions as HistoryBuilderOptions, TerminalOptions as Histor
 export { createTestEngine } from './test-engine.js';
 export type { TestEngine, TestEngineOptions } from './test-engine.js';
 export { ManualClock } from '../runtime/clock.js';
+export { seededRandom } from './random.js';
 export { MemoryHistoryStore } from '../store/memory-store.js';
 export { NonDeterminismError, ReplayStalledError, isTurnlogError } from '../errors.js';
 

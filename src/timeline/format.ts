@@ -4,6 +4,7 @@
  */
 import type { FailureInfo, HistoryEvent, Payload } from '../history/events.js';
 import { defaultPayloadConverter, payloadEncoding, type PayloadConverter } from '../history/payload.js';
+import type { TaskState } from '../history/state.js';
 
 /** Renders rows under headers, columns padded to the widest cell; the last column is not padded. */
 export function table(headers: readonly string[], rows: readonly (readonly string[])[]): string {
@@ -198,4 +199,19 @@ export function describeEvent(e: HistoryEvent, max: number, converter?: PayloadC
     case 'StateMigrated':
       return `state migrated: version ${e.fromVersion} → ${e.toVersion}${e.state ? ` → ${pv(e.state)}` : ' (as a delta)'}`;
   }
+}
+
+/**
+ * What a task waits for now (`turnlog why`): the open turn's waits that have not ended, and the
+ * signals buffered for a later wait. Empty when neither.
+ */
+export function waitLines(s: TaskState, max = 80, converter?: PayloadConverter): string[] {
+  const out: string[] = [];
+  for (const c of s.openTurn?.calls ?? []) {
+    if (c.kind !== 'wait' || c.ended) continue;
+    const until = c.deadline === undefined ? 'with no timeout' : `until ${isoTime(c.deadline)} (${c.deadline})`;
+    out.push(`waiting:  turn ${s.openTurn!.turn} call ${c.seq} waits for signal "${c.name}" ${until}; \`turnlog signal ${s.taskId} ${c.name} <json>\` ends it`);
+  }
+  for (const x of s.signals ?? []) out.push(`signal:   "${x.name}" (${x.signalId}) buffered since ${isoTime(x.time)} for the next wait of that name: ${payloadPreview(x.value, max, converter)}`);
+  return out;
 }

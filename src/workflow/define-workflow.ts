@@ -140,6 +140,7 @@ export function defineWorkflow<I = unknown, O = unknown, S = unknown, P extends 
   checkRange(name, 'steering.maxQueued', steeringMaxQueued, 0, 10_000);
   const stepRetry = { ...DEFAULT_RETRY, ...options.retry };
   checkRange(name, 'retry.maxAttempts', stepRetry.maxAttempts, 1, 1000);
+  if (stepRetry.jitter !== undefined) checkRange(name, 'retry.jitter', stepRetry.jitter, 0, 1);
   const payloads = (options.payloads ?? 'json') as P;
   if (payloads !== 'json' && payloads !== 'custom') throw invalid(name, `payloads must be 'json' or 'custom', got ${String(payloads)}`);
   if (options.executor !== undefined && options.executor !== 'inline' && options.executor !== 'process') {

@@ -72,13 +72,17 @@ const call: fc.Arbitrary<RecordedCall> = fc.oneof(
   ),
 );
 const taken: fc.Arbitrary<QueuedInput> = fc.record({ inputId: str, input: payload, steering: bool, eventId: u32, time: dbl });
-const retry: fc.Arbitrary<RetryPolicy> = fc.record({
-  maxAttempts: u32,
-  initialIntervalMs: dbl,
-  backoffCoefficient: dbl,
-  maxIntervalMs: dbl,
-  nonRetryableTypes: fc.array(str, { maxLength: 3 }),
-});
+const retry: fc.Arbitrary<RetryPolicy> = rec<RetryPolicy>(
+  {
+    maxAttempts: u32,
+    initialIntervalMs: dbl,
+    backoffCoefficient: dbl,
+    maxIntervalMs: dbl,
+    nonRetryableTypes: fc.array(str, { maxLength: 3 }),
+    jitter: dbl,
+  },
+  ['jitter'],
+);
 const spec: fc.Arbitrary<TurnSpec> = rec<TurnSpec>(
   {
     taskId: str,

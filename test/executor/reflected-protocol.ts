@@ -210,6 +210,7 @@ function runToSpec(r: Msg): TurnSpec {
     backoffCoefficient: retry.backoffCoefficient ?? 1,
     maxIntervalMs: retry.maxIntervalMs ?? 0,
     nonRetryableTypes: retry.nonRetryableTypes ?? [],
+    ...(retry.jitter != null ? { jitter: retry.jitter } : {}),
   };
   const spec: TurnSpec = {
     taskId: r.taskId ?? '',

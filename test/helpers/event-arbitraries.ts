@@ -41,13 +41,17 @@ export function eventArbitraries(unit: fc.Arbitrary<string> | 'grapheme' = 'grap
     maxWorkerCrashes: u32,
     steeringMaxQueued: u32,
     executor: fc.constantFrom('inline', 'process'),
-    stepRetry: fc.record({
-      maxAttempts: u32,
-      initialIntervalMs: dbl,
-      backoffCoefficient: dbl,
-      maxIntervalMs: dbl,
-      nonRetryableTypes: ids,
-    }),
+    stepRetry: fc.record(
+      {
+        maxAttempts: u32,
+        initialIntervalMs: dbl,
+        backoffCoefficient: dbl,
+        maxIntervalMs: dbl,
+        nonRetryableTypes: ids,
+        jitter: fc.double({ min: 0, max: 1, noNaN: true }),
+      },
+      { requiredKeys: ['maxAttempts', 'initialIntervalMs', 'backoffCoefficient', 'maxIntervalMs', 'nonRetryableTypes'] },
+    ),
   });
 
   const base = { eventId: fc.integer({ min: 1, max: 0xffffffff }), time: ms, generation: u32 };

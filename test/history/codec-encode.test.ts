@@ -54,7 +54,10 @@ const policy: fc.Arbitrary<TurnPolicy> = fc.record({
   maxWorkerCrashes: u32,
   steeringMaxQueued: u32,
   executor: fc.constantFrom('inline', 'process'),
-  stepRetry: fc.record({ maxAttempts: u32, initialIntervalMs: dbl, backoffCoefficient: dbl, maxIntervalMs: dbl, nonRetryableTypes: ids }),
+  stepRetry: fc.record(
+    { maxAttempts: u32, initialIntervalMs: dbl, backoffCoefficient: dbl, maxIntervalMs: dbl, nonRetryableTypes: ids, jitter: dbl },
+    { requiredKeys: ['maxAttempts', 'initialIntervalMs', 'backoffCoefficient', 'maxIntervalMs', 'nonRetryableTypes'] },
+  ),
 });
 
 const base = { eventId: u32, time: dbl, generation: u32 };

@@ -7,6 +7,7 @@ import type { Lease } from '../../history/events.js';
 import { decide, explainDecision, fold } from '../../replay/index.js';
 import { printJSON, printText, requireTask, withStore } from '../context.js';
 import { isoTime } from '../format.js';
+import { waitLines } from '../../timeline/format.js';
 
 /** Registers `why` on the program. */
 export function registerWhy(program: Command): void {
@@ -38,6 +39,8 @@ export function registerWhy(program: Command): void {
             outcome: state.outcome ?? null,
             lastEventId: state.lastEventId,
             explanation: explainDecision(decision, state),
+            waits: (state.openTurn?.calls ?? []).flatMap((c) => (c.kind === 'wait' && !c.ended ? [{ turn: state.openTurn!.turn, seq: c.seq, name: c.name, deadline: c.deadline ?? null }] : [])),
+            signals: (state.signals ?? []).map((x) => ({ signalId: x.signalId, name: x.name, eventId: x.eventId, time: x.time })),
           });
         }
         const leaseLine =
@@ -45,7 +48,8 @@ export function registerWhy(program: Command): void {
             ? 'lease:    none stored'
             : `lease:    ${stored.owner}/${stored.instance} generation ${stored.generation}, ${stored.expiresAt > 0 ? `expires ${isoTime(stored.expiresAt)}` : 'left by an earlier process'}` +
               (lease === undefined ? ' (void: this CLI holds the store lock, so no engine runs)' : '');
-        return printText(`${explainDecision(decision, state)}\n${leaseLine}\nnow:      ${isoTime(now)}`);
+        const waits = waitLines(state);
+        return printText(`${explainDecision(decision, state)}\n${waits.map((l) => `${l}\n`).join('')}${leaseLine}\nnow:      ${isoTime(now)}`);
       });
     });
 }
