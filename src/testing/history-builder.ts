@@ -15,6 +15,7 @@
  */
 import type {
   CancelScope,
+  ChildStatus,
   EntryMode,
   ExecutorKind,
   FailureInfo,
@@ -291,6 +292,23 @@ export class HistoryBuilder {
   /** `ctx.sleep(ms)`: its timer, firing at now + ms unless `fireAt` is given. */
   sleep(ms: number, o: { seq?: number; turn?: number; fireAt?: number } = {}): this {
     return this.raw({ type: 'TimerStarted', turn: o.turn ?? this.#turn, seq: o.seq ?? ++this.#seq, durationMs: ms, fireAt: o.fireAt ?? this.now + ms });
+  }
+
+  /** `ctx.startChild(workflow)`: its ChildStarted; the child id defaults to `<taskId>/c<turn>.<seq>`, as the context derives it. */
+  childStarted(workflow: string, o: { childId?: string; detached?: boolean; seq?: number; turn?: number } = {}): this {
+    const turn = o.turn ?? this.#turn;
+    const seq = o.seq ?? ++this.#seq;
+    return this.raw({ type: 'ChildStarted', turn, seq, childId: o.childId ?? `${this.taskId}/c${turn}.${seq}`, workflow, detached: o.detached ?? false });
+  }
+
+  /** `child.result()`: its ChildEnded (default `completed` with `output`; a `failure` makes it `failed`). */
+  childEnded(childId: string, o: { output?: unknown; failure?: string | FailureInfo; status?: ChildStatus; reason?: string; seq?: number; turn?: number } = {}): this {
+    const status: ChildStatus = o.status ?? (o.failure === undefined ? 'completed' : 'failed');
+    const e: NewEvent = { type: 'ChildEnded', time: this.now, generation: this.#generation, turn: o.turn ?? this.#turn, seq: o.seq ?? ++this.#seq, childId, status };
+    if (o.output !== undefined) e.output = payload(o.output);
+    if (o.failure !== undefined) e.failure = failure(o.failure);
+    if (o.reason !== undefined) e.reason = o.reason;
+    return this.raw(e);
   }
 
   /** `ctx.takeInputs()`: takes the given (default: all) queued inputs into the open turn. */

@@ -4,4 +4,4 @@ export { defineWorkflow, DEFAULT_RETRY } from './define-workflow.js';
 export type { Workflow, WorkflowOptions, TurnHandler, TurnReturn, PayloadTypesCheck } from './define-workflow.js';
 export type { TurnContext, StepFn, StepOptions, Suspension, ExitForRecovery, CancelKind, StartChildOptions, ChildHandle, WaitOptions, WaitResult } from './context.js';
 export type { Json, JsonValue, NotJson, PayloadMode, Payloadable } from './json.js';
-export { TerminalError, RetryAfterError, isTurnlogError } from '../errors.js';
+export { TerminalError, RetryAfterError, isTurnlogError, ChildFailedError } from '../errors.js';

@@ -355,6 +355,24 @@ describe('ProcessExecutor: broken workers', () => {
     expect(out.wokeAt).toBeGreaterThanOrEqual(timers[0]!.type === 'TimerStarted' ? timers[0]!.fireAt : Infinity);
   });
 
+  it('ctx.startChild and child.result() in a worker: after the worker dies mid-await, attempt 2 finds the same children and records each outcome once', async () => {
+    const engine = await open(executor());
+    const h = await engine.start(fixtures.childParentThenCrash, null, { taskId: 'iso-parent' });
+    expect(await h.result()).toEqual({ attempt: 2, notes: ['notes on wind', 'notes on solar'] });
+    const events = await engine.history('iso-parent');
+    expect(of(events, 'WorkerCrashed')).toMatchObject([{ attempt: 1, exitCode: 3 }]);
+    expect(of(events, 'ChildStarted')).toMatchObject([
+      { seq: 1, childId: 'iso-parent/c1.1', workflow: 'iso-child-researcher', detached: false },
+      { seq: 2, childId: 'iso-parent/c1.2', workflow: 'iso-child-researcher', detached: true },
+    ]);
+    expect(of(events, 'ChildEnded')).toMatchObject([
+      { seq: 3, childId: 'iso-parent/c1.1', status: 'completed' },
+      { seq: 4, childId: 'iso-parent/c1.2', status: 'completed' },
+    ]);
+    expect((await engine.history('iso-parent/c1.2'))[0]).toMatchObject({ type: 'TaskCreated', parent: { taskId: 'iso-parent', turn: 1, seq: 2, detached: true } });
+    expect((await engine.list()).tasks.map((t) => t.taskId).sort()).toEqual(['iso-parent', 'iso-parent/c1.1', 'iso-parent/c1.2']);
+  });
+
   it('replays a step recorded before a crash instead of running it again', async () => {
     const engine = await open(executor());
     const h = await engine.start(fixtures.stepThenCrash, null);
