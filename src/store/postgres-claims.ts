@@ -1,13 +1,16 @@
 /**
- * The PostgreSQL store's claim of due work (docs/scale-out.md#due-claims): the due tasks'
- * summaries are locked `FOR UPDATE SKIP LOCKED` and each gets a row in `due_claims` (migration 5)
- * that expires `claimMs` after the database clock, so engines claiming at once get disjoint tasks.
+ * The PostgreSQL store's claims, for many engines on one schema: orphaned turns get this engine's
+ * lease (docs/scale-out.md#orphans), other due work a row in `due_claims` (migration 5) that
+ * expires `claimMs` after the database clock (#due-claims). Both lock the summaries
+ * `FOR UPDATE SKIP LOCKED`, so engines claiming at once get disjoint tasks.
  */
 import { invalidArgument } from '../errors.js';
+import type { Lease } from '../history/events.js';
 import type { ClaimRequest, DueBatch, DueReason } from './history-store.js';
 import { checkClaim } from './due-work.js';
 import type { SqlClient } from './postgres-migrations.js';
-import { DB_NOW } from './postgres-rows.js';
+import { DB_NOW, LEASE_UPSERT, toLease, type LeaseRow } from './postgres-rows.js';
+import { applyClaim, type TaskHead } from './task-head.js';
 
 
 /** A claim's default duration when the request names none. */
@@ -77,4 +80,66 @@ export async function claimDue(c: SqlClient, s: string, request: ClaimRequest): 
 export async function releaseDue(c: SqlClient, s: string, taskIds: readonly string[], instance: string): Promise<void> {
   if (taskIds.length === 0) return;
   await c.query(`DELETE FROM ${s}.due_claims WHERE task_id = ANY($1::text[]) AND instance = $2`, [[...taskIds], instance]);
+}
+
+/** What {@link PostgresHistoryStore.claimOrphans} claims, and for whom. */
+export interface OrphanClaim {
+  owner: string;
+  instance: string;
+  /** The claimed lease's duration, from the database clock at the claim. */
+  durationMs: number;
+  /** At most this many tasks (the engine's free turn slots). */
+  limit: number;
+}
+
+/** A task claimed by {@link PostgresHistoryStore.claimOrphans}: its new lease and the dead one it replaced. */
+export interface ClaimedOrphan {
+  taskId: string;
+  lease: Lease;
+  previous?: Lease;
+}
+
+/** Claims orphans in the transaction `c` (schema `s` quoted); see PostgresHistoryStore.claimOrphans. */
+export async function claimOrphans(c: SqlClient, s: string, request: OrphanClaim): Promise<ClaimedOrphan[]> {
+  const locked = await c.query(`${recoverableSql(s)} LIMIT $1 FOR UPDATE OF s SKIP LOCKED`, [request.limit]);
+  const ids = locked.rows.map((r: { task_id: string }) => r.task_id);
+  if (ids.length === 0) return [];
+  // Re-read under the locks: a renewal committed after this transaction's first snapshot counts.
+  const heads = await c.query(
+    `SELECT s.task_id, s.max_generation, row_to_json(l) AS l, ${DB_NOW} AS now FROM ${s}.summaries s
+       LEFT JOIN (SELECT task_id, owner, instance, generation, expires_at FROM ${s}.leases) l ON l.task_id = s.task_id
+      WHERE s.task_id = ANY($1::text[]) ORDER BY s.task_id`,
+    [ids],
+  );
+  const out: ClaimedOrphan[] = [];
+  for (const r of heads.rows as { task_id: string; max_generation: number; l: LeaseRow | null; now: number }[]) {
+    const previous = r.l ? toLease(r.l) : undefined;
+    const head: TaskHead = { lastEventId: 0, maxGeneration: Number(r.max_generation), lease: previous, summary: undefined };
+    const req = { owner: request.owner, instance: request.instance, durationMs: request.durationMs, now: Number(r.now) };
+    try {
+      const lease = applyClaim(r.task_id, head, req, true);
+      out.push(previous ? { taskId: r.task_id, lease, previous } : { taskId: r.task_id, lease });
+    } catch {
+      // Renewed meanwhile (LeaseHeldError): its holder is alive, leave it.
+    }
+  }
+  if (out.length) {
+    await c.query(
+      `INSERT INTO ${s}.leases (task_id, owner, instance, generation, expires_at)
+       SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[])${LEASE_UPSERT}`,
+      [out.map((o) => o.taskId), out.map((o) => o.lease.owner), out.map((o) => o.lease.instance), out.map((o) => o.lease.generation), out.map((o) => o.lease.expiresAt)],
+    );
+  }
+  return out;
+}
+
+/**
+ * The recoverable tasks, in id order. Index-backed: the partial index of in-progress summaries
+ * finds them, the leases' primary key joins (test: "listRecoverable is index-backed"). The engine
+ * claims orphans with `claimOrphans` (`FOR UPDATE SKIP LOCKED`) instead; this stays for tools.
+ */
+export function recoverableSql(s: string): string {
+  return `SELECT s.task_id FROM ${s}.summaries s LEFT JOIN ${s}.leases l ON l.task_id = s.task_id
+       WHERE s.status = 'in_progress' AND (l.task_id IS NULL OR l.expires_at <= ${DB_NOW})
+       ORDER BY s.task_id`;
 }

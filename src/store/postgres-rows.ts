@@ -14,6 +14,9 @@ const OUTCOMES: readonly TaskOutcome[] = ['succeeded', 'failed', 'cancelled', 't
 // The database clock in ms, as bigint so comparisons with leases.expires_at can use its index.
 export const DB_NOW = `floor(extract(epoch from clock_timestamp()) * 1000)::bigint`;
 
+export const LEASE_UPSERT = ` ON CONFLICT (task_id) DO UPDATE SET owner = EXCLUDED.owner, instance = EXCLUDED.instance,
+  generation = EXCLUDED.generation, expires_at = EXCLUDED.expires_at`;
+
 /** A summaries row as row_to_json gives it (bigints as JSON numbers). */
 export interface SummaryRow {
   task_id: string;

@@ -28,12 +28,14 @@ import type {
 } from './history-store.js';
 import { checkTaskId } from './keys.js';
 import { checkClaim } from './due-work.js';
-import { claimDue, releaseDue } from './postgres-claims.js';
+import { claimDue, claimOrphans, recoverableSql, releaseDue, type ClaimedOrphan, type OrphanClaim } from './postgres-claims.js';
 import { acquireSlot, releaseSlot, renewSlots } from './postgres-limits.js';
+
+export { recoverableSql, type ClaimedOrphan, type OrphanClaim } from './postgres-claims.js';
 import { decodeCursor, encodeCursor, pageLimit, iterateInPages, readBounds } from './paging.js';
 import { Batcher } from './batcher.js';
 import { PgListener, encodeNotice, noticeChannel } from './postgres-listener.js';
-import { CONNECTION_TRIES, ClockFrame, DB_NOW, asBuffer, guard, isConnectionLoss, loadPg, quoteLiteral, redact, toLease, toSummary, unavailable, type LeaseRow, type SummaryRow } from './postgres-rows.js';
+import { CONNECTION_TRIES, ClockFrame, DB_NOW, LEASE_UPSERT, asBuffer, guard, isConnectionLoss, loadPg, quoteLiteral, redact, toLease, toSummary, unavailable, type LeaseRow, type SummaryRow } from './postgres-rows.js';
 
 export { isConnectionLoss, quoteLiteral } from './postgres-rows.js';
 import { appliedVersions, migrate, migrationGap, quoteSchema, unknownMigrationsError, type SqlClient } from './postgres-migrations.js';
@@ -49,23 +51,6 @@ export interface PgPoolLike {
   connect(): Promise<PgClientLike>;
   query(text: string, values?: unknown[]): Promise<{ rows: any[]; rowCount: number | null }>;
   end(): Promise<void>;
-}
-
-/** What {@link PostgresHistoryStore.claimOrphans} claims, and for whom. */
-export interface OrphanClaim {
-  owner: string;
-  instance: string;
-  /** The claimed lease's duration, from the database clock at the claim. */
-  durationMs: number;
-  /** At most this many tasks (the engine's free turn slots). */
-  limit: number;
-}
-
-/** A task claimed by {@link PostgresHistoryStore.claimOrphans}: its new lease and the dead one it replaced. */
-export interface ClaimedOrphan {
-  taskId: string;
-  lease: Lease;
-  previous?: Lease;
 }
 
 /** Options of {@link createPostgresStore}. Give `connectionString` or `pool`. */
@@ -112,9 +97,6 @@ const SUMMARY_UPSERT = ` ON CONFLICT (task_id) DO UPDATE SET workflow = EXCLUDED
   status = EXCLUDED.status, outcome = EXCLUDED.outcome, last_event_id = EXCLUDED.last_event_id,
   max_generation = EXCLUDED.max_generation, turn = EXCLUDED.turn, queued = EXCLUDED.queued,
   last_input_id = EXCLUDED.last_input_id, created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at`;
-const LEASE_UPSERT = ` ON CONFLICT (task_id) DO UPDATE SET owner = EXCLUDED.owner, instance = EXCLUDED.instance,
-  generation = EXCLUDED.generation, expires_at = EXCLUDED.expires_at`;
-
 /** A task's head read under row locks, with the database's clock at that moment. */
 interface LockedHead {
   head: TaskHead;
@@ -260,6 +242,7 @@ export class PostgresHistoryStore implements HistoryStore {
     const pool = this.#pool;
     if (!pool) throw this.#closedError();
     const client = await pool.connect();
+    guard(client);
     try {
       return await migrate(client, this.schema);
     } finally {
@@ -274,6 +257,7 @@ export class PostgresHistoryStore implements HistoryStore {
 
   async #checkSchema(): Promise<void> {
     const client = await this.#pool!.connect();
+    guard(client);
     try {
       const gap = migrationGap((await appliedVersions(client, this.schema)) ?? []);
       if (gap.unknown.length > 0) throw unknownMigrationsError(this.schema, gap.unknown);
@@ -897,47 +881,15 @@ export class PostgresHistoryStore implements HistoryStore {
 
   /**
    * Claims up to `limit` orphaned tasks (in progress, lease missing or expired on the database
-   * clock) for `instance`: the summaries are locked `FOR UPDATE SKIP LOCKED`, so engines claiming
-   * at once get disjoint tasks, and each claimed task gets this instance's lease (generation + 1).
-   * Returns each task with the lease it had, so the engine can record the takeover.
+   * clock) for `instance`, `FOR UPDATE SKIP LOCKED` (postgres-claims.ts): engines claiming at once
+   * get disjoint tasks, each with this instance's lease (generation + 1) and the one it replaced.
    */
   async claimOrphans(request: OrphanClaim): Promise<ClaimedOrphan[]> {
     this.#checkedPool();
     if (!Number.isInteger(request.limit) || request.limit < 1) {
       throw invalidArgument(`claimOrphans limit ${String(request.limit)} must be a positive integer.`);
     }
-    return this.#tx(async (c) => {
-      const locked = await c.query(`${recoverableSql(this.#s)} LIMIT $1 FOR UPDATE OF s SKIP LOCKED`, [request.limit]);
-      const ids = locked.rows.map((r: { task_id: string }) => r.task_id);
-      if (ids.length === 0) return [];
-      // Re-read under the locks: a renewal committed after this transaction's first snapshot counts.
-      const heads = await c.query(
-        `SELECT s.task_id, s.max_generation, row_to_json(l) AS l, ${DB_NOW} AS now FROM ${this.#s}.summaries s
-           LEFT JOIN (SELECT task_id, owner, instance, generation, expires_at FROM ${this.#s}.leases) l ON l.task_id = s.task_id
-          WHERE s.task_id = ANY($1::text[]) ORDER BY s.task_id`,
-        [ids],
-      );
-      const out: ClaimedOrphan[] = [];
-      for (const r of heads.rows as { task_id: string; max_generation: number; l: LeaseRow | null; now: number }[]) {
-        const previous = r.l ? toLease(r.l) : undefined;
-        const head: TaskHead = { lastEventId: 0, maxGeneration: Number(r.max_generation), lease: previous, summary: undefined };
-        const req = { owner: request.owner, instance: request.instance, durationMs: request.durationMs, now: Number(r.now) };
-        try {
-          const lease = applyClaim(r.task_id, head, req, true);
-          out.push(previous ? { taskId: r.task_id, lease, previous } : { taskId: r.task_id, lease });
-        } catch {
-          // Renewed meanwhile (LeaseHeldError): its holder is alive, leave it.
-        }
-      }
-      if (out.length) {
-        await c.query(
-          `INSERT INTO ${this.#s}.leases (task_id, owner, instance, generation, expires_at)
-           SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[])${LEASE_UPSERT}`,
-          [out.map((o) => o.taskId), out.map((o) => o.lease.owner), out.map((o) => o.lease.instance), out.map((o) => o.lease.generation), out.map((o) => o.lease.expiresAt)],
-        );
-      }
-      return out;
-    });
+    return this.#tx((c) => claimOrphans(c, this.#s, request));
   }
 
   /** Group-commit counters: batches written and appends in them (0 and 0 with `groupCommit: false`). */
@@ -949,7 +901,6 @@ export class PostgresHistoryStore implements HistoryStore {
   onCommit(listener: (appends: number) => void): () => void {
     return this.#batcher?.listen(listener) ?? (() => undefined);
   }
-
 
   /** How many times the LISTEN connection has connected (1, then one more per reconnect). */
   listenerConnects(): number {
@@ -971,15 +922,4 @@ export class PostgresHistoryStore implements HistoryStore {
     const rows = await this.#query(`SELECT ${DB_NOW} AS now`, []);
     return Number(rows[0].now);
   }
-}
-
-/**
- * The recoverable tasks, in id order. Index-backed: the partial index of in-progress summaries
- * finds them, the leases' primary key joins (test: "listRecoverable is index-backed"). The engine
- * claims orphans with `claimOrphans` (`FOR UPDATE SKIP LOCKED`) instead; this stays for tools.
- */
-export function recoverableSql(s: string): string {
-  return `SELECT s.task_id FROM ${s}.summaries s LEFT JOIN ${s}.leases l ON l.task_id = s.task_id
-       WHERE s.status = 'in_progress' AND (l.task_id IS NULL OR l.expires_at <= ${DB_NOW})
-       ORDER BY s.task_id`;
 }

@@ -114,7 +114,8 @@ describePg('many engines on one PostgreSQL schema', () => {
   it('the LISTEN connection reconnects after the server drops it (pg_terminate_backend), and notices flow again', async () => {
     const { engines: [a, b], stores } = await engines(2);
     const listenerPids = await withClient(async (c) => {
-      const r = await c.query(`SELECT pid FROM pg_stat_activity WHERE query LIKE 'LISTEN%' AND datname = current_database()`);
+      // Only this schema's listeners: other runs on the same server (other worktrees) keep theirs.
+      const r = await c.query(`SELECT pid FROM pg_stat_activity WHERE query = $1 AND datname = current_database()`, [`LISTEN "${stores[0]!.channel}"`]);
       return r.rows.map((x: { pid: number }) => x.pid);
     });
     expect(listenerPids.length).toBeGreaterThanOrEqual(2);

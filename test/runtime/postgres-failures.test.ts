@@ -100,7 +100,10 @@ describePg('PostgreSQL failures across engines (real processes, real signals)', 
         return sum;
       },
     });
-    const store = createPostgresStore({ connectionString: `${PG_URL}${PG_URL.includes('?') ? '&' : '?'}application_name=turnlog_victim`, schema, max: 6 });
+    // The victim's sessions by a name of this run only: a run beside it (another worktree on the
+    // same server) must not have its connections terminated too.
+    const victim = `turnlog_victim_${schema.slice(-8)}`;
+    const store = createPostgresStore({ connectionString: `${PG_URL}${PG_URL.includes('?') ? '&' : '?'}application_name=${victim}`, schema, max: 6 });
     cleanups.push(() => store.close());
     const engine = await Engine.open({ store, workflows: [chat], logger: silentLogger, owner: 'victim', instance: 'victim-1', leaseMs: 5_000, scanIntervalMs: 200 });
     cleanups.push(() => engine.shutdown({ graceMs: 100 }));
@@ -110,7 +113,7 @@ describePg('PostgreSQL failures across engines (real processes, real signals)', 
     const killer = (async () => {
       for (let k = 0; k < 3; k++) {
         await new Promise((r) => setTimeout(r, 150));
-        const res = await withClient((c) => c.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'turnlog_victim'`));
+        const res = await withClient((c) => c.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = $1`, [victim]));
         terminated += res.rowCount ?? 0;
       }
     })();
