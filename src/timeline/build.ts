@@ -8,6 +8,7 @@ import { isTurnTerminal } from '../history/events.js';
 import { decide, explainDecision, fold } from '../replay/index.js';
 import type { Decision } from '../replay/index.js';
 import type { PayloadConverter } from '../history/payload.js';
+import { lineage, type LineageView } from './lineage.js';
 import { describeEvent, eventToDisplayJSON, failureText, payloadToJSON, type PayloadJSON } from './format.js';
 
 /** One attempt of a turn in `show --json`. */
@@ -220,6 +221,8 @@ export interface TaskTimeline {
   queued: { inputId: string; eventId: number; time: number; steering: boolean; input: PayloadJSON }[];
   /** What an engine would do now, with the rule (`turnlog why`); null when the history cannot be folded. */
   decision: { decision: Decision; explanation: string } | null;
+  /** The task's parent and children (docs/children.md). */
+  lineage: LineageView;
 }
 
 /**
@@ -238,5 +241,5 @@ export function taskTimeline(task: TaskSummary, events: readonly HistoryEvent[],
   } catch {
     // A history that cannot be folded still has its timeline; the page says why via task.corrupt.
   }
-  return { task, turns, timeline, recoveries: recoveries(task.taskId, events), events: events.map((e) => eventToDisplayJSON(e, converter)), queued, decision };
+  return { task, turns, timeline, recoveries: recoveries(task.taskId, events), events: events.map((e) => eventToDisplayJSON(e, converter)), queued, decision, lineage: lineage(events) };
 }

@@ -10,6 +10,7 @@ import { fold } from '../../replay/index.js';
 import { positiveInt, printJSON, printText, printedError, readableEvents, requireTask, withStore } from '../context.js';
 import { duration, isoTime, offset, payloadPreview, payloadToJSON, table, terminalWord } from '../format.js';
 import { buildTimeline, type TurnView } from '../../timeline/build.js';
+import { lineage, lineageLines } from '../../timeline/lineage.js';
 import { statusText } from './list.js';
 
 function outcomeText(t: TurnView): string {
@@ -87,13 +88,14 @@ export function registerShow(program: Command): void {
             turns,
             queued: queue.map((q) => ({ inputId: q.inputId, eventId: q.eventId, time: q.time, steering: q.steering, input: payloadToJSON(q.input, g.pipeline.converter) })),
             timeline,
+            lineage: lineage(events),
           });
           // The document holds the error (`corrupt`); exit 1 without a second document.
           if (failure !== undefined) throw printedError(failure);
           return;
         }
         const start = summary.createdAt;
-        const parts = [header(summary, corrupt, failure !== undefined)];
+        const parts = [[header(summary, corrupt, failure !== undefined), ...lineageLines(lineage(events))].join('\n')];
         if (turns.length > 0) {
           const rows = turns.map((t) => [
             String(t.turn),
