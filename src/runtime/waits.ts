@@ -131,6 +131,9 @@ export class Waits {
       const call = ot.calls[w.seq - 1];
       if (call?.kind !== 'wait') throw new TurnlogError('TURNLOG_NON_DETERMINISM', `Task ${t.id}, turn ${ot.turn}: call ${w.seq} is not a recorded wait.`);
       if (call.ended) return this.#decoded(call.ended);
+      // A timed-out or cancelled turn's handler has stopped waiting (ctx.signal aborted) and is
+      // never re-run: ending the wait now would take a signal nobody sees. It stays buffered.
+      if (ot.marker !== undefined || ot.cancelRequested !== undefined) return undefined;
       const draft = waitEndDraft(t.state!, w.seq, this.#rt.clock.now());
       if (!draft) return undefined;
       try {

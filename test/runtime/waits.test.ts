@@ -264,3 +264,47 @@ describe('waits on LevelDB', () => {
     }
   });
 });
+
+describe('a wait the handler gave up on', () => {
+  it('a signal arriving in the timeout grace, after the handler stopped waiting, stays buffered for the next turn', async () => {
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const wf = defineWorkflow({
+      name: 'grace-waiter',
+      kind: 'multi-turn',
+      turnTimeoutMs: HOUR,
+      graceMs: HOUR,
+      turn: async (ctx, text: string) => {
+        if (text === 'first') {
+          try {
+            await ctx.waitFor('go');
+            return ctx.suspend('took it', 'took it');
+          } catch {
+            await gate; // in the grace: the handler no longer waits
+            return ctx.suspend('gave up', 'gave up');
+          }
+        }
+        const r = await ctx.waitFor<string>('go', { timeoutMs: HOUR });
+        return ctx.suspend('done', r.ok ? r.value : 'timeout');
+      },
+    });
+    const t = await createTestEngine({ workflows: [wf] });
+    try {
+      const started = appended(t.engine, 'g1', 'WaitStarted');
+      const marker = appended(t.engine, 'g1', 'TimeoutCancelRequested');
+      const h = await t.engine.start(wf, 'first', { taskId: 'g1' });
+      await started;
+      await t.advance(HOUR);
+      await marker;
+      await t.engine.signal('g1', 'go', 'approved late');
+      release();
+      expect(await h.result()).toBe('gave up');
+      expect((await t.history('g1')).some((e) => e.type === 'WaitEnded')).toBe(false);
+      expect(fold('g1', await t.history('g1')).signals?.map((s) => s.name)).toEqual(['go']);
+      await h.send('second');
+      expect(await h.result()).toBe('approved late');
+    } finally {
+      await t.close();
+    }
+  });
+});
