@@ -100,7 +100,9 @@ export class Supervisor {
           if (isStale(err)) return this.fence(t, err);
           active.renewFailures++;
           this.#rt.log.warn('lease renewal failed', { taskId: t.id, failures: active.renewFailures, error: err });
-          if (active.renewFailures >= 3) this.cancelAttempt(active, 'cancel', 'lease lost: three renewals failed');
+          // A shared store: the lease watch stops the attempt when the lease may have expired, writing
+          // nothing; a cancel here would end the turn as cancelled, never to run again (DESIGN 7).
+          if (active.renewFailures >= 3 && this.#rt.store.supports.exclusive) this.cancelAttempt(active, 'cancel', 'lease lost: three renewals failed');
         }
       }).finally(() => {
         // Shared store: a failed renewal is retried sooner, before the watch would lapse the lease.
