@@ -165,6 +165,12 @@ export class Driver {
           this.#starting++;
           try {
             await this.#startAttempt(t, decision, pending, preview);
+          } catch (err) {
+            // The store's clock said the other instance's lease is live though ours said expired
+            // (lease time is the store's, DESIGN 12): queue the input as above and look again later.
+            if (decision.kind !== 'start-turn' || !this.#foreignLease(t) || !isTurnlogError(err, 'TURNLOG_LEASE_HELD')) throw err;
+            if (pending.length) await this.#appender.append(t, pending);
+            this.#waitUntil(t.id, this.#rt.clock.now() + this.#rt.leaseMs);
           } finally {
             this.#starting--;
           }
