@@ -423,7 +423,8 @@ function historyCompacted(s: TaskState, e: Extract<HistoryEvent, { type: 'Histor
 
 /** The migration hook's recorded result replaces the state (docs/versioning.md#state-migrations). */
 function stateMigrated(s: TaskState, e: Extract<HistoryEvent, { type: 'StateMigrated' }>): void {
-  if (s.openTurn?.attemptRunning) fail(s, e, 'state-migrated', `turn ${s.openTurn.turn} attempt ${s.openTurn.attempt} is running; a migration comes before an attempt starts`);
+  // An open turn whose attempt still looks running here is a re-run after its engine died (nothing
+  // recorded that attempt's end): the driver writes a migration only just before a TurnStarted.
   if (e.toVersion <= e.fromVersion) fail(s, e, 'state-migrated', `version ${e.fromVersion} → ${e.toVersion} does not go up`);
   // Unknown (a snapshot from before state versions) is not checked.
   if (s.stateVersion !== undefined && s.stateVersion !== e.fromVersion) fail(s, e, 'state-migrated', `migrates from version ${e.fromVersion}, but the state is of version ${s.stateVersion}`);
