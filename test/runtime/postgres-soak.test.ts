@@ -16,21 +16,11 @@ import { ensureBuilt } from '../cli/run-cli.js';
 import { PG_URL, describePg, dropSchema, uniqueSchema } from '../helpers/postgres.js';
 import { until } from '../helpers/processes.js';
 import { checkSoakHistory } from '../helpers/soak-checker.js';
+import { seededRandom } from '../../src/testing/random.js';
 
 const HOST = fileURLToPath(new URL('../../dist/test/fixtures/children/pg-soak-host.js', import.meta.url));
 const LEASE_MS = 2_000;
 
-/** mulberry32: a seeded PRNG, so a failing run can be replayed. */
-function prng(seed: number): () => number {
-  let a = seed >>> 0;
-  return () => {
-    a = (a + 0x6d2b79f5) >>> 0;
-    let t = a;
-    t = Math.imul(t ^ (t >>> 15), t | 1);
-    t ^= t + Math.imul(t ^ (t >>> 7), t | 61);
-    return ((t ^ (t >>> 14)) >>> 0) / 4294967296;
-  };
-}
 
 /** The child engine: commands in on stdin, answers out on stdout; a kill answers every pending one `lost`. */
 class ChildEngine {
@@ -83,7 +73,7 @@ describePg('soak: three engines, kills, cancels and sends on one PostgreSQL sche
     ensureBuilt();
     const schema = uniqueSchema('turnlog_soak');
     cleanups.push(() => dropSchema(schema));
-    const rnd = prng(20261202);
+    const rnd = seededRandom(20261202);
     const pick = <T>(xs: readonly T[]): T => xs[Math.floor(rnd() * xs.length)]!;
 
     const engines: Engine[] = [];
