@@ -59,12 +59,25 @@ export class Waits {
     if (!waits) this.#pending.set(t, (waits = new Map()));
     waits.set(seq, { active, seq, promise, resolve, reject });
     const call = t.state?.openTurn?.calls[seq - 1];
-    if (call?.kind === 'wait' && call.deadline !== undefined) {
-      const delay = Math.max(0, call.deadline - this.#rt.clock.now());
-      active.timers.push(this.#rt.clock.setTimer(() => void this.#settle(t), delay));
-    }
+    if (call?.kind === 'wait' && call.deadline !== undefined) this.#arm(t, active, call.deadline);
     void this.#settle(t);
     return promise;
+  }
+
+  /**
+   * Settles the task's waits at `deadline`. Node can fire a timer a millisecond before Date.now()
+   * reads its due time; the wait would then see nothing due and never be checked again (1 in 40
+   * runs of the wait crash matrix hung until the turn timed out), so an early timer arms again.
+   */
+  #arm(t: TaskEntry, active: ActiveAttempt, deadline: number): void {
+    const delay = Math.max(0, deadline - this.#rt.clock.now());
+    active.timers.push(
+      this.#rt.clock.setTimer(() => {
+        if (active.finalized) return;
+        if (this.#rt.clock.now() < deadline) this.#arm(t, active, deadline);
+        else void this.#settle(t);
+      }, delay),
+    );
   }
 
   /** After every append to a task (this engine's or, re-read, another writer's): a signal may end a wait. */
