@@ -26,18 +26,16 @@ export const systemClock: Clock = {
   setTimer(fn, ms, options) {
     const at = Date.now() + Math.max(0, ms);
     let t: NodeJS.Timeout;
-    // Node's setTimeout fires at once (with a warning) past 2^31-1 ms (~24.8 days), and it can
-    // fire a millisecond before Date.now() reads the due time (its timers run on a monotonic
-    // clock and round). Either way a caller that checks `now() >= deadline` when called would see
-    // nothing due and never be called again (a wait's timeout hung until the turn timed out).
-    // So the timer re-arms until Date.now() has reached the due time, in chunks the API honours.
+    // Node's setTimeout fires at once (with a warning) past 2^31-1 ms (~24.8 days): a long
+    // sleep or a far deliverAt would fire early. Wait in chunks and re-arm until due.
     const arm = (): void => {
-      t = setTimeout(tick, Math.min(Math.max(0, at - Date.now()), MAX_TIMEOUT_MS));
+      const left = at - Date.now();
+      if (left > MAX_TIMEOUT_MS) {
+        t = setTimeout(arm, MAX_TIMEOUT_MS);
+      } else {
+        t = setTimeout(fn, Math.max(0, left));
+      }
       if (options?.background) t.unref();
-    };
-    const tick = (): void => {
-      if (Date.now() < at) arm();
-      else fn();
     };
     arm();
     return { cancel: () => clearTimeout(t) };

@@ -44,17 +44,3 @@ it('a short system-clock timer fires once after its delay', () => {
   vi.advanceTimersByTime(1000);
   expect(count).toBe(1);
 });
-
-it('a system-clock timer that Node fires before Date.now() reads its due time waits the rest (a wait timeout hung)', () => {
-  vi.useFakeTimers();
-  const start = Date.now();
-  const fired: number[] = [];
-  systemClock.setTimer(() => fired.push(Date.now() - start), 150);
-  // The wall clock lags the timer clock by 2 ms, as when setTimeout rounds down.
-  vi.setSystemTime(start - 2);
-  vi.advanceTimersByTime(150);
-  expect(fired).toEqual([]);
-  vi.advanceTimersByTime(2);
-  expect(fired).toEqual([150]);
-  expect(vi.getTimerCount()).toBe(0);
-});
