@@ -271,7 +271,8 @@ describe('step timeoutMs and RetryAfterError', () => {
       await t.advance(5_000);
       expect(aborted).toHaveLength(1);
       expect(isTurnlogError(aborted[0], 'TURNLOG_STEP_TIMED_OUT')).toBe(true);
-      await t.advance(100);
+      // The 100 ms backoff carries the default ±20% jitter: at most 120 ms.
+      await t.advance(120);
       expect(await h.result()).toBe('second try');
     } finally {
       await t.close();
