@@ -22,17 +22,20 @@ describePg('a send through another engine while a stopped engine still leases th
     for (const c of cleanups.splice(0).reverse()) await c().catch(() => undefined);
   });
 
+  /** Engine `i` on `schema`, with a short lease; closed after the test. */
+  async function openEngine(schema: string, i: number, scanIntervalMs: number | undefined) {
+    const store = createPostgresStore({ connectionString: PG_URL, schema, max: 4 });
+    cleanups.push(() => store.close());
+    const engine = await Engine.open({ store, workflows: [echo], logger: silentLogger, owner: `engine-${i}`, instance: `instance-${i}`, ...(scanIntervalMs === undefined ? {} : { scanIntervalMs }), leaseMs: 1_500 });
+    cleanups.push(() => engine.shutdown({ graceMs: 200 }));
+    return { engine, store };
+  }
+
   for (const scanIntervalMs of [0, undefined]) {
     it(`runs once the lease expires (scanIntervalMs ${scanIntervalMs ?? 'default'})`, async () => {
       const schema = uniqueSchema('turnlog_idle_dead');
       cleanups.push(() => dropSchema(schema));
-      const open = async (i: number) => {
-        const store = createPostgresStore({ connectionString: PG_URL, schema, max: 4 });
-        cleanups.push(() => store.close());
-        const engine = await Engine.open({ store, workflows: [echo], logger: silentLogger, owner: `engine-${i}`, instance: `instance-${i}`, ...(scanIntervalMs === undefined ? {} : { scanIntervalMs }), leaseMs: 1_500 });
-        cleanups.push(() => engine.shutdown({ graceMs: 200 }));
-        return { engine, store };
-      };
+      const open = (i: number) => openEngine(schema, i, scanIntervalMs);
       const a = await open(0);
       const h = await a.engine.start(echo, 'one', { taskId: 'idle-dead' });
       expect(await h.nextTurn()).toMatchObject({ status: 'completed', output: '1:one' });
@@ -51,13 +54,7 @@ describePg('a send through another engine while a stopped engine still leases th
     it(`a third engine runs it when the sender stopped too (scanIntervalMs ${scanIntervalMs ?? 'default'})`, async () => {
       const schema = uniqueSchema('turnlog_idle_dead3');
       cleanups.push(() => dropSchema(schema));
-      const open = async (i: number) => {
-        const store = createPostgresStore({ connectionString: PG_URL, schema, max: 4 });
-        cleanups.push(() => store.close());
-        const engine = await Engine.open({ store, workflows: [echo], logger: silentLogger, owner: `engine-${i}`, instance: `instance-${i}`, ...(scanIntervalMs === undefined ? {} : { scanIntervalMs }), leaseMs: 1_500 });
-        cleanups.push(() => engine.shutdown({ graceMs: 200 }));
-        return { engine, store };
-      };
+      const open = (i: number) => openEngine(schema, i, scanIntervalMs);
       const a = await open(0);
       const h = await a.engine.start(echo, 'one', { taskId: 'idle-dead3' });
       expect(await h.nextTurn()).toMatchObject({ status: 'completed', output: '1:one' });
