@@ -1,7 +1,8 @@
 /**
  * The soak test's checker (test/runtime/postgres-soak.test.ts): what must hold of every history
- * after engines were killed, turns cancelled and inputs sent through any engine. Returns the
- * problems found, each naming the task and the event; empty when the history is sound.
+ * after engines were killed, turns cancelled and inputs sent through any engine, and of the step
+ * bodies that ran (logged by the engine processes). Returns the problems found, each naming the
+ * task and the event; empty when the history is sound.
  */
 import type { HistoryEvent } from '../../src/history/events.js';
 import { isTurnTerminal } from '../../src/history/events.js';
@@ -13,9 +14,18 @@ export interface SoakInputs {
   accepted: readonly string[];
   /** Inputs whose send's answer was lost (the engine was killed): queued at most once. */
   uncertain: readonly string[];
+  /** Check the step runs given (they were logged for this task). */
+  checkRuns?: boolean;
 }
 
-export function checkSoakHistory(taskId: string, events: readonly HistoryEvent[], inputs: SoakInputs): string[] {
+/** A step body that ran (logged before it ran): its turn, name and the attempt that ran it. */
+export interface SoakStepRun {
+  turn: number;
+  name: string;
+  attempt: number;
+}
+
+export function checkSoakHistory(taskId: string, events: readonly HistoryEvent[], inputs: SoakInputs, runs: readonly SoakStepRun[] = []): string[] {
   const problems: string[] = [];
   const at = (e: HistoryEvent | undefined, what: string) => problems.push(`${taskId}${e ? ` event ${e.eventId} (${e.type})` : ''}: ${what}`);
 
@@ -60,6 +70,17 @@ export function checkSoakHistory(taskId: string, events: readonly HistoryEvent[]
     const key = `${e.turn}/${e.seq}`;
     if (steps.has(key)) at(e, `step ${key} recorded twice`);
     steps.add(key);
+  }
+
+  // Step bodies: a recorded step ran in the attempt that recorded it, and never in a later one
+  // (a later attempt replays the record). Earlier attempts may have run it and died unrecorded.
+  if (inputs.checkRuns) {
+    for (const e of events) {
+      if (e.type !== 'StepCompleted') continue;
+      const same = runs.filter((r) => r.turn === e.turn && r.name === e.name);
+      if (!same.some((r) => r.attempt === e.attempt)) at(e, `step ${e.name} of turn ${e.turn} was recorded by attempt ${e.attempt}, whose run of it was never logged`);
+      for (const r of same) if (r.attempt > e.attempt) at(e, `step ${e.name} of turn ${e.turn}, recorded by attempt ${e.attempt}, ran again in attempt ${r.attempt}`);
+    }
   }
 
   // Inputs: each accepted one queued exactly once, nothing unknown queued, each taken by at most one turn.

@@ -56,3 +56,28 @@ it('finds an input that ran in two turns', () => {
   expect(checkSoakHistory('t', h, { accepted: ['i1'], uncertain: [] })).toEqual([]);
   expect(checkSoakHistory('t', again, { accepted: ['i1'], uncertain: [] }).join('\n')).toContain('input i1 ran in turns 1,2');
 });
+
+it('finds a recorded step that ran again in a later attempt, and a record whose run was never logged', () => {
+  // sound(): turn 1's step 'think' is recorded by attempt 1, then the turn is re-run (attempt 2).
+  const h = sound();
+  const inputs = { accepted: ['i1', 'i2'], uncertain: [], checkRuns: true };
+  expect(checkSoakHistory('t', h, inputs, [{ turn: 1, name: 'think', attempt: 1 }])).toEqual([]);
+  // An earlier attempt that ran the body and died before its record is allowed.
+  const reRecorded = historyBuilder('t')
+    .created({ workflow: 'chat', kind: 'multi-turn' })
+    .input('a', { id: 'i1' })
+    .turnStarted()
+    .recovered()
+    .step('think', 1)
+    .completed('ok')
+    .build();
+  const step = reRecorded.find((e) => e.type === 'StepCompleted')!;
+  expect(step.type === 'StepCompleted' && step.attempt).toBe(2);
+  expect(checkSoakHistory('t', reRecorded, { accepted: ['i1'], uncertain: [], checkRuns: true }, [{ turn: 1, name: 'think', attempt: 1 }, { turn: 1, name: 'think', attempt: 2 }])).toEqual([]);
+  expect(checkSoakHistory('t', h, inputs, [{ turn: 1, name: 'think', attempt: 1 }, { turn: 1, name: 'think', attempt: 2 }]).join('\n')).toContain(
+    'step think of turn 1, recorded by attempt 1, ran again in attempt 2',
+  );
+  expect(checkSoakHistory('t', h, inputs, []).join('\n')).toContain('whose run of it was never logged');
+  // Without checkRuns the runs are not looked at (a history checked on its own).
+  expect(checkSoakHistory('t', h, { accepted: ['i1', 'i2'], uncertain: [] }, [])).toEqual([]);
+});
