@@ -4,6 +4,7 @@
  * Events are the same protobuf bytes the Level store keeps. Lease expiry is decided on the
  * database's clock (docs/decisions.md, docs/scale-out.md).
  */
+import { createHash } from 'node:crypto';
 import { ConcurrencyError, HistoryCorruptError, TurnlogError, invalidArgument } from '../errors.js';
 import { decodeEvent, encodeEvent } from '../history/codec.js';
 import { checkRefBytes, externalize, resolveAll } from './payload-refs.js';
@@ -34,12 +35,19 @@ import { acquireSlot, releaseSlot, renewSlots } from './postgres-limits.js';
 export { recoverableSql, type ClaimedOrphan, type OrphanClaim } from './postgres-claims.js';
 import { decodeCursor, encodeCursor, pageLimit, iterateInPages, readBounds } from './paging.js';
 import { Batcher } from './batcher.js';
-import { PgListener, encodeNotice, noticeChannel } from './postgres-listener.js';
+import { PgListener, noticeChannel } from './postgres-listener.js';
+import { Notifier } from './postgres-notifier.js';
+import { casStatement, planCas, type CasPlan } from './postgres-append.js';
 import { CONNECTION_TRIES, ClockFrame, DB_NOW, LEASE_UPSERT, asBuffer, guard, isConnectionLoss, loadPg, quoteLiteral, redact, toLease, toSummary, unavailable, type LeaseRow, type SummaryRow } from './postgres-rows.js';
 
 export { isConnectionLoss, quoteLiteral } from './postgres-rows.js';
 import { appliedVersions, migrate, migrationGap, quoteSchema, unknownMigrationsError, type SqlClient } from './postgres-migrations.js';
 import { applyAppend, applyClaim, applyRelease, applyRenew, withMark, type TaskHead } from './task-head.js';
+
+/** A `pg` client's prepared-statement form of query (a `name` is parsed once per connection). */
+interface PreparingClient {
+  query(config: { name?: string; text: string; values: unknown[] }): Promise<{ rows: any[] }>;
+}
 
 /** The `pg` PoolClient surface this store uses. */
 export interface PgClientLike extends SqlClient {
@@ -79,6 +87,12 @@ export interface PostgresStoreOptions {
    * earlier ones are being written share one transaction and one commit (docs/scale-out.md#group-commit).
    */
   groupCommit?: boolean;
+  /**
+   * Appends as named prepared statements, parsed and planned once per connection (default true;
+   * about half the server CPU of an append). False behind a pooler that cannot carry them
+   * (PgBouncer before 1.21 in transaction mode; docs/scale-out.md#connections).
+   */
+  preparedStatements?: boolean;
 }
 
 /** An append waiting for its batch. */
@@ -92,6 +106,9 @@ interface PendingAppend {
   reject(err: unknown): void;
 }
 
+
+/** Heads kept for the one-statement append (a few MB at most). */
+const HEADS_KEPT = 10_000;
 
 const SUMMARY_UPSERT = ` ON CONFLICT (task_id) DO UPDATE SET workflow = EXCLUDED.workflow, kind = EXCLUDED.kind,
   status = EXCLUDED.status, outcome = EXCLUDED.outcome, last_event_id = EXCLUDED.last_event_id,
@@ -168,6 +185,18 @@ export class PostgresHistoryStore implements HistoryStore {
   #listener: PgListener | undefined;
   /** The NOTIFY channel of this schema (docs/scale-out.md#notify). */
   readonly channel: string;
+  /** Sends the notices of committed appends, many per transaction (postgres-notifier.ts). */
+  #notifier: Notifier | undefined;
+  /**
+   * The head this store last saw of each task it wrote (lease times on the database clock): the
+   * one-statement append expects it (postgres-append.ts). Only a hint: a stale head costs the
+   * locked path, never a wrong write. Least recently written first, at most HEADS_KEPT.
+   */
+  readonly #heads = new Map<string, TaskHead>();
+  /** The one-statement append's text and prepared-statement name per shape. */
+  readonly #casNames = new Map<string, string>();
+  /** Appends written by the one-statement path and by the locked path, for the benchmark and tests. */
+  readonly appendPaths = { oneStatement: 0, locked: 0 };
 
   constructor(options: PostgresStoreOptions) {
     if (!options || (options.connectionString === undefined) === (options.pool === undefined)) {
@@ -217,6 +246,7 @@ export class PostgresHistoryStore implements HistoryStore {
     // kills the process. The failure still reaches the caller through the query that uses it.
     (pool as unknown as { on?(e: string, f: (c: object) => void): void }).on?.('connect', guard);
     this.#pool = pool;
+    this.#notifier = new Notifier(() => pool.connect(), this.channel);
     try {
       if (this.#options.migrate === false) await this.#checkSchema();
       else this.#appliedOnOpen = await this.migrate();
@@ -277,7 +307,9 @@ export class PostgresHistoryStore implements HistoryStore {
     if (this.#state !== 'open') return;
     // Writes already called finish first, as the Level store drains its group commit.
     await Promise.all([...this.#queues.values()]);
+    await this.#notifier?.drain();
     this.#state = 'closed';
+    this.#heads.clear();
     await this.#listener?.stop();
     this.#listener = undefined;
     const pool = this.#pool;
@@ -298,7 +330,7 @@ export class PostgresHistoryStore implements HistoryStore {
    * Runs `fn` in one transaction. A unique violation means a concurrent creator won the
    * insert race: retry, so the loser re-reads the head and fails with the contract's error.
    */
-  async #tx<T>(fn: (c: PgClientLike) => Promise<T>, sync = true, notices?: (out: T) => string[]): Promise<T> {
+  async #tx<T>(fn: (c: PgClientLike) => Promise<T>, sync = true): Promise<T> {
     const pool = this.#checkedPool();
     for (let attempt = 1; ; attempt++) {
       const client = await pool.connect().catch((err: unknown) => {
@@ -323,12 +355,10 @@ export class PostgresHistoryStore implements HistoryStore {
         },
         release: () => undefined,
       };
-      let notify: string[] = [];
       try {
         const out = await fn(tx);
         if (begin !== undefined) return out; // fn wrote nothing: no transaction was opened
         await client.query('COMMIT');
-        notify = notices?.(out) ?? [];
         return out;
       } catch (err) {
         await client.query('ROLLBACK').catch((e: Error) => {
@@ -338,24 +368,17 @@ export class PostgresHistoryStore implements HistoryStore {
         if (attempt < 4 && (code === '23505' || code === '40P01' || code === '40001')) continue;
         throw unavailable(err, this.location, 'a write');
       } finally {
-        if (notify.length) this.#notify(client, notify);
-        else client.release(broken);
+        client.release(broken);
       }
     }
   }
 
-  /**
-   * Sends the notices of a committed write, in a transaction of their own, after the caller has
-   * its result. PostgreSQL serializes the commits of notifying transactions database-wide: inside
-   * the write's transaction they would serialize every engine's durable commits (measured:
-   * docs/decisions.md). Unflushed (`synchronous_commit off`): a notice is a hint, the poll is the net.
-   */
-  #notify(client: PgClientLike, payloads: string[]): void {
-    const sql = `BEGIN; SET LOCAL synchronous_commit TO off; SELECT pg_notify('${this.channel}', n) FROM unnest(ARRAY[${payloads.map(quoteLiteral).join(',')}]::text[]) n; COMMIT`;
-    client.query(sql).then(
-      () => client.release(),
-      (err: Error) => client.release(err),
-    );
+  /** Remembers `head` as the task's (lease times on the database clock), or forgets the task. */
+  #remember(taskId: string, head: TaskHead | undefined): void {
+    this.#heads.delete(taskId);
+    if (!head) return;
+    this.#heads.set(taskId, head);
+    if (this.#heads.size > HEADS_KEPT) this.#heads.delete(this.#heads.keys().next().value!);
   }
 
   /**
@@ -421,10 +444,9 @@ export class PostgresHistoryStore implements HistoryStore {
     let results: (AppendResult | Error)[];
     try {
       const sync = entries.some((e) => e.options.sync ?? this.#options.sync ?? true);
-      results = await this.#tx((c) => this.#writeBatch(c, entries), sync, (out) =>
-        out.flatMap((r, i) => (r instanceof Error ? [] : [encodeNotice(entries[i]!.taskId, r.lastEventId)])),
-      );
+      results = await this.#tx((c) => this.#writeBatch(c, entries), sync);
     } catch (err) {
+      for (const e of entries) this.#remember(e.taskId, undefined);
       // The batch failed as a whole (a lost connection, a deadlock that outlived the retries):
       // each append goes again alone, and reports its own outcome (after a lost COMMIT reply, landed).
       const lost = isConnectionLoss(err);
@@ -436,7 +458,11 @@ export class PostgresHistoryStore implements HistoryStore {
       );
       return;
     }
-    results.forEach((r, i) => (r instanceof Error ? entries[i]!.reject(r) : entries[i]!.resolve(r)));
+    results.forEach((r, i) => {
+      if (r instanceof Error) return entries[i]!.reject(r);
+      this.#notifier!.add(entries[i]!.taskId, r.lastEventId);
+      entries[i]!.resolve(r);
+    });
   }
 
   /**
@@ -473,9 +499,11 @@ export class PostgresHistoryStore implements HistoryStore {
       try {
         next = applyAppend(e.taskId, clock.headToCaller(head), e.events, e.options, true);
       } catch (err) {
+        this.#remember(e.taskId, head);
         out.push(err as Error);
         continue;
       }
+      this.#remember(e.taskId, { ...next, lease: e.options.lease ? clock.leaseToDb(next.lease!) : head.lease });
       for (const x of e.events) {
         ev[0].push(e.taskId);
         ev[1].push(x.eventId);
@@ -535,13 +563,82 @@ export class PostgresHistoryStore implements HistoryStore {
     return summary ? { lastEventId: from + a.events.length - 1, summary } : undefined;
   }
 
+  /**
+   * One append: one autocommit statement when the head this store last saw still holds
+   * (postgres-append.ts), else the locked transaction, which decides on the head it reads.
+   */
+  async #appendOnce(a: Omit<PendingAppend, 'resolve' | 'reject'>): Promise<AppendResult> {
+    const sync = a.options.sync ?? this.#options.sync ?? true;
+    const plan = planCas(a.taskId, this.#heads.get(a.taskId), a.events, a.options, a.callerNow);
+    const written = plan ? await this.#casAppend(a, plan, sync) : undefined;
+    const out = written ?? (await this.#lockedAppend(a, sync));
+    this.#notifier!.add(a.taskId, out.lastEventId);
+    return out;
+  }
+
+  /** The one-statement append of `plan`; undefined (nothing written) when the head moved. */
+  async #casAppend(a: Omit<PendingAppend, 'resolve' | 'reject'>, plan: CasPlan, sync: boolean): Promise<AppendResult | undefined> {
+    const { taskId, events } = a;
+    const blobs = new Map<string, Uint8Array>();
+    const bytes = events.map((e) => encodeEvent(externalize(e, this.#refBytes, blobs)));
+    const st = casStatement(this.#s, taskId, plan, events, bytes, blobs, !sync);
+    const client = await this.#checkedPool().connect().catch((err: unknown) => {
+      throw unavailable(err, this.location, 'a write');
+    });
+    guard(client);
+    let broken: Error | undefined;
+    try {
+      const res = await (client as unknown as PreparingClient).query(
+        this.#options.preparedStatements === false ? { text: st.text, values: st.values } : { name: this.#casName(st.shape, st.text), text: st.text, values: st.values },
+      );
+      const row = res.rows[0] as { ok: boolean; now: string | number };
+      if (!row.ok) {
+        this.#remember(taskId, undefined);
+        return undefined;
+      }
+      const { next, leaseMs } = plan;
+      this.#remember(taskId, { ...next, lease: leaseMs !== undefined ? { ...next.lease!, expiresAt: Number(row.now) + leaseMs } : next.lease });
+      this.appendPaths.oneStatement++;
+      return { lastEventId: next.lastEventId, summary: { ...next.summary! } };
+    } catch (err) {
+      this.#remember(taskId, undefined);
+      // A concurrent creator's row or events: the locked path decides against them.
+      if ((err as { code?: unknown }).code === '23505') return undefined;
+      if (isConnectionLoss(err)) broken = err as Error;
+      throw unavailable(err, this.location, 'a write');
+    } finally {
+      client.release(broken);
+    }
+  }
+
+  /** A prepared statement's name per shape (the schema is in the text: one name per store and shape). */
+  #casName(shape: object, text: string): string {
+    const key = JSON.stringify(shape);
+    let name = this.#casNames.get(key);
+    if (name === undefined) {
+      name = `turnlog_append_${createHash('sha256').update(text).digest('hex').slice(0, 24)}`;
+      this.#casNames.set(key, name);
+    }
+    return name;
+  }
+
   /** One append in its own transaction (three round trips: BEGIN with the lock, the write, COMMIT). */
-  #appendOnce(a: Omit<PendingAppend, 'resolve' | 'reject'>): Promise<AppendResult> {
+  #lockedAppend(a: Omit<PendingAppend, 'resolve' | 'reject'>, sync: boolean): Promise<AppendResult> {
     const { taskId, events, options, callerNow } = a;
+    this.appendPaths.locked++;
+    let refused = false;
     return this.#tx(async (c) => {
       const locked = await this.#lockHead(c, taskId);
       const clock = new ClockFrame(locked.dbNow, callerNow);
-      const next = applyAppend(taskId, clock.headToCaller(locked.head), events, options, true);
+      let next: TaskHead;
+      try {
+        next = applyAppend(taskId, clock.headToCaller(locked.head), events, options, true);
+      } catch (err) {
+        refused = true;
+        this.#remember(taskId, locked.head);
+        throw err;
+      }
+      this.#remember(taskId, { ...next, lease: options.lease ? clock.leaseToDb(next.lease!) : locked.head.lease });
       const ids = events.map((e) => e.eventId);
       const blobs = new Map<string, Uint8Array>();
       const bytes = events.map((e) => asBuffer(encodeEvent(externalize(e, this.#refBytes, blobs))));
@@ -569,7 +666,9 @@ export class PostgresHistoryStore implements HistoryStore {
         values,
       );
       return { lastEventId: next.lastEventId, summary: { ...s } };
-    }, options.sync ?? this.#options.sync ?? true, (r) => [encodeNotice(taskId, r.lastEventId)]).catch((err: unknown) => {
+    }, sync).catch((err: unknown) => {
+      // Refused by the rules: the head read stands. Anything else: the head is unknown.
+      if (!refused) this.#remember(taskId, undefined);
       throw this.#raceError(err, taskId, options.expectedLastEventId);
     });
   }
@@ -595,10 +694,13 @@ export class PostgresHistoryStore implements HistoryStore {
     return this.#serial(taskId, () => this.#tx(async (c) => {
       const locked = await this.#lockHead(c, taskId);
       const clock = new ClockFrame(locked.dbNow, now);
+      // The head read stands (a stale one only costs an append the locked path).
+      this.#remember(taskId, locked.head);
       const next = rule(clock.headToCaller(locked.head));
       if (!next) return undefined;
       const stored = clock.leaseToDb(next);
       await this.#putLease(c, taskId, stored, locked.hasLease);
+      this.#remember(taskId, { ...locked.head, lease: stored });
       return stored;
     }));
   }
@@ -637,6 +739,7 @@ export class PostgresHistoryStore implements HistoryStore {
   async deleteTask(taskId: string): Promise<void> {
     this.#checkedPool();
     checkTaskId(taskId);
+    this.#remember(taskId, undefined);
     await this.#serial(taskId, () => this.#tx(async (c) => {
       await this.#lockHead(c, taskId);
       await this.#deleteIds(c, [taskId]);
@@ -644,6 +747,7 @@ export class PostgresHistoryStore implements HistoryStore {
   }
 
   async #deleteIds(c: SqlClient, ids: string[]): Promise<void> {
+    for (const id of ids) this.#remember(id, undefined);
     for (const table of ['events', 'payloads', 'snapshots', 'leases', 'summaries', 'corrupt_marks', 'due_claims']) {
       await c.query(`DELETE FROM ${this.#s}.${table} WHERE task_id = ANY($1::text[])`, [ids]);
     }

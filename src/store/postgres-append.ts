@@ -1,0 +1,141 @@
+/**
+ * The one-statement append of the PostgreSQL store (docs/decisions.md, "One round trip for a
+ * fenced append"): a compare-and-swap on the task's head. The store remembers the head it last
+ * saw for each task it writes; the append's rules (`applyAppend`, task-head.ts) run on that head
+ * in TypeScript, and one autocommit statement locks the summary and lease rows, checks that they
+ * still hold exactly that head, and only then writes events, payloads, summary and lease. SQL
+ * restates no rule: it compares rows. When the head moved (another engine wrote, the task is new
+ * to this store), the statement writes nothing and the store takes its locked path, which reports
+ * the contract's exact error. Pure: SQL text and values, no pool.
+ */
+import { asBuffer, DB_NOW } from './postgres-rows.js';
+import { applyAppend, type TaskHead } from './task-head.js';
+import type { AppendOptions } from './history-store.js';
+import type { HistoryEvent } from '../history/events.js';
+
+/** What the statement must do: the head it expects, the head it writes. */
+export interface CasPlan {
+  /** The head the rows must hold (lease times on the database clock; its expiry is not compared). */
+  expected: TaskHead;
+  /** The head after the append (its lease's expiry on the caller's clock). */
+  next: TaskHead;
+  /** The written lease's duration from the database's now (`options.lease`), else undefined. */
+  leaseMs: number | undefined;
+}
+
+/**
+ * The plan of a one-statement append against the head this store last saw (`undefined`: the store
+ * has not seen the task, so it expects none), or undefined when the locked path must decide: the
+ * append breaks a rule on that head (the locked path reports the exact error from the real head),
+ * or its lease decision would depend on the clock (a lease of another owner or instance).
+ */
+export function planCas(taskId: string, seen: TaskHead | undefined, events: readonly HistoryEvent[], options: AppendOptions, callerNow: number): CasPlan | undefined {
+  const expected = seen ?? { lastEventId: 0, maxGeneration: 0, lease: undefined, summary: undefined };
+  if (expected.lastEventId !== options.expectedLastEventId) return undefined;
+  const l = options.lease;
+  const cur = expected.lease;
+  // Without a current lease or with our own, the acquisition table does not read the clock.
+  if (l && cur && (cur.owner !== l.owner || cur.instance !== l.instance)) return undefined;
+  let next: TaskHead;
+  try {
+    next = applyAppend(taskId, expected, events, options, true);
+  } catch {
+    return undefined;
+  }
+  return { expected, next, leaseMs: l ? l.expiresAt - callerNow : undefined };
+}
+
+/** The statement's shape; each shape is one prepared statement per connection. */
+export interface CasShape {
+  /** The task has rows (update them) or not (insert them; a concurrent creator fails the insert). */
+  exists: boolean;
+  /** Whether a lease row is expected. */
+  hasLease: boolean;
+  /** Whether the append writes a lease. */
+  writesLease: boolean;
+  /** Whether payloads by reference are written. */
+  payloads: boolean;
+  /** `synchronous_commit = off` for this statement's transaction. */
+  async: boolean;
+}
+
+const SUMMARY_COLS = 'workflow, kind, status, outcome, last_event_id, max_generation, turn, queued, last_input_id, created_at, updated_at';
+const SUMMARY_TYPES = ['text', 'text', 'text', 'text', 'bigint', 'bigint', 'bigint', 'bigint', 'text', 'bigint', 'bigint'];
+
+function params(from: number, types: readonly string[]): string {
+  return types.map((t, i) => `$${from + i}::${t}`).join(', ');
+}
+
+/** `col = $n AND …` (IS NOT DISTINCT FROM: the nullable columns are compared as values). */
+function equal(cols: string, from: number, types: readonly string[]): string {
+  return cols.split(', ').map((c, i) => `${c} IS NOT DISTINCT FROM $${from + i}::${types[i]}`).join(' AND ');
+}
+
+/**
+ * The statement. Parameters: $1 task id, $2 event ids, $3 event bytes, $4..$14 the new summary,
+ * then the expected summary (11, when `exists`), the expected lease (owner, instance,
+ * generation, when `hasLease`), the new lease (owner, instance, generation, ms from now, when
+ * `writesLease`), the payloads (hashes, bytes). It returns one row: `ok` (written) and `now`.
+ */
+export function casSql(s: string, shape: CasShape): string {
+  let n = 15;
+  const expectSummary = shape.exists ? `EXISTS (SELECT 1 FROM s WHERE ${equal(SUMMARY_COLS, n, SUMMARY_TYPES)})` : 'NOT EXISTS (SELECT 1 FROM s)';
+  if (shape.exists) n += SUMMARY_TYPES.length;
+  const expectLease = shape.hasLease ? `EXISTS (SELECT 1 FROM l WHERE ${equal('owner, instance, generation', n, ['text', 'text', 'bigint'])})` : 'NOT EXISTS (SELECT 1 FROM l)';
+  if (shape.hasLease) n += 3;
+  const ok = '(SELECT ok FROM g)';
+  const ctes = [
+    `s AS MATERIALIZED (SELECT * FROM ${s}.summaries WHERE task_id = $1 FOR UPDATE)`,
+    `l AS MATERIALIZED (SELECT owner, instance, generation FROM ${s}.leases WHERE task_id = $1 FOR UPDATE)`,
+    // The summary's row is locked before the lease's, as every write of the store locks them.
+    `g AS MATERIALIZED (SELECT (${expectSummary}) AND (${expectLease}) AS ok, ${DB_NOW} AS now${shape.async ? `, set_config('synchronous_commit', 'off', true)` : ''})`,
+    `e AS (INSERT INTO ${s}.events (task_id, event_id, data) SELECT $1, * FROM unnest($2::bigint[], $3::bytea[]) WHERE ${ok})`,
+    shape.exists
+      ? `w AS (UPDATE ${s}.summaries SET (${SUMMARY_COLS}) = (${params(4, SUMMARY_TYPES)}) WHERE task_id = $1 AND ${ok})`
+      : `w AS (INSERT INTO ${s}.summaries (task_id, ${SUMMARY_COLS}) SELECT $1, ${params(4, SUMMARY_TYPES)} WHERE ${ok})`,
+  ];
+  if (shape.writesLease) {
+    const [o, i, gen, ms] = [n, n + 1, n + 2, n + 3];
+    n += 4;
+    ctes.push(
+      shape.hasLease
+        ? `x AS (UPDATE ${s}.leases SET owner = $${o}::text, instance = $${i}::text, generation = $${gen}::bigint, expires_at = (SELECT now FROM g) + $${ms}::bigint WHERE task_id = $1 AND ${ok})`
+        : `x AS (INSERT INTO ${s}.leases (task_id, owner, instance, generation, expires_at) SELECT $1, $${o}::text, $${i}::text, $${gen}::bigint, (SELECT now FROM g) + $${ms}::bigint WHERE ${ok})`,
+    );
+  }
+  if (shape.payloads) {
+    ctes.push(`p AS (INSERT INTO ${s}.payloads (task_id, hash, data) SELECT $1, * FROM unnest($${n}::text[], $${n + 1}::bytea[]) WHERE ${ok} ON CONFLICT DO NOTHING)`);
+  }
+  return `WITH ${ctes.join(',\n')}\nSELECT ok, now FROM g`;
+}
+
+function summaryValues(h: TaskHead): unknown[] {
+  const s = h.summary!;
+  return [s.workflow, s.kind, s.status, s.outcome ?? null, s.lastEventId, h.maxGeneration, s.turn, s.queued, s.lastInputId ?? null, s.createdAt, s.updatedAt];
+}
+
+/** The statement's shape and values for `plan` (`blobs`: payloads by reference to write). */
+export function casStatement(
+  s: string,
+  taskId: string,
+  plan: CasPlan,
+  events: readonly HistoryEvent[],
+  bytes: readonly Uint8Array[],
+  blobs: ReadonlyMap<string, Uint8Array>,
+  async: boolean,
+): { shape: CasShape; text: string; values: unknown[] } {
+  const { expected, next } = plan;
+  const shape: CasShape = {
+    exists: expected.summary !== undefined,
+    hasLease: expected.lease !== undefined,
+    writesLease: plan.leaseMs !== undefined,
+    payloads: blobs.size > 0,
+    async,
+  };
+  const values: unknown[] = [taskId, events.map((e) => e.eventId), bytes.map(asBuffer), ...summaryValues(next)];
+  if (shape.exists) values.push(...summaryValues(expected));
+  if (shape.hasLease) values.push(expected.lease!.owner, expected.lease!.instance, expected.lease!.generation);
+  if (shape.writesLease) values.push(next.lease!.owner, next.lease!.instance, next.lease!.generation, plan.leaseMs);
+  if (shape.payloads) values.push([...blobs.keys()], [...blobs.values()].map(asBuffer));
+  return { shape, text: casSql(s, shape), values };
+}

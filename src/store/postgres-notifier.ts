@@ -1,0 +1,69 @@
+/**
+ * The NOTIFY side of the PostgreSQL store's notices (postgres-listener.ts listens): each committed
+ * append's `lastEventId:taskId`, sent after the writer has its result, in a transaction of its
+ * own with `synchronous_commit off` (PostgreSQL serializes the commits of notifying transactions
+ * database-wide: inside the write's transaction they would serialize every engine's durable
+ * commits; docs/decisions.md). One notifying transaction at a time per store: appends that commit
+ * while one is out go together in the next, and a task appended to twice meanwhile is notified
+ * once with its latest id (a listener re-reads up to the head either way). A notice is a hint:
+ * one lost with its connection is not retried, the engines' poll is the net.
+ */
+import { encodeNotice } from './postgres-listener.js';
+import { quoteLiteral } from './postgres-rows.js';
+
+interface NotifyClient {
+  query(text: string): Promise<unknown>;
+  release(err?: Error | boolean): void;
+}
+
+export class Notifier {
+  readonly #connect: () => Promise<NotifyClient>;
+  readonly #channel: string;
+  /** Task id → the latest committed last event id not yet notified. */
+  #pending = new Map<string, number>();
+  #sending: Promise<void> | undefined;
+  /** Notifying transactions sent, for the benchmark and tests. */
+  sent = 0;
+
+  constructor(connect: () => Promise<NotifyClient>, channel: string) {
+    this.#connect = connect;
+    this.#channel = channel;
+  }
+
+  /** Queues the notice of a committed append. */
+  add(taskId: string, lastEventId: number): void {
+    const prev = this.#pending.get(taskId);
+    if (prev === undefined || prev < lastEventId) this.#pending.set(taskId, lastEventId);
+    this.#sending ??= this.#send();
+  }
+
+  /** Resolves once every queued notice has been sent (or dropped with its connection). */
+  async drain(): Promise<void> {
+    while (this.#sending) await this.#sending;
+  }
+
+  async #send(): Promise<void> {
+    // A tick first: appends settled in this tick join the same transaction.
+    await new Promise<void>((r) => process.nextTick(r));
+    try {
+      while (this.#pending.size > 0) {
+        const batch = this.#pending;
+        this.#pending = new Map();
+        const payloads = [...batch].map(([taskId, id]) => quoteLiteral(encodeNotice(taskId, id)));
+        this.sent++;
+        let client: NotifyClient;
+        try {
+          client = await this.#connect();
+        } catch {
+          continue;
+        }
+        await client.query(`BEGIN; SET LOCAL synchronous_commit TO off; SELECT pg_notify('${this.#channel}', n) FROM unnest(ARRAY[${payloads.join(',')}]::text[]) n; COMMIT`).then(
+          () => client.release(),
+          (err: Error) => client.release(err),
+        );
+      }
+    } finally {
+      this.#sending = undefined;
+    }
+  }
+}

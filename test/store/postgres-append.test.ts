@@ -1,0 +1,142 @@
+/**
+ * The one-statement append (store/postgres-append.ts) against the rules: whatever another writer
+ * did to the task behind the store's back (appended, took or renewed the lease, changed the
+ * summary or the generation floor), an append ends exactly as `applyAppend` decides on the head
+ * in the database, and writes exactly its rows. Both paths (one statement, locked) are exercised.
+ */
+import fc from 'fast-check';
+import { afterAll, beforeAll, expect, it } from 'vitest';
+import type { HistoryEvent, Lease } from '../../src/history/events.js';
+import type { AppendOptions } from '../../src/store/history-store.js';
+import { createPostgresStore, type PostgresHistoryStore } from '../../src/store/postgres-store.js';
+import { ClockFrame, toLease, toSummary, type LeaseRow, type SummaryRow } from '../../src/store/postgres-rows.js';
+import { applyAppend, type TaskHead } from '../../src/store/task-head.js';
+import { PG_URL, describePg, dropSchema, uniqueSchema, withClient } from '../helpers/postgres.js';
+import { created, step } from './events.js';
+
+type Meddle = 'none' | 'append' | 'renew' | 'take-lease' | 'summary' | 'floor' | 'delete-lease';
+
+describePg('PostgreSQL one-statement append', () => {
+  const schema = uniqueSchema('turnlog_cas');
+  let a: PostgresHistoryStore;
+  let b: PostgresHistoryStore;
+  beforeAll(async () => {
+    a = createPostgresStore({ connectionString: PG_URL, schema, max: 2, groupCommit: false });
+    b = createPostgresStore({ connectionString: PG_URL, schema, max: 2, groupCommit: false });
+    await a.open();
+    await b.open();
+  });
+  afterAll(async () => {
+    await a?.close();
+    await b?.close();
+    await dropSchema(schema);
+  });
+
+  async function realHead(taskId: string): Promise<{ head: TaskHead; dbNow: number }> {
+    return withClient(async (c) => {
+      const res = await c.query(
+        `SELECT (SELECT row_to_json(s) FROM "${schema}".summaries s WHERE task_id = $1) AS s,
+                (SELECT row_to_json(l) FROM (SELECT owner, instance, generation, expires_at FROM "${schema}".leases WHERE task_id = $1) l) AS l,
+                floor(extract(epoch from clock_timestamp()) * 1000)::bigint AS now`,
+        [taskId],
+      );
+      const row = res.rows[0] as { s: SummaryRow | null; l: LeaseRow | null; now: string };
+      return {
+        dbNow: Number(row.now),
+        head: {
+          lastEventId: row.s ? Number(row.s.last_event_id) : 0,
+          maxGeneration: row.s ? Number(row.s.max_generation) : 0,
+          lease: row.l ? toLease(row.l) : undefined,
+          summary: row.s ? toSummary(row.s) : undefined,
+        },
+      };
+    });
+  }
+
+  it('ends every append as applyAppend decides on the head in the database, whatever moved it', async () => {
+    let n = 0;
+    await fc.assert(
+      fc.asyncProperty(
+        fc.constantFrom<Meddle>('none', 'none', 'append', 'renew', 'take-lease', 'summary', 'floor', 'delete-lease'),
+        fc.integer({ min: -1, max: 1 }),
+        fc.integer({ min: 1, max: 3 }),
+        fc.constantFrom<'none' | 'own' | 'other'>('none', 'none', 'own', 'other'),
+        fc.integer({ min: 1, max: 2 }),
+        async (meddle, expOffset, generation, leaseKind, count) => {
+          const taskId = `t${n++}`;
+          const now = Date.now();
+          const leaseA: Lease = { owner: 'engine', instance: 'iA', generation: 1, expiresAt: now + 60_000 };
+          await a.append(taskId, [created(1)], { expectedLastEventId: 0, generation: 1, lease: leaseA });
+          await a.append(taskId, [step(2, 1)], { expectedLastEventId: 1, generation: 1 });
+          // Another writer moves the head behind a's back (a still remembers event 2).
+          if (meddle === 'append') await b.append(taskId, [step(3, 2)], { expectedLastEventId: 2, generation: 1 });
+          if (meddle === 'renew') await b.renewLease(taskId, leaseA, 90_000, Date.now());
+          if (meddle === 'take-lease') {
+            await b.releaseLease(taskId, leaseA, Date.now());
+            await b.claimLease(taskId, { owner: 'engine', instance: 'iB', durationMs: 60_000, now: Date.now() });
+          }
+          await withClient(async (c) => {
+            if (meddle === 'summary') await c.query(`UPDATE "${schema}".summaries SET queued = queued + 1 WHERE task_id = $1`, [taskId]);
+            if (meddle === 'floor') await c.query(`UPDATE "${schema}".summaries SET max_generation = 2 WHERE task_id = $1`, [taskId]);
+            if (meddle === 'delete-lease') await c.query(`DELETE FROM "${schema}".leases WHERE task_id = $1`, [taskId]);
+          });
+
+          const { head, dbNow } = await realHead(taskId);
+          const exp = Math.max(1, 2 + expOffset);
+          const events: HistoryEvent[] = Array.from({ length: count }, (_, i) => step(exp + 1 + i, 10 + i, { generation, time: now + i }));
+          const callerNow = now + count - 1;
+          const options: AppendOptions = { expectedLastEventId: exp, generation };
+          if (leaseKind !== 'none') options.lease = { owner: 'engine', instance: leaseKind === 'own' ? 'iA' : 'iC', generation, expiresAt: callerNow + 30_000 };
+
+          const frame = new ClockFrame(dbNow, callerNow);
+          let want: TaskHead | Error;
+          try {
+            want = applyAppend(taskId, frame.headToCaller(head), events, options, true);
+          } catch (err) {
+            want = err as Error;
+          }
+          const got = await a.append(taskId, events, options).catch((err: Error) => err);
+          if (want instanceof Error) {
+            expect(got, `${meddle}: ${want.message}`).toBeInstanceOf(Error);
+            expect((got as { code?: string }).code).toBe((want as { code?: string }).code);
+            expect((await realHead(taskId)).head).toEqual(head);
+            return;
+          }
+          expect(got, `${meddle}`).not.toBeInstanceOf(Error);
+          expect(got).toEqual({ lastEventId: want.lastEventId, summary: want.summary });
+          const after = (await realHead(taskId)).head;
+          expect(after.summary).toEqual(want.summary);
+          expect(after.maxGeneration).toBe(want.maxGeneration);
+          const { expiresAt: _a, ...lease } = after.lease ?? { expiresAt: 0 };
+          const { expiresAt: _w, ...wantLease } = want.lease ?? { expiresAt: 0 };
+          expect(lease).toEqual(wantLease);
+          // The written lease keeps the caller's remaining time on the database clock.
+          if (options.lease) expect(Math.abs(after.lease!.expiresAt - (dbNow + 30_000))).toBeLessThan(10_000);
+          expect((await a.readEvents(taskId, { fromEventId: exp + 1 })).map((e) => e.eventId)).toEqual(events.map((e) => e.eventId));
+        },
+      ),
+      { numRuns: 60 },
+    );
+    expect(a.appendPaths.oneStatement).toBeGreaterThan(0);
+    expect(a.appendPaths.locked).toBeGreaterThan(0);
+  }, 120_000);
+});
+
+describePg('PostgreSQL one-statement append, options', () => {
+  it('runs unprepared (preparedStatements: false) and without waiting for the flush (sync: false)', async () => {
+    const schema = uniqueSchema('turnlog_cas');
+    const store = createPostgresStore({ connectionString: PG_URL, schema, max: 2, groupCommit: false, preparedStatements: false, sync: false });
+    try {
+      await store.open();
+      await store.append('t', [created(1)], { expectedLastEventId: 0, generation: 1 });
+      await store.append('t', [step(2, 1)], { expectedLastEventId: 1, generation: 1, sync: true });
+      await store.append('t', [step(3, 2)], { expectedLastEventId: 2, generation: 1 });
+      expect(store.appendPaths).toEqual({ oneStatement: 3, locked: 0 });
+      expect((await store.readEvents('t')).map((e) => e.eventId)).toEqual([1, 2, 3]);
+      expect((await store.getSummary('t'))?.lastEventId).toBe(3);
+    } finally {
+      await store.close();
+      await dropSchema(schema);
+    }
+  });
+});
