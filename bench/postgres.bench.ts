@@ -4,10 +4,7 @@
  * (paired blocks, median ratio). Skips with one line when PostgreSQL is unreachable.
  * TURNLOG_TEST_PG_URL picks the server (default postgres://postgres@127.0.0.1:5432/test).
  */
-import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
-import { createInterface } from 'node:readline';
-import { fileURLToPath } from 'node:url';
 import pg from 'pg';
 import { Engine } from '../src/runtime/engine.js';
 import { silentLogger } from '../src/logger.js';
@@ -90,12 +87,6 @@ export async function run(): Promise<void> {
     console.log(`100 concurrent tasks, group commit   ${Math.round(gc.on)} one-step turns/s (${gc.perBatch.toFixed(1)} appends per commit)`);
     console.log(`100 concurrent tasks, one commit per append ${Math.round(gc.off)} one-step turns/s; median of ${gc.ratios.length} paired blocks ${median(gc.ratios).toFixed(2)}× with group commit`);
 
-    // 1, 2 and 3 engine processes on one schema, each running its own tasks.
-    const base = await processBench(url, schema, 1);
-    for (const n of [1, 2, 3]) {
-      const perS = n === 1 ? base : await processBench(url, schema, n);
-      console.log(`${n} engine process${n > 1 ? 'es' : ''} on one schema      ${Math.round(perS)} one-step turns/s (${(perS / base).toFixed(2)}× one process)`);
-    }
   } finally {
     await store.close();
     await probe.query(`DROP SCHEMA IF EXISTS "${schema}" CASCADE`).catch(() => undefined);
@@ -139,31 +130,4 @@ async function groupCommitBench(url: string, schema: string, wf: Parameters<type
     ratios.push(a.perS / b.perS);
   }
   return { on: median(on), off: median(off), ratios, perBatch: median(perBatch) };
-}
-
-const WORKER = fileURLToPath(new URL('./pg-engine-worker.js', import.meta.url));
-
-/** Turns per second of `n` engine processes together (60 tasks × 5 turns in all, split evenly). */
-async function processBench(url: string, schema: string, n: number): Promise<number> {
-  const TASKS = 60;
-  const TURNS = 5;
-  const tag = randomBytes(3).toString('hex');
-  const children = Array.from({ length: n }, (_, i) =>
-    spawn(process.execPath, [WORKER, url, schema, String(TASKS / n), String(TURNS), `p${n}-${i}-${tag}`], { stdio: ['pipe', 'pipe', 'inherit'] }),
-  );
-  const next = (c: (typeof children)[number]) => {
-    const lines = createInterface({ input: c.stdout! });
-    return () => new Promise<string>((resolve, reject) => {
-      lines.once('line', resolve);
-      c.once('exit', (code) => reject(new Error(`engine process exited (${code})`)));
-    });
-  };
-  const readers = children.map(next);
-  await Promise.all(readers.map((r) => r()));
-  const t0 = now();
-  for (const c of children) c.stdin!.write('go\n');
-  await Promise.all(readers.map((r) => r()));
-  const perS = (TASKS * TURNS) / ((now() - t0) / 1000);
-  await Promise.all(children.map((c) => new Promise((r) => (c.exitCode !== null ? r(null) : c.once('exit', r)))));
-  return perS;
 }

@@ -238,6 +238,11 @@ export function invalidArgument(message: string): TurnlogError {
   return new TurnlogError('TURNLOG_INVALID_ARGUMENT', message);
 }
 
+/** TURNLOG_TASK_NOT_FOUND for `taskId`, with the fix. */
+export function taskNotFound(taskId: string): TurnlogError {
+  return new TurnlogError('TURNLOG_TASK_NOT_FOUND', `Task ${taskId} does not exist in this store. Check the id, or start it with engine.start().`);
+}
+
 /** A task operation that its status forbids (start on a completed task, send to a busy non-steerable one). */
 export class TaskConflictError extends TurnlogError {
   override readonly name = 'TaskConflictError';

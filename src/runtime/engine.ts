@@ -6,26 +6,11 @@
  */
 import { hostname } from 'node:os';
 import { nanoid } from 'nanoid';
-import {
-  LastInputIdPreconditionError,
-  PayloadEncodingError,
-  PayloadTooLargeError,
-  SteeringQueueFullError,
-  TaskConflictError,
-  TurnlogError,
-  invalidArgument,
-  isTurnlogError,
-} from '../errors.js';
-import { HISTORY_FORMAT_VERSION, type ExecutorKind, type HistoryEvent, type OperatorActionKind, type Payload } from '../history/events.js';
-import type { TaskState } from '../history/state.js';
-import type { TaskParent } from '../history/events.js';
-import { payloadSize } from '../history/payload.js';
-import { encodeHistoryFile, type HistoryFileFormat } from '../history/history-file.js';
+import { TurnlogError, invalidArgument, taskNotFound as notFound } from '../errors.js';
+import type { ExecutorKind, HistoryEvent } from '../history/events.js';
+import type { HistoryFileFormat } from '../history/history-file.js';
 import { illFormedText } from '../history/well-formed.js';
-import { decide, fold, forkEvents } from '../replay/index.js';
-import { encodeState } from '../history/state-codec.js';
-import { appendHistory } from '../store/append-history.js';
-import type { CorruptMark, FlowLimitStore, HistoryStore, ListOptions, TaskPage } from '../store/history-store.js';
+import type { FlowLimitStore, HistoryStore, ListOptions, TaskPage } from '../store/history-store.js';
 import { checkTaskId } from '../store/keys.js';
 import type { Executor } from '../executor/executor.js';
 import { InlineExecutor } from '../executor/inline-executor.js';
@@ -35,13 +20,15 @@ import type { PayloadMode } from '../workflow/json.js';
 import { TaskHandle } from '../client/task-handle.js';
 import type { SendOptions, StartOptions, TaskClient, TaskDescription, TurnResult } from '../client/task-client.js';
 import { Appender } from './appender.js';
-import { cancelDraft, type Draft } from './drafts.js';
-import { newerStateError } from './migration.js';
-import { failedTurnInputs, operatorDraft, type ActionArgs } from './operator.js';
+import { Cancels } from './cancels.js';
+import type { ActionArgs } from './operator.js';
+import { OperatorActions, type OperatorResult } from './operator-actions.js';
 import { Driver } from './driver.js';
-import { CHILD_INPUT_ID, Children } from './children.js';
+import { Children } from './children.js';
 import { FaultInjector } from './fault.js';
-import { checkId, isCaptureMode, resolveOptions, type ActivateOptions, type EngineOptions, type EngineSettings, type OperatorOptions } from './options.js';
+import { Inputs } from './inputs.js';
+import { Reads } from './reads.js';
+import { isCaptureMode, resolveOptions, type ActivateOptions, type EngineOptions, type EngineSettings, type OperatorOptions } from './options.js';
 import { TurnResults } from './results.js';
 import { Observers, type EngineObserver } from './observe.js';
 import { StreamHub, type StreamSource } from '../stream/hub.js';
@@ -52,29 +39,16 @@ import { Wakeups } from './wakeups.js';
 import { LocalLimiter, SharedLimiter, type Limiter } from './limits.js';
 import { SCHEDULE_WORKFLOW, Schedules, type ScheduleInfo, type ScheduleSpec } from './schedules.js';
 import { Supervisor } from './supervisor.js';
-import { TaskCache, type TaskEntry } from './task-cache.js';
+import { TaskCache } from './task-cache.js';
 import { Watcher } from './watcher.js';
 import { Waits } from './waits.js';
 import { noteEngineActivation } from './work-log.js';
 import { startInspection } from './inspection.js';
 import type { InspectServer } from '../inspect/server.js';
 
-/** The owner of the void lease a fork leaves on the new task (the first claim takes a new generation). */
-const FORK_LEASE_OWNER = 'turnlog-fork';
-
 export type { SendOptions, StartOptions, TaskDescription } from '../client/task-client.js';
 
-/** What an operator action did (the CLI prints `message`; `--json` prints the whole object). */
-export interface OperatorResult {
-  action: OperatorActionKind;
-  taskId: string;
-  /** False when there was nothing to do (a cancel of a task that already ended). */
-  done: boolean;
-  message: string;
-  /** resend/resume: the turn re-sent and the new inputs' ids. */
-  turn?: number;
-  inputIds?: string[];
-}
+export type { OperatorResult } from './operator-actions.js';
 export { isCaptureMode, type ActivateOptions, type EngineOptions, type OperatorOptions } from './options.js';
 
 /**
@@ -105,6 +79,10 @@ export class Engine implements TaskClient {
   readonly #wakeups: Wakeups;
   readonly #children: Children;
   readonly #waits: Waits;
+  readonly #inputs: Inputs;
+  readonly #cancels: Cancels;
+  readonly #reads: Reads;
+  readonly #operator: OperatorActions;
   #state: 'inactive' | 'activating' | 'open' | 'quiescing' | 'closed' = 'inactive';
   /** The recovery pass this activation started at open. */
   #recovery: Promise<void> = Promise.resolve();
@@ -142,6 +120,8 @@ export class Engine implements TaskClient {
       get limiter() {
         return engine.#limiter;
       },
+      assertOpen: (api) => this.#assertOpen(api),
+      workflow: (name) => this.#workflow(name),
     };
     this.#cache = new TaskCache(this.#rt);
     this.#results = new TurnResults(this.#rt);
@@ -168,7 +148,7 @@ export class Engine implements TaskClient {
     this.#supervisor = new Supervisor(this.#rt, this.#cache, this.#results, this.#appender, (t) => this.#driver.drive(t));
     this.#wakeups = new Wakeups(this.#rt, (id) => this.#scanner.wake(id));
     this.#children = new Children(this.#rt, {
-      create: (id, wf, input, parent) => this.#createChild(id, wf, input, parent),
+      create: (id, wf, input, parent) => this.#inputs.createChild(id, wf, input, parent),
       turnResult: (id, inputId) => this.turnResult(id, inputId),
       cancel: (id, reason) => this.cancel(id, reason),
     });
@@ -177,6 +157,10 @@ export class Engine implements TaskClient {
     this.#driver = new Driver(this.#rt, this.#executors, this.#cache, this.#appender, this.#supervisor, (id, at) => this.#wakeups.add(id, at), waits, this.#children);
     this.#watcher = new Watcher(this.#rt, this.#cache, this.#appender, this.#results, (t) => this.#driver.drive(t));
     this.#scanner = new Scanner(this.#rt, this.#cache, this.#driver, () => this.#watcher.poll());
+    this.#inputs = new Inputs(this.#rt, this.#cache, this.#driver, this.#appender);
+    this.#cancels = new Cancels(this.#rt, this.#cache, this.#appender, this.#supervisor, this.#driver, this.#children);
+    this.#reads = new Reads(this.#rt, this.#cache, this.#results);
+    this.#operator = new OperatorActions(this.#rt, this.#cache, this.#inputs, this.#cancels, (id, name, value) => this.signal(id, name, value));
     // Schedules run as tasks of a built-in workflow every engine registers (docs/time.md#schedules).
     if (o.workflows.has(SCHEDULE_WORKFLOW)) throw invalidArgument(`Workflow name ${SCHEDULE_WORKFLOW} is reserved for schedules; rename your workflow.`);
     this.#userWorkflows = new Map(o.workflows);
@@ -289,7 +273,7 @@ export class Engine implements TaskClient {
       this.#state = 'open';
       // An operator engine (openForOperator) acts on request only: no socket, watcher, scan or recovery.
       if (this.#o.operatorOnly) return;
-      this.#inspection = await startInspection(this.#rt, this.#o.inspect, (op, args) => this.#operatorAction(op, args));
+      this.#inspection = await startInspection(this.#rt, this.#o.inspect, (op, args) => this.#operator.fromSocket(op, args));
       this.#watcher.start();
       // Scanner before recovery: every phase that can fail runs before any turn starts, so a
       // rolled-back activation never ran (nor interrupted) a handler (test: lifecycle "scanner fails twice").
@@ -388,7 +372,7 @@ export class Engine implements TaskClient {
     checkTaskId(taskId);
     // A fresh random id names no stored task: no reads (the store's append still checks).
     const t = (options.taskId === undefined ? this.#cache.createNew(taskId) : undefined) ?? (await this.#cache.load(taskId));
-    const inputId = await this.#send(t, wf, input, options);
+    const inputId = await this.#inputs.send(t, wf, input, options);
     return new TaskHandle<I, O>(this, taskId, inputId);
   }
 
@@ -403,144 +387,12 @@ export class Engine implements TaskClient {
     const t = await this.#cache.load(taskId);
     const state = t.state;
     if (!state) throw notFound(taskId);
-    return this.#send(t, this.#workflow(state.workflow), input, options);
-  }
-
-  async #send(t: TaskEntry, wf: Workflow<any, any, any, any>, input: unknown, options: SendOptions): Promise<string> {
-    const inputId = options.inputId ?? `in-${nanoid(12)}`;
-    checkId('inputId', inputId);
-    const payload = this.#inputPayload(t.id, inputId, input);
-    return this.#queue(t, wf, inputId, payload, options, []);
-  }
-
-  /** Queues a prepared input under the task's lock; `before` drafts go into the same append. */
-  async #queue(t: TaskEntry, wf: Workflow<any, any, any, any>, inputId: string, payload: Payload, options: SendOptions, before: Draft[]): Promise<string> {
-    const deliverAt = scheduledTime(t.id, options.deliverAt);
-    // In the sender's async context, before the lock: the trace context to record (turnlog/otel).
-    const trace = this.#rt.observers.traceContext();
-    const traced = trace ? { trace } : undefined;
-    return this.#cache.mutate(t, async (t, retry) => {
-      // Past or now: an ordinary input. Later: queued, not steering, taken by no turn before then.
-      const scheduled = deliverAt !== undefined && deliverAt > this.#rt.clock.now() ? { deliverAt } : undefined;
-      // A lost race after this input was written (the turn start lost it): decide again, no second copy.
-      if (retry > 0 && t.state && (await this.#hasInput(t, inputId))) {
-        await this.#driver.drive(t);
-        return inputId;
-      }
-      const s = t.state;
-      if (!s) {
-        const policy = resolvePolicy(wf, this.#o.defaultExecutor);
-        await this.#driver.drive(t, [
-          { type: 'TaskCreated', workflow: wf.name, kind: wf.kind, policy, formatVersion: HISTORY_FORMAT_VERSION },
-          { type: 'InputQueued', inputId, input: payload, steering: false, ...scheduled, ...traced },
-        ]);
-        return inputId;
-      }
-      if (s.workflow !== wf.name) {
-        throw new TaskConflictError(t.id, s.status, `it runs workflow ${s.workflow}, not ${wf.name}. Use another taskId.`);
-      }
-      if (options.inputId !== undefined && (await this.#hasInput(t, options.inputId))) return options.inputId;
-      // A state of newer code: refused before the input is written (docs/versioning.md#state-migrations).
-      const newer = newerStateError(t.id, wf, s);
-      if (newer) throw newer;
-      if (options.ifLastInputId !== undefined && s.lastInputId !== undefined && s.lastInputId !== options.ifLastInputId) {
-        throw new LastInputIdPreconditionError(t.id, options.ifLastInputId, s.lastInputId);
-      }
-      if (s.status === 'completed') {
-        throw new TaskConflictError(t.id, 'completed', `it ended (${s.outcome ?? 'unknown'}) and takes no more input. Start a new task.`);
-      }
-      if (s.openTurn && !t.active) await this.#driver.drive(t); // recover inline (L3) before queueing
-      if (scheduled) {
-        await this.#driver.drive(t, [...before, { type: 'InputQueued', inputId, input: payload, steering: false, ...scheduled, ...traced }]);
-        return inputId;
-      }
-      const busy = t.active !== undefined || t.state!.openTurn !== undefined;
-      if (busy) {
-        if (this.#o.operatorOnly) {
-          throw new TaskConflictError(t.id, 'in_progress', `turn ${t.state!.turn} is running. Re-send once it has ended (an operator's re-send never steers a running turn).`);
-        }
-        if (!wf.steerable) {
-          throw new TaskConflictError(t.id, 'in_progress', `turn ${t.state!.turn} is running and workflow ${wf.name} does not accept steering inputs. Wait for the turn, or enable steering.`);
-        }
-        if (t.state!.queue.filter((q) => q.deliverAt === undefined).length >= wf.policy.steeringMaxQueued) throw new SteeringQueueFullError(t.id, wf.policy.steeringMaxQueued);
-      }
-      await this.#driver.drive(t, [...before, { type: 'InputQueued', inputId, input: payload, steering: busy, ...traced }]);
-      return inputId;
-    });
-  }
-
-  /** The input as a payload, or a throw before anything is written (not JSON, over the limit). */
-  #inputPayload(taskId: string, inputId: string, input: unknown): Payload {
-    const subject = `Task ${taskId}, input ${inputId}`;
-    let payload: Payload;
-    try {
-      payload = this.#o.converter.toPayload(input);
-    } catch (err) {
-      throw err instanceof PayloadEncodingError ? err.about(subject) : err;
-    }
-    const size = payloadSize(payload);
-    if (size > this.#o.limits.inputBytes) throw new PayloadTooLargeError('input', size, this.#o.limits.inputBytes, subject);
-    return payload;
-  }
-
-  /**
-   * True if the task has ever received `inputId`. Scans the history (only for caller-chosen ids),
-   * with the ids a compaction dropped (`HistoryCompacted.droppedInputIds`).
-   */
-  async #hasInput(t: TaskEntry, inputId: string): Promise<boolean> {
-    const s = t.state!;
-    if (s.lastInputId === inputId || s.queue.some((q) => q.inputId === inputId)) return true;
-    for await (const e of this.store.iterateEvents(t.id)) {
-      if (e.type === 'InputQueued' && e.inputId === inputId) return true;
-      if (e.type === 'HistoryCompacted' && e.droppedInputIds?.includes(inputId)) return true;
-    }
-    return false;
+    return this.#inputs.send(t, this.#workflow(state.workflow), input, options);
   }
 
   /** Cancels a task: the open turn is cancelled (cooperatively, then by force after the grace), the task completes as cancelled. */
   async cancel(taskId: string, reason = 'cancelled by caller', scope: 'task' | 'turn' = 'task'): Promise<void> {
-    await this.#cancel(taskId, reason, scope);
-  }
-
-  /** A child task for ctx.startChild (docs/children.md), or the state of the task that has its id. */
-  async #createChild(childId: string, workflow: string, input: Payload, parent: TaskParent): Promise<TaskState | undefined> {
-    const wf = this.#workflow(workflow);
-    checkTaskId(childId);
-    const size = payloadSize(input);
-    if (size > this.#o.limits.inputBytes) throw new PayloadTooLargeError('input', size, this.#o.limits.inputBytes, `Task ${parent.taskId}, child ${childId} input`);
-    const t = await this.#cache.load(childId);
-    return this.#cache.mutate(t, async (t) => {
-      if (t.state) return t.state;
-      const created: Draft = { type: 'TaskCreated', workflow: wf.name, kind: wf.kind, policy: resolvePolicy(wf, this.#o.defaultExecutor), formatVersion: HISTORY_FORMAT_VERSION, parent };
-      await this.#driver.drive(t, [created, { type: 'InputQueued', inputId: CHILD_INPUT_ID, input, steering: false }]);
-      return undefined;
-    });
-  }
-
-  /** Cancels; `record` (an operator action) goes into the same append. False when there was nothing to cancel. */
-  async #cancel(taskId: string, reason: string, scope: 'task' | 'turn', record?: (s: TaskState) => Draft): Promise<boolean> {
-    this.#assertOpen('cancel');
-    const t = await this.#cache.load(taskId);
-    const done = await this.#cache.mutate(t, async (t) => {
-      const s = t.state;
-      if (!s) throw notFound(taskId);
-      const cancel = cancelDraft(s, scope, reason);
-      if (!cancel) return false;
-      const drafts = record ? [record(s), cancel] : [cancel];
-      const active = t.active;
-      if (active) {
-        await this.#appender.append(t, drafts);
-        this.#supervisor.cancelAttempt(active, 'cancel', reason);
-        const grace = s.policy.graceMs;
-        this.#supervisor.armCancelGrace(t, active, grace);
-      } else {
-        await this.#driver.drive(t, drafts);
-      }
-      return true;
-    });
-    // Once the parent's cancel is durable; again on a repeated cancel (a cascade cut short by a crash).
-    if (scope === 'task' && (done || t.state?.outcome === 'cancelled')) await this.#children.cascade(t.state, reason);
-    return done;
+    await this.#cancels.cancel(taskId, reason, scope);
   }
 
   /**
@@ -555,89 +407,12 @@ export class Engine implements TaskClient {
 
   /** Withdraws a queued input that no turn has taken yet. */
   async withdraw(taskId: string, inputId: string, reason = 'withdrawn by caller'): Promise<void> {
-    await this.#withdraw(taskId, inputId, reason, []);
-  }
-
-  async #withdraw(taskId: string, inputId: string, reason: string, before: Draft[]): Promise<void> {
-    this.#assertOpen('withdraw');
-    const t = await this.#cache.load(taskId);
-    await this.#cache.mutate(t, async (t) => {
-      // Inputs still queued when a task completed never run, but they cannot be withdrawn either.
-      const q = t.state?.status === 'completed' ? undefined : t.state?.queue.find((x) => x.inputId === inputId);
-      if (!q) {
-        throw new TurnlogError('TURNLOG_INPUT_NOT_FOUND', `Task ${taskId} has no queued input ${inputId} (it may have been taken by a turn already).`);
-      }
-      // Its waiters are told by the seam (results.ts afterAppend), with the reason as stored.
-      await this.#appender.append(t, [...before, { type: 'InputWithdrawn', inputId, reason }]);
-    });
+    await this.#inputs.withdraw(taskId, inputId, reason, []);
   }
 
   /** What the task looks like now, with the replayer's current decision (or `corrupt`, see {@link TaskDescription.corrupt}). */
   async describe(taskId: string): Promise<TaskDescription> {
-    let t: TaskEntry;
-    try {
-      t = await this.#cache.load(taskId);
-    } catch (err) {
-      const mark = this.#cache.corruptMark(taskId);
-      if (mark) return this.#describeCorrupt(mark, err);
-      throw err;
-    }
-    const s = t.state;
-    if (!s) throw notFound(taskId);
-    const d: TaskDescription = {
-      taskId,
-      workflow: s.workflow,
-      kind: s.kind,
-      status: s.status,
-      turn: s.turn,
-      lastEventId: s.lastEventId,
-      queuedInputIds: s.queue.map((q) => q.inputId),
-      decision: t.active
-        ? { kind: 'none', rule: 'owned', reason: `turn ${t.active.turn} attempt ${t.active.attempt} is running in this engine (${this.instance})` }
-        : decide(s, undefined, this.#o.clock.now()),
-    };
-    if (s.outcome) d.outcome = s.outcome;
-    if (s.lastInputId) d.lastInputId = s.lastInputId;
-    if (s.state) d.state = this.#results.value(s.state);
-    if (s.lastOutput) d.lastOutput = this.#results.value(s.lastOutput);
-    if (s.parent) d.parent = s.parent;
-    if (s.children) d.children = s.children;
-    if (s.openTurn) {
-      d.openTurn = {
-        turn: s.openTurn.turn,
-        attempt: s.openTurn.attempt,
-        entryMode: s.openTurn.entryMode,
-        running: t.active !== undefined,
-        deadline: s.openTurn.deadline,
-        timeoutMarked: s.openTurn.marker !== undefined,
-        cancelRequested: s.openTurn.cancelRequested !== undefined,
-      };
-    }
-    return d;
-  }
-
-  /** A corrupt task as its summary (derived data, often still readable) and its mark tell it. */
-  async #describeCorrupt(mark: CorruptMark, err: unknown): Promise<TaskDescription> {
-    const s = await this.store.getSummary(mark.taskId).catch(() => undefined);
-    if (!s) throw err;
-    const d: TaskDescription = {
-      taskId: mark.taskId,
-      workflow: s.workflow,
-      kind: s.kind,
-      status: s.status,
-      turn: s.turn,
-      lastEventId: s.lastEventId,
-      queuedInputIds: [],
-      decision: {
-        kind: 'none',
-        rule: 'corrupt',
-        reason: `stored record ${mark.key} cannot be read (${mark.code}); the engine runs nothing for this task and changes none of its records`,
-      },
-      corrupt: { key: mark.key, code: mark.code, message: mark.message },
-    };
-    if (s.outcome) d.outcome = s.outcome;
-    if (s.lastInputId) d.lastInputId = s.lastInputId;
-    return d;
+    return this.#reads.describe(taskId);
   }
 
   /**
@@ -660,9 +435,7 @@ export class Engine implements TaskClient {
    * @example await writeFile('chat-42.json', await engine.exportHistory('chat-42'));
    */
   async exportHistory(taskId: string, format: HistoryFileFormat = 'json'): Promise<Uint8Array> {
-    const events = await this.store.readEvents(taskId);
-    if (events.length === 0) throw notFound(taskId);
-    return encodeHistoryFile({ taskId, events }, format);
+    return this.#reads.exportHistory(taskId, format);
   }
 
   /**
@@ -675,25 +448,7 @@ export class Engine implements TaskClient {
    * @example const retry = await engine.fork('chat-42', { atTurn: 3, newTaskId: 'chat-42-b' });
    */
   async fork<I = unknown, O = unknown>(taskId: string, options: { atTurn: number; newTaskId?: string }): Promise<TaskHandle<I, O>> {
-    this.#assertOpen('fork');
-    const newTaskId = options.newTaskId ?? `task-${nanoid(12)}`;
-    checkTaskId(newTaskId);
-    const src = await this.#cache.load(taskId);
-    if (!src.state) throw notFound(taskId);
-    const events = forkEvents(taskId, await this.store.readEvents(taskId), { atTurn: options.atTurn, newTaskId });
-    const t = await this.#cache.load(newTaskId);
-    await this.#cache.withLock(t, async (task) => {
-      if (task.state) {
-        throw new TurnlogError('TURNLOG_TASK_CONFLICT', `Task ${newTaskId} already exists; nothing was forked from ${taskId}. Pass another newTaskId.`);
-      }
-      const state = fold(newTaskId, events);
-      await appendHistory(this.store, newTaskId, events, FORK_LEASE_OWNER, this.instance);
-      await this.store.putSnapshot(newTaskId, { eventId: state.lastEventId, data: encodeState(state) });
-      task.state = state;
-      task.snapshotAt = state.lastEventId;
-      task.lease = await this.store.getLease(newTaskId);
-    });
-    return new TaskHandle<I, O>(this, newTaskId, undefined);
+    return new TaskHandle<I, O>(this, await this.#reads.fork(taskId, options), undefined);
   }
 
   /**
@@ -794,24 +549,6 @@ export class Engine implements TaskClient {
     this.#store = undefined;
   }
 
-  /** Operator actions the inspection socket forwards (docs/cli.md#operator-actions). */
-  #operatorAction(op: string, raw: Record<string, unknown>): Promise<unknown> | undefined {
-    const text = (k: string, required = true): string | undefined => {
-      const v = raw[k];
-      if (v === undefined && !required) return undefined;
-      if (typeof v !== 'string' || v === '') throw invalidArgument(`Operator action ${op} needs a non-empty ${k}.`);
-      return v;
-    };
-    const run = async (): Promise<unknown> => {
-      const reason = text('reason', false);
-      const args: ActionArgs = { taskId: text('taskId')!, by: text('by')!, ...(reason === undefined ? {} : { reason }) };
-      return this.operatorAction(op as OperatorActionKind, args, raw);
-    };
-    // `turnlog signal`: its record is the SignalReceived event (no OperatorAction).
-    if (op === 'signal') return this.signal(text('taskId')!, text('name')!, raw['value']).then((signalId) => ({ action: 'signal', done: true, signalId, message: `signal ${signalId} sent to task ${String(raw['taskId'])}` }));
-    return op === 'cancel' || op === 'withdraw' || op === 'resend' || op === 'resume' ? run() : undefined;
-  }
-
   /**
    * An operator action (the CLI's `cancel`, `withdraw`, `resend`, `resume`), recorded in the
    * history as an `OperatorAction` event with `by`, in the same append as its effect. `extra`:
@@ -819,70 +556,7 @@ export class Engine implements TaskClient {
    * See docs/cli.md#operator-actions and {@link Engine.openForOperator}.
    */
   async operatorAction(op: string, args: ActionArgs, extra: Record<string, unknown> = {}): Promise<OperatorResult> {
-    for (let races = 0; ; races++) {
-      try {
-        return await this.#operatorActionOnce(op, args, extra);
-      } catch (err) {
-        // An operator engine writes under the generation it read: a claim in between (another
-        // engine recovering the task) fences it; the re-read decides again on the new lease.
-        if (!this.#o.operatorOnly || races >= 2 || !isTurnlogError(err, 'TURNLOG_STALE_GENERATION')) throw err;
-      }
-    }
-  }
-
-  async #operatorActionOnce(op: string, args: ActionArgs, extra: Record<string, unknown>): Promise<OperatorResult> {
-    const { taskId, by } = args;
-    const why = args.reason ?? `${op} by ${by} (turnlog CLI)`;
-    switch (op) {
-      case 'cancel': {
-        const scope = extra['scope'] === 'turn' ? 'turn' : 'task';
-        const kind: OperatorActionKind = scope === 'turn' ? 'cancel-turn' : 'cancel-task';
-        const done = await this.#cancel(taskId, why, scope, (s) => operatorDraft(kind, args, { turn: s.openTurn?.turn ?? 0 }));
-        const summary = await this.store.getSummary(taskId);
-        return done
-          ? { action: kind, taskId, done, message: `cancel of task ${taskId}${scope === 'turn' ? `'s open turn` : ''} recorded (by ${by})` }
-          : { action: kind, taskId, done, message: `nothing to cancel: task ${taskId} is ${summary?.status ?? 'unknown'}${scope === 'turn' ? ' with no open turn' : ''}, or a cancel is already pending` };
-      }
-      case 'withdraw': {
-        const inputId = extra['inputId'];
-        if (typeof inputId !== 'string' || inputId === '') throw invalidArgument('Operator action withdraw needs an inputId.');
-        await this.#withdraw(taskId, inputId, why, [operatorDraft('withdraw', args, { inputId })]);
-        return { action: 'withdraw', taskId, done: true, message: `input ${inputId} of task ${taskId} withdrawn (by ${by})` };
-      }
-      case 'resend':
-      case 'resume': {
-        const turn = typeof extra['turn'] === 'number' ? extra['turn'] : undefined;
-        return this.#resend(op, args, op === 'resend' ? turn : undefined);
-      }
-      default:
-        throw invalidArgument(`Unknown operator action ${op}: use cancel, withdraw, resend or resume.`);
-    }
-  }
-
-  /** Queues a failed turn's inputs again as a new turn (resend), or the last failed turn's (resume). */
-  async #resend(kind: 'resend' | 'resume', args: ActionArgs, turn: number | undefined): Promise<OperatorResult> {
-    this.#assertOpen(kind);
-    const { taskId } = args;
-    const t = await this.#cache.load(taskId);
-    const s = t.state;
-    if (!s) throw notFound(taskId);
-    const found = failedTurnInputs(taskId, await this.store.readEvents(taskId), turn);
-    const wf = this.#o.operatorOnly ? operatorWorkflow(s) : this.#workflow(s.workflow);
-    const decode = this.#o.codec?.decode ?? ((p: Payload) => p);
-    const ids: string[] = [];
-    for (const [i, q] of found.inputs.entries()) {
-      const newId = `in-${nanoid(12)}`;
-      const before = i === 0 ? [operatorDraft(kind, args, { turn: found.turn, inputId: q.inputId, newInputId: newId })] : [];
-      ids.push(await this.#queue(t, wf, newId, decode(q.input), {}, before));
-    }
-    return {
-      action: kind,
-      taskId,
-      done: true,
-      turn: found.turn,
-      inputIds: ids,
-      message: `turn ${found.turn}'s input${ids.length > 1 ? 's' : ''} (${found.inputs.map((q) => q.inputId).join(', ')}) re-sent as ${ids.join(', ')} (by ${args.by})`,
-    };
+    return this.#operator.run(op, args, extra);
   }
 
   async #checkExecutors(): Promise<void> {
@@ -914,26 +588,4 @@ export class Engine implements TaskClient {
       throw new TurnlogError('TURNLOG_ENGINE_CLOSED', `engine.${api}() called on an engine that is ${this.#state}. Open a new engine with Engine.open().`);
     }
   }
-}
-
-/**
- * What an operator engine (no workflows) knows of a task's workflow, from its history: the name
- * and policy. Not steerable: a re-send while a turn runs is refused instead of steering it.
- */
-function operatorWorkflow(s: TaskState): Workflow<any, any, any, any> {
-  return { name: s.workflow, kind: s.kind, steerable: false, policy: s.policy } as unknown as Workflow<any, any, any, any>;
-}
-
-function notFound(taskId: string): TurnlogError {
-  return new TurnlogError('TURNLOG_TASK_NOT_FOUND', `Task ${taskId} does not exist in this store. Check the id, or start it with engine.start().`);
-}
-
-/** `deliverAt` as epoch ms, or a TurnlogError naming the task before anything is written. */
-function scheduledTime(taskId: string, at: number | Date | undefined): number | undefined {
-  if (at === undefined) return undefined;
-  const ms = at instanceof Date ? at.getTime() : at;
-  if (typeof ms !== 'number' || !Number.isFinite(ms) || ms <= 0) {
-    throw invalidArgument(`Task ${taskId}: deliverAt must be a Date or a time in ms since the epoch, got ${String(at)}. Pass e.g. Date.now() + 60_000.`);
-  }
-  return ms;
 }

@@ -56,7 +56,7 @@ import {
   workflowIndexPrefix,
 } from './keys.js';
 import { decodeSummary, encodeLease, encodeSummary } from './records.js';
-import { decodeCursorBytes, encodeCursor, pageLimit, iterateInPages, readBounds } from './paging.js';
+import { MAX_EVENT_ID, decodeCursorBytes, encodeCursor, pageLimit, iterateInPages, readBounds } from './paging.js';
 import {
   EMPTY_HEAD,
   applyAppend,
@@ -98,6 +98,16 @@ interface HeadEntry {
 
 const FORMAT_META = 'format';
 
+/** A short history's tail read with its head (#primeHeads): events `from`… as stored. */
+interface TailHint {
+  from: number;
+  keys: Buffer[];
+  values: Buffer[];
+}
+
+/** Longest tail #primeHeads reads ahead; a longer one is read by the task cache's own iterator. */
+const TAIL_HINT_EVENTS = 64;
+
 type State = 'new' | 'opening' | 'open' | 'closing' | 'closed';
 
 /**
@@ -126,6 +136,14 @@ export class LevelHistoryStore implements HistoryStore {
    * `getSnapshot` of its task once; replaced by the next page, dropped by any write of the task.
    */
   #snapshotHints = new Map<string, Buffer | undefined>();
+  /**
+   * Likewise the events after the snapshot (or all of them) of a short history: the next
+   * `readEvents` of the task from that event on takes them instead of opening an iterator.
+   * Dropped by any write of the task's events.
+   */
+  #tailHints = new Map<string, TailHint>();
+  /** Bumped by every compaction and delete: tails read across one are not hinted. */
+  #cuts = 0;
   readonly #committer: GroupCommitter;
   #state: State = 'new';
   #opening: Promise<void> | null = null;
@@ -370,6 +388,10 @@ export class LevelHistoryStore implements HistoryStore {
     }
     const raws = await this.#db.getMany(readKeys);
     this.#snapshotHints = new Map();
+    this.#tailHints = new Map();
+    // The tails the task cache reads next, for the second getMany: [task, from, key offset].
+    const tails: [string, number, number][] = [];
+    const tailKeys: Buffer[] = [];
     for (let i = 0; i < todo.length; i++) {
       const [rawLease, rawLast, rawNext, rawSnapshot] = [raws[4 * i], raws[4 * i + 1], raws[4 * i + 2], raws[4 * i + 3]];
       const { taskId, summary } = todo[i]!;
@@ -382,8 +404,27 @@ export class LevelHistoryStore implements HistoryStore {
         this.#heads.set(taskId, { durable: head, pending: head, ready: null, waiters: 0, keys: taskKeys[i]! });
         // No write of the task can come between: every write goes through its head, which did not exist.
         this.#snapshotHints.set(taskId, rawSnapshot);
+        const from = (rawSnapshot !== undefined && rawSnapshot.length >= 4 ? rawSnapshot.readUInt32BE(0) : 0) + 1;
+        if (from <= e.eventId && e.eventId - from < TAIL_HINT_EVENTS) {
+          tails.push([taskId, from, tailKeys.length]);
+          for (let id = from; id <= e.eventId; id++) tailKeys.push(eventKey(taskId, id, taskKeys[i]!.eventPrefix));
+        }
       } catch {
         // Unreadable: left for #loadHead, which reports it where it is needed.
+      }
+    }
+    if (tails.length === 0) return;
+    const cuts = this.#cuts;
+    const tailRaws = await this.#db.getMany(tailKeys);
+    // Appends move the head past the tail read (checked below); a cut or delete leaves no trace there.
+    if (cuts !== this.#cuts) return;
+    for (let i = 0; i < tails.length; i++) {
+      const [taskId, from, at] = tails[i]!;
+      const end = i + 1 < tails.length ? tails[i + 1]![2] : tailKeys.length;
+      const values = tailRaws.slice(at, end);
+      // A hole (a compaction cut behind the snapshot): the task cache's own read sorts it out.
+      if (values.every((v) => v !== undefined) && this.#heads.get(taskId)?.pending.lastEventId === from + values.length - 1) {
+        this.#tailHints.set(taskId, { from, keys: tailKeys.slice(at, end), values: values as Buffer[] });
       }
     }
   }
@@ -400,6 +441,7 @@ export class LevelHistoryStore implements HistoryStore {
   // Writes
 
   append(taskId: string, events: readonly HistoryEvent[], options: AppendOptions): Promise<AppendResult> {
+    this.#tailHints.delete(taskId);
     return this.#withHead(taskId, (h) => {
       const prev = h.pending;
       const next = applyAppend(taskId, prev, events, options);
@@ -478,6 +520,8 @@ export class LevelHistoryStore implements HistoryStore {
     this.#checkOpen();
     checkTaskId(taskId);
     if (compacted.type !== 'HistoryCompacted' || compacted.eventId !== 2) throw invalidArgument(`Task ${taskId}: compactHistory takes a HistoryCompacted event 2.`);
+    this.#tailHints.delete(taskId);
+    this.#cuts++;
     // A later cut already written (another engine's, racing on a shared store) stands: this
     // one's state ends before events that are gone, so writing it would leave a hole.
     const key2 = eventKey(taskId, 2);
@@ -485,11 +529,13 @@ export class LevelHistoryStore implements HistoryStore {
     if (raw !== undefined && isLaterCut(this.#decode(taskId, key2, raw), compacted.throughEventId)) return;
     const ops: BatchOp[] = [{ type: 'put', key: key2, value: asBuffer(encodeEvent(compacted)) }];
     for (let id = 3; id <= compacted.throughEventId; id++) ops.push({ type: 'del', key: eventKey(taskId, id) });
-    await this.#committer.submit(taskId, ops, this.#sync, () => undefined);
+    await this.#committer.submit(taskId, ops, this.#sync, () => void this.#cuts++);
   }
 
   async deleteTask(taskId: string): Promise<void> {
     this.#snapshotHints.delete(taskId);
+    this.#tailHints.delete(taskId);
+    this.#cuts++;
     // A task whose last event cannot be decoded has no head; delete it by key range instead,
     // so a corrupt task can still be removed or replaced (`turnlog import --force`).
     await this.#deleteWithHead(taskId).catch((err: unknown) => {
@@ -498,6 +544,7 @@ export class LevelHistoryStore implements HistoryStore {
     });
     // Its large payloads after the events: a crash in between leaves unreferenced bytes, never a
     // history that references a missing payload.
+    this.#cuts++;
     await this.#db.clear(payloadRange(taskId));
   }
 
@@ -562,10 +609,16 @@ export class LevelHistoryStore implements HistoryStore {
     checkTaskId(taskId);
     const { from, to, limit } = readBounds(options);
     if (limit === 0 || from > to) return [];
-    const range = eventRange(taskId, from, to);
-    const it = this.#db.iterator(Number.isFinite(limit) ? { ...range, limit } : range);
-    const entries = await it.all();
-    const events = entries.map(([k, v]) => this.#decode(taskId, k, v));
+    const hint = this.#tailHints.get(taskId);
+    if (hint) this.#tailHints.delete(taskId);
+    let events: HistoryEvent[];
+    if (hint && hint.from === from && to === MAX_EVENT_ID && limit === Number.POSITIVE_INFINITY) {
+      events = hint.values.map((v, i) => this.#decode(taskId, hint.keys[i]!, v));
+    } else {
+      const range = eventRange(taskId, from, to);
+      const entries = await this.#db.iterator(Number.isFinite(limit) ? { ...range, limit } : range).all();
+      events = entries.map(([k, v]) => this.#decode(taskId, k, v));
+    }
     return resolveAll(taskId, events, async (hash) => {
       const v = await this.#db.get(payloadKey(taskId, hash));
       return v === undefined ? undefined : new Uint8Array(v.buffer, v.byteOffset, v.byteLength);

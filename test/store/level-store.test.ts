@@ -1,7 +1,7 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { fileURLToPath } from 'node:url';
 import { Level } from 'level';
-import { afterEach, beforeEach, describe, expect, it } from 'vitest';
+import { afterEach, beforeEach, describe, expect, it, vi } from 'vitest';
 import { isTurnlogError } from '../../src/errors.js';
 import { LevelHistoryStore } from '../../src/store/level-store.js';
 import { describeKey, eventKey, summaryKey } from '../../src/store/keys.js';
@@ -155,6 +155,45 @@ describe('LevelHistoryStore on disk', () => {
     expect(await store.getSnapshot('b')).toBeUndefined();
     await store.append('stale', [step(4, 2, { generation: 2 })], { expectedLastEventId: 3, generation: 2 });
     expect((await store.readEvents('stale')).map((e) => e.eventId)).toEqual([1, 2, 3, 4]);
+    await store.close();
+  });
+
+  it('a claim after reopening reads short tails with the heads: the next read of each opens no iterator, and every read returns what is stored', async () => {
+    let store = new LevelHistoryStore(dir.path);
+    await store.open();
+    const t = Date.now();
+    const g = { time: t, generation: 1 };
+    const open = (id: string, more: number) => store.append(id, [created(1, g), started(2, 1, g), ...steps(3, more)], { expectedLastEventId: 0, generation: 1 });
+    for (const id of ['a', 'b', 'c', 'd', 'e']) await open(id, 2);
+    await open('long', 80); // past the read-ahead: read by the iterator as before
+    await store.putSnapshot('a', { eventId: 3, data: new Uint8Array([7]) });
+    await store.close();
+
+    store = new LevelHistoryStore(dir.path);
+    await store.open();
+    const batch = await store.claimDueWork({ now: t, instance: 'new-1', limit: 10 });
+    expect(batch.tasks.map((d) => d.taskId)).toEqual(['a', 'b', 'c', 'd', 'e', 'long']);
+    const iterator = vi.spyOn(Level.prototype, 'iterator');
+    try {
+      const ids = async (id: string, from?: number) => (await store.readEvents(id, from === undefined ? {} : { fromEventId: from })).map((e) => e.eventId);
+      // What the task cache reads next: the tail after the snapshot, or the whole short history.
+      expect((await store.getSnapshot('a'))!.eventId).toBe(3);
+      expect(await ids('a', 4)).toEqual([4]);
+      expect(await ids('b')).toEqual([1, 2, 3, 4]);
+      expect(iterator).not.toHaveBeenCalled();
+      // Once taken, or another range: read from disk.
+      expect(await ids('b')).toEqual([1, 2, 3, 4]);
+      expect(await ids('e', 2)).toEqual([2, 3, 4]);
+      expect(iterator).toHaveBeenCalledTimes(2);
+      // A write of the task's events in between is seen.
+      await store.append('c', [step(5, 3, g)], { expectedLastEventId: 4, generation: 1 });
+      expect(await ids('c')).toEqual([1, 2, 3, 4, 5]);
+      await store.deleteTask('d');
+      expect(await ids('d')).toEqual([]);
+      expect((await ids('long')).length).toBe(82);
+    } finally {
+      iterator.mockRestore();
+    }
     await store.close();
   });
 
