@@ -12,6 +12,7 @@ import { withStateDelta } from '../history/state-delta.js';
 import { wellFormedEvent } from '../history/well-formed.js';
 import { compaction, fold } from '../replay/index.js';
 import type { Logger } from '../logger.js';
+import type { AppendOptions } from '../store/history-store.js';
 import type { Draft } from './drafts.js';
 import type { FaultInjector } from './fault.js';
 import { outcomeLogLines } from './outcome-log.js';
@@ -81,7 +82,9 @@ export class Appender {
     const expectedLastEventId = t.state?.lastEventId ?? 0;
     const started = performance.now();
     try {
-      await this.#rt.store.append(t.id, events, lease ? { expectedLastEventId, generation, lease } : { expectedLastEventId, generation });
+      const options: AppendOptions = lease ? { expectedLastEventId, generation, lease } : { expectedLastEventId, generation };
+      if (t.fresh && expectedLastEventId === 0) options.fresh = true;
+      await this.#rt.store.append(t.id, events, options);
     } catch (err) {
       if (isStale(err)) this.#onStale(t, err);
       else if (isTurnlogError(err, 'TURNLOG_CONCURRENCY')) await this.#refresh(t, err);
@@ -89,6 +92,7 @@ export class Appender {
     }
     const before = t.state;
     t.state = next;
+    t.fresh = false;
     if (lease) t.lease = lease;
     for (const e of events) if (isTurnTerminal(e)) t.lastTerminal = e;
     for (const l of outcomeLogLines(t.id, before, events)) this.#rt.log[l.level](l.message, l.fields);

@@ -368,7 +368,8 @@ export class Engine implements TaskClient {
   ): Promise<TaskHandle<I, O>> {
     this.#assertOpen('start');
     const wf = typeof workflow === 'string' ? this.#workflow(workflow) : this.#workflow(workflow.name);
-    const taskId = options.taskId ?? `task-${nanoid(12)}`;
+    // 126 random bits, as a UUID's 122: the store trusts that nothing is stored under it (TaskCache.createNew).
+    const taskId = options.taskId ?? `task-${nanoid(21)}`;
     checkTaskId(taskId);
     // A fresh random id names no stored task: no reads (the store's append still checks).
     const t = (options.taskId === undefined ? this.#cache.createNew(taskId) : undefined) ?? (await this.#cache.load(taskId));

@@ -20,6 +20,12 @@ export interface AppendOptions {
   lease?: Lease;
   /** Override the store's durability for this append. */
   sync?: boolean;
+  /**
+   * With `expectedLastEventId: 0` only: the caller vouches that nothing is stored under this id
+   * (the engine names such tasks with 126 random bits), so a store may skip the read that proves
+   * the task new. A store may ignore it and check anyway; it must not refuse it.
+   */
+  fresh?: boolean;
 }
 
 export interface AppendResult {

@@ -291,7 +291,7 @@ export class LevelHistoryStore implements HistoryStore {
    * its write submission, and callers run in arrival order, so validation sees every earlier
    * append of the task (written or queued).
    */
-  #withHead<T>(taskId: string, fn: (h: HeadEntry) => Promise<T>): Promise<T> {
+  #withHead<T>(taskId: string, fn: (h: HeadEntry) => Promise<T>, fresh = false): Promise<T> {
     try {
       this.#checkOpen();
       checkTaskId(taskId);
@@ -307,7 +307,8 @@ export class LevelHistoryStore implements HistoryStore {
         waiters: 0,
         keys: new TaskKeys(taskId),
       };
-      entry.ready = this.#loadHead(taskId, entry);
+      // A task the caller vouches is new (AppendOptions.fresh) has the empty head: nothing to read.
+      if (!fresh) entry.ready = this.#loadHead(taskId, entry);
       this.#heads.set(taskId, entry);
       h = entry;
     }
@@ -465,7 +466,7 @@ export class LevelHistoryStore implements HistoryStore {
           h.durable = next;
         })
         .then(() => ({ lastEventId: next.lastEventId, summary: { ...summary } }));
-    });
+    }, options.fresh === true && options.expectedLastEventId === 0);
   }
 
   #writeLease(taskId: string, h: HeadEntry, lease: Lease): Promise<void> {

@@ -328,6 +328,42 @@ describe('LevelHistoryStore on disk', () => {
     await store.close();
   });
 
+  it('an append the caller vouches is fresh reads nothing, writes the task whole, and later appends check against it', async () => {
+    const { ClassicLevel } = await import('classic-level');
+    const proto = ClassicLevel.prototype as unknown as Record<string, (...a: unknown[]) => unknown>;
+    const reads: string[] = [];
+    const originals = new Map<string, (...a: unknown[]) => unknown>();
+    for (const m of ['_get', '_getMany', '_iterator']) {
+      const orig = proto[m]!;
+      originals.set(m, orig);
+      proto[m] = function (this: unknown, ...a: unknown[]) {
+        reads.push(m);
+        return orig.apply(this, a);
+      };
+    }
+    const store = new LevelHistoryStore(dir.path);
+    try {
+      await store.open();
+      reads.length = 0;
+      await store.append('fresh', [created(1), queued(2, 'in-1'), started(3, 1)], { expectedLastEventId: 0, generation: 1, fresh: true });
+      expect(reads).toEqual([]);
+      // The head it made is the one a load would have: a stale expectation is still refused.
+      await expect(store.append('fresh', [step(4, 1)], { expectedLastEventId: 2, generation: 1 })).rejects.toSatisfy((e) => isTurnlogError(e, 'TURNLOG_CONCURRENCY'));
+      await store.append('fresh', [step(4, 1)], { expectedLastEventId: 3, generation: 1 });
+      // Without the flag a new task's head is read first (the store proves it new).
+      reads.length = 0;
+      await store.append('plain', [created(1)], { expectedLastEventId: 0, generation: 1 });
+      expect(reads.length).toBeGreaterThan(0);
+    } finally {
+      for (const [m, f] of originals) proto[m] = f;
+    }
+    await store.close();
+    await store.open();
+    expect((await store.readEvents('fresh')).map((e) => e.eventId)).toEqual([1, 2, 3, 4]);
+    expect((await store.getSummary('fresh'))?.lastEventId).toBe(4);
+    await store.close();
+  });
+
   it('non-durable appends (sync: false) land and read back', async () => {
     const store = new LevelHistoryStore(dir.path, { sync: false });
     await store.open();
