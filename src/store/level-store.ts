@@ -430,11 +430,13 @@ export class LevelHistoryStore implements HistoryStore {
     }
   }
 
+  /** Decodes an event record of `taskId` (an event key: the name is built without decoding the key). */
   #decode(taskId: string, key: Buffer, value: Buffer): HistoryEvent {
-    const name = describeKey(key);
+    const id = eventIdOfKey(key);
+    const name = `events/${taskId}/${id}`;
     // A plain Uint8Array view makes protobufjs return Uint8Array bytes fields, as the types say.
     const e = decodeEvent(new Uint8Array(value.buffer, value.byteOffset, value.byteLength), taskId, name);
-    if (e.eventId !== eventIdOfKey(key)) throw new HistoryCorruptError(name, `holds event ${e.eventId}`);
+    if (e.eventId !== id) throw new HistoryCorruptError(name, `holds event ${e.eventId}`);
     return e;
   }
 
