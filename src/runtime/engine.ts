@@ -1,50 +1,32 @@
 /**
- * The engine's facade: the public API (open, activate, start, send, cancel, describe, results,
- * shutdown) over its parts — options.ts, task-cache.ts (the per-task lock), appender.ts,
- * drafts.ts (pure), driver.ts, supervisor.ts, results.ts and scanner.ts. It wires them and
- * owns the activation state; see docs/architecture.md, docs/workflows.md and docs/recovery.md.
+ * The engine's facade: every public method of `Engine` (open, activate, start, send, cancel,
+ * describe, results, stream, shutdown, …), each a delegation to a part wired in parts.ts — the
+ * input path (inputs.ts), cancels, reads, operator actions, streams, turn results — over the
+ * task cache, appender, driver, supervisor and scanner. It owns the activation state machine;
+ * what one activation opens is activation.ts. See docs/architecture.md "The engine".
  */
 import { hostname } from 'node:os';
-import { nanoid } from 'nanoid';
 import { TurnlogError, invalidArgument, taskNotFound as notFound } from '../errors.js';
 import type { ExecutorKind, HistoryEvent } from '../history/events.js';
 import type { HistoryFileFormat } from '../history/history-file.js';
-import { illFormedText } from '../history/well-formed.js';
-import type { FlowLimitStore, HistoryStore, ListOptions, TaskPage } from '../store/history-store.js';
-import { checkTaskId } from '../store/keys.js';
+import type { HistoryStore, ListOptions, TaskPage } from '../store/history-store.js';
 import type { Executor } from '../executor/executor.js';
 import { InlineExecutor } from '../executor/inline-executor.js';
 import { assertOutsideWorker } from '../executor/isolation.js';
-import { resolvePolicy, type Workflow } from '../workflow/define-workflow.js';
+import type { Workflow } from '../workflow/define-workflow.js';
 import type { PayloadMode } from '../workflow/json.js';
 import { TaskHandle } from '../client/task-handle.js';
 import type { SendOptions, StartOptions, TaskClient, TaskDescription, TurnResult } from '../client/task-client.js';
-import { Appender } from './appender.js';
-import { Cancels } from './cancels.js';
 import type { ActionArgs } from './operator.js';
-import { OperatorActions, type OperatorResult } from './operator-actions.js';
-import { Driver } from './driver.js';
-import { Children } from './children.js';
-import { FaultInjector } from './fault.js';
-import { Inputs } from './inputs.js';
-import { Reads } from './reads.js';
+import type { OperatorResult } from './operator-actions.js';
+import { wireParts, type Parts } from './parts.js';
+import { Activation } from './activation.js';
 import { isCaptureMode, resolveOptions, type ActivateOptions, type EngineOptions, type EngineSettings, type OperatorOptions } from './options.js';
-import { TurnResults } from './results.js';
 import { Observers, type EngineObserver } from './observe.js';
-import { StreamHub, type StreamSource } from '../stream/hub.js';
 import type { StreamItem, StreamOptions } from '../stream/items.js';
 import type { Runtime } from './runtime.js';
-import { Scanner } from './scanner.js';
-import { Wakeups } from './wakeups.js';
-import { LocalLimiter, SharedLimiter, type Limiter } from './limits.js';
 import { SCHEDULE_WORKFLOW, Schedules, type ScheduleInfo, type ScheduleSpec } from './schedules.js';
-import { Supervisor } from './supervisor.js';
-import { TaskCache } from './task-cache.js';
-import { Watcher } from './watcher.js';
-import { Waits } from './waits.js';
 import { noteEngineActivation } from './work-log.js';
-import { startInspection } from './inspection.js';
-import type { InspectServer } from '../inspect/server.js';
 
 export type { SendOptions, StartOptions, TaskDescription } from '../client/task-client.js';
 
@@ -62,43 +44,18 @@ export { isCaptureMode, type ActivateOptions, type EngineOptions, type OperatorO
 export class Engine implements TaskClient {
   readonly #o: EngineSettings;
   readonly #rt: Runtime;
-  #store: HistoryStore | undefined;
-  #owner: string | undefined;
-  #instance: string | undefined;
   readonly #executors = new Map<ExecutorKind, Executor>();
-  readonly #cache: TaskCache;
-  readonly #results: TurnResults;
-  readonly #appender: Appender;
-  readonly #supervisor: Supervisor;
-  readonly #driver: Driver;
-  readonly #scanner: Scanner;
-  readonly #streamSource: StreamSource;
-  /** Live stream items and readers (docs/streaming.md); a new one per activation. */
-  #hub: StreamHub;
-  readonly #watcher: Watcher;
-  readonly #wakeups: Wakeups;
-  readonly #children: Children;
-  readonly #waits: Waits;
-  readonly #inputs: Inputs;
-  readonly #cancels: Cancels;
-  readonly #reads: Reads;
-  readonly #operator: OperatorActions;
+  /** Every job of the engine, wired (parts.ts). */
+  readonly #p: Parts;
   #state: 'inactive' | 'activating' | 'open' | 'quiescing' | 'closed' = 'inactive';
-  /** The recovery pass this activation started at open. */
-  #recovery: Promise<void> = Promise.resolve();
-  /** The live-inspection socket while open (docs/cli.md#live-inspection). */
-  #inspection: InspectServer | undefined;
-  /** Stops telling observers the store's group commits (HistoryStore.onCommit). */
-  #unwatchCommits: (() => void) | undefined;
-  /** Flow limits of steps (docs/time.md#flow-limits); a new one per activation. */
-  #limiter: Limiter;
+  /** What the current activation opened (activation.ts). */
+  readonly #act: Activation;
   readonly #schedules: Schedules;
   /** The workflows given to open (the built-in schedule workflow is not one of them). */
   readonly #userWorkflows: ReadonlyMap<string, Workflow<any, any, any, any>>;
 
   private constructor(options: EngineOptions, operatorOnly = false) {
     const o = (this.#o = resolveOptions(options, operatorOnly));
-    this.#limiter = new LocalLimiter(o.flowLimits, o.clock);
     const engine = this;
     this.#rt = {
       ...o,
@@ -118,49 +75,13 @@ export class Engine implements TaskClient {
         return engine.#state === 'open';
       },
       get limiter() {
-        return engine.#limiter;
+        return engine.#act.limiter;
       },
       assertOpen: (api) => this.#assertOpen(api),
       workflow: (name) => this.#workflow(name),
     };
-    this.#cache = new TaskCache(this.#rt);
-    this.#results = new TurnResults(this.#rt);
-    // Turn-result waiters listen on the seam like any observer (they also need the cached entry).
-    this.#rt.observers.onAppend((t, before, events) => this.#results.afterAppend(t, before, events));
-    this.#streamSource = {
-      readEvents: (taskId, from) => this.store.readEvents(taskId, { fromEventId: from }),
-      // An exclusive store or a turn this engine runs: every event passes here, no need to poll.
-      writesHere: (taskId) => this.store.exclusive || this.#cache.get(taskId)?.active !== undefined,
-      // Chunks never pass the codecs (they are not stored): only the converter.
-      decoder: { value: (p) => this.#results.value(p), failure: (f) => (o.codec ? o.codec.decodeFailure(f) : f), chunk: (p) => o.converter.fromPayload(p) },
-      setTimer: (fn, ms) => o.clock.setTimer(fn, ms, { background: true }),
-    };
-    this.#hub = new StreamHub(this.#streamSource, { bufferItems: o.streamBufferItems });
-    this.#rt.observers.onAppend((t, _before, events) => this.#hub.appended(t.id, events));
-    this.#rt.observers.onOutput((e) => this.#hub.output(e.taskId, e.afterEventId, e.turn, e.attempt, e.item, e.time, e.dropped));
-    this.#appender = new Appender(
-      this.#rt,
-      this.#cache,
-      FaultInjector.fromEnv(),
-      (t, err) => this.#supervisor.fence(t, err),
-      (t) => this.#supervisor.afterRefresh(t),
-    );
-    this.#supervisor = new Supervisor(this.#rt, this.#cache, this.#results, this.#appender, (t) => this.#driver.drive(t));
-    this.#wakeups = new Wakeups(this.#rt, (id) => this.#scanner.wake(id));
-    this.#children = new Children(this.#rt, {
-      create: (id, wf, input, parent) => this.#inputs.createChild(id, wf, input, parent),
-      turnResult: (id, inputId) => this.turnResult(id, inputId),
-      cancel: (id, reason) => this.cancel(id, reason),
-    });
-    const waits = (this.#waits = new Waits(this.#rt, this.#cache, this.#appender));
-    this.#rt.observers.onAppend((t, _before, events) => waits.afterAppend(t, events));
-    this.#driver = new Driver(this.#rt, this.#executors, this.#cache, this.#appender, this.#supervisor, (id, at) => this.#wakeups.add(id, at), waits, this.#children);
-    this.#watcher = new Watcher(this.#rt, this.#cache, this.#appender, this.#results, (t) => this.#driver.drive(t));
-    this.#scanner = new Scanner(this.#rt, this.#cache, this.#driver, () => this.#watcher.poll());
-    this.#inputs = new Inputs(this.#rt, this.#cache, this.#driver, this.#appender);
-    this.#cancels = new Cancels(this.#rt, this.#cache, this.#appender, this.#supervisor, this.#driver, this.#children);
-    this.#reads = new Reads(this.#rt, this.#cache, this.#results);
-    this.#operator = new OperatorActions(this.#rt, this.#cache, this.#inputs, this.#cancels, (id, name, value) => this.signal(id, name, value));
+    this.#p = wireParts(this.#rt, this.#executors, this);
+    this.#act = new Activation(this.#rt, this.#p, this.#executors);
     // Schedules run as tasks of a built-in workflow every engine registers (docs/time.md#schedules).
     if (o.workflows.has(SCHEDULE_WORKFLOW)) throw invalidArgument(`Workflow name ${SCHEDULE_WORKFLOW} is reserved for schedules; rename your workflow.`);
     this.#userWorkflows = new Map(o.workflows);
@@ -223,19 +144,21 @@ export class Engine implements TaskClient {
 
   /** The store; TURNLOG_ENGINE_NOT_ACTIVATED before activation. */
   get store(): HistoryStore {
-    if (!this.#store) throw this.#notActive('store');
-    return this.#store;
+    const store = this.#act.store;
+    if (!store) throw this.#notActive('store');
+    return store;
   }
 
   /** Deployment identity, e.g. `<agent>|session:<id>`; set at activation. */
   get owner(): string {
-    return this.#owner ?? this.#o.ownerOption ?? `${hostname()}|turnlog`;
+    return this.#act.owner ?? this.#o.ownerOption ?? `${hostname()}|turnlog`;
   }
 
   /** This activation's identity (new on every activation unless given). */
   get instance(): string {
-    if (!this.#instance) throw this.#notActive('instance');
-    return this.#instance;
+    const instance = this.#act.instance;
+    if (!instance) throw this.#notActive('instance');
+    return instance;
   }
 
   /**
@@ -250,41 +173,12 @@ export class Engine implements TaskClient {
     this.#state = 'activating';
     const spec = this.#o.storeSpec;
     noteEngineActivation({ store: typeof spec === 'string' ? spec : (spec.constructor?.name ?? 'a HistoryStore') });
-    const phase = options.onPhase ?? (() => undefined);
     try {
-      this.#owner = options.owner ?? this.#o.ownerOption ?? `${hostname()}|turnlog`;
-      this.#instance = options.instance ?? this.#o.instanceOption ?? `engine-${process.pid}-${nanoid(8)}`;
-      // Both are written into every TurnStarted and LeaseClaimed: refuse what has no UTF-8 form.
-      if (!this.#owner.isWellFormed()) throw invalidArgument(`${illFormedText('Engine owner', this.#owner)}.`);
-      if (!this.#instance.isWellFormed()) throw invalidArgument(`${illFormedText('Engine instance', this.#instance)}.`);
-      // Executors check their set-up (a process executor's module) before anything is opened.
-      await this.#checkExecutors();
-      await phase('open');
-      this.#store = await this.#makeStore();
-      await this.#store.open();
-      if (this.#store.supports.flowLimits && this.#o.flowLimits.size > 0) {
-        this.#limiter = new SharedLimiter(this.#store as FlowLimitStore, this.#o.flowLimits, this.#o.clock, this.#instance, this.#o.leaseMs);
-      }
-      this.#unwatchCommits = this.#store.onCommit?.((writes) => this.#rt.observers.groupCommitted(writes));
-      for (const m of await this.#store.listCorrupt()) {
-        this.#cache.markCorrupt(m);
-        this.#o.log.error('task isolated: its stored history cannot be read', { taskId: m.taskId, key: m.key, error: m.message });
-      }
+      await this.#act.open(options);
       this.#state = 'open';
       // An operator engine (openForOperator) acts on request only: no socket, watcher, scan or recovery.
       if (this.#o.operatorOnly) return;
-      this.#inspection = await startInspection(this.#rt, this.#o.inspect, (op, args) => this.#operator.fromSocket(op, args));
-      this.#watcher.start();
-      // Scanner before recovery: every phase that can fail runs before any turn starts, so a
-      // rolled-back activation never ran (nor interrupted) a handler (test: lifecycle "scanner fails twice").
-      await phase('scanner');
-      this.#scanner.arm();
-      await phase('recovery');
-      // Recovery runs in the background: open returns at once and serves new work meanwhile
-      // (docs/recovery.md "What Engine.open waits for"); `recovered()` waits for this pass.
-      const pass = this.recover();
-      pass.catch((err: unknown) => this.#o.log.error('recovery at open failed; the periodic scan retries', { error: err }));
-      this.#recovery = pass;
+      await this.#act.start(options);
     } catch (err) {
       await this.#quiesce(0).catch((e) => this.#o.log.warn('rollback after failed activation failed', { error: e }));
       this.#state = 'inactive';
@@ -301,18 +195,6 @@ export class Engine implements TaskClient {
     if (this.#state !== 'open') return;
     await this.#quiesce(options.graceMs ?? this.#o.shutdownGraceMs);
     this.#state = 'inactive';
-  }
-
-  async #makeStore(): Promise<HistoryStore> {
-    if (typeof this.#o.storeSpec !== 'string') return this.#o.storeSpec;
-    if (/^postgres(ql)?:\/\//i.test(this.#o.storeSpec)) {
-      // A URL is a PostgreSQL store, never a LevelDB directory named `postgres:`.
-      const { createPostgresStore, parsePostgresUrl } = await import('../store/postgres-store.js');
-      return createPostgresStore(parsePostgresUrl(this.#o.storeSpec));
-    }
-    // Loaded on first activation, never at import: native modules cannot be in a startup snapshot.
-    const { LevelHistoryStore } = await import('../store/level-store.js');
-    return new LevelHistoryStore(this.#o.storeSpec);
   }
 
   /**
@@ -366,14 +248,7 @@ export class Engine implements TaskClient {
     input: I,
     options: StartOptions = {},
   ): Promise<TaskHandle<I, O>> {
-    this.#assertOpen('start');
-    const wf = typeof workflow === 'string' ? this.#workflow(workflow) : this.#workflow(workflow.name);
-    // 126 random bits, as a UUID's 122: the store trusts that nothing is stored under it (TaskCache.createNew).
-    const taskId = options.taskId ?? `task-${nanoid(21)}`;
-    checkTaskId(taskId);
-    // A fresh random id names no stored task: no reads (the store's append still checks).
-    const t = (options.taskId === undefined ? this.#cache.createNew(taskId) : undefined) ?? (await this.#cache.load(taskId));
-    const inputId = await this.#inputs.send(t, wf, input, options);
+    const { taskId, inputId } = await this.#p.inputs.start(workflow, input, options);
     return new TaskHandle<I, O>(this, taskId, inputId);
   }
 
@@ -384,16 +259,12 @@ export class Engine implements TaskClient {
 
   /** @internal used by TaskHandle.send */
   async sendInput(taskId: string, input: unknown, options: SendOptions = {}): Promise<string> {
-    this.#assertOpen('send');
-    const t = await this.#cache.load(taskId);
-    const state = t.state;
-    if (!state) throw notFound(taskId);
-    return this.#inputs.send(t, this.#workflow(state.workflow), input, options);
+    return this.#p.inputs.sendInput(taskId, input, options);
   }
 
   /** Cancels a task: the open turn is cancelled (cooperatively, then by force after the grace), the task completes as cancelled. */
   async cancel(taskId: string, reason = 'cancelled by caller', scope: 'task' | 'turn' = 'task'): Promise<void> {
-    await this.#cancels.cancel(taskId, reason, scope);
+    await this.#p.cancels.cancel(taskId, reason, scope);
   }
 
   /**
@@ -403,17 +274,17 @@ export class Engine implements TaskClient {
    */
   async signal(taskId: string, name: string, value?: unknown): Promise<string> {
     this.#assertOpen('signal');
-    return this.#waits.signal(taskId, name, value, notFound);
+    return this.#p.waits.signal(taskId, name, value, notFound);
   }
 
   /** Withdraws a queued input that no turn has taken yet. */
   async withdraw(taskId: string, inputId: string, reason = 'withdrawn by caller'): Promise<void> {
-    await this.#inputs.withdraw(taskId, inputId, reason, []);
+    await this.#p.inputs.withdraw(taskId, inputId, reason, []);
   }
 
   /** What the task looks like now, with the replayer's current decision (or `corrupt`, see {@link TaskDescription.corrupt}). */
   async describe(taskId: string): Promise<TaskDescription> {
-    return this.#reads.describe(taskId);
+    return this.#p.reads.describe(taskId);
   }
 
   /**
@@ -436,7 +307,7 @@ export class Engine implements TaskClient {
    * @example await writeFile('chat-42.json', await engine.exportHistory('chat-42'));
    */
   async exportHistory(taskId: string, format: HistoryFileFormat = 'json'): Promise<Uint8Array> {
-    return this.#reads.exportHistory(taskId, format);
+    return this.#p.reads.exportHistory(taskId, format);
   }
 
   /**
@@ -449,7 +320,7 @@ export class Engine implements TaskClient {
    * @example const retry = await engine.fork('chat-42', { atTurn: 3, newTaskId: 'chat-42-b' });
    */
   async fork<I = unknown, O = unknown>(taskId: string, options: { atTurn: number; newTaskId?: string }): Promise<TaskHandle<I, O>> {
-    return new TaskHandle<I, O>(this, await this.#reads.fork(taskId, options), undefined);
+    return new TaskHandle<I, O>(this, await this.#p.reads.fork(taskId, options), undefined);
   }
 
   /**
@@ -457,12 +328,8 @@ export class Engine implements TaskClient {
    * history if it already ended.
    */
   async turnResult<O = unknown>(taskId: string, inputId: string): Promise<TurnResult<O>> {
-    const t = await this.#cache.load(taskId);
-    const s = t.state;
-    if (!s) throw notFound(taskId);
-    return this.#results.turnResult<O>(t, s, inputId);
+    return this.#p.reads.turnResult<O>(taskId, inputId);
   }
-
 
   /**
    * @internal used by TaskHandle.nextTurn/result for a handle without an input id.
@@ -472,12 +339,8 @@ export class Engine implements TaskClient {
    * See docs/workflows.md "Results".
    */
   async latestTurnResult<O = unknown>(taskId: string): Promise<TurnResult<O>> {
-    const t = await this.#cache.load(taskId);
-    const s = t.state;
-    if (!s) throw notFound(taskId);
-    return this.#results.latestTurnResult<O>(t, s);
+    return this.#p.reads.latestTurnResult<O>(taskId);
   }
-
 
   /**
    * Resolves once the recovery pass that activation started has decided every task that was due
@@ -485,7 +348,7 @@ export class Engine implements TaskClient {
    * pass failed (also logged; the periodic scan retries). See docs/recovery.md.
    */
   async recovered(): Promise<void> {
-    return this.#recovery;
+    return this.#act.recovery;
   }
 
   /**
@@ -495,23 +358,12 @@ export class Engine implements TaskClient {
    * @example for await (const item of engine.stream('chat-42', { from: lastOffset })) show(item);
    */
   stream(taskId: string, options: StreamOptions = {}): AsyncGenerator<StreamItem, void, undefined> {
-    this.#assertOpen('stream');
-    if (typeof options !== 'object' || options === null) throw invalidArgument('stream() options must be an object: { from?, signal?, pollMs? }.');
-    if (options.pollMs !== undefined && !(Number.isFinite(options.pollMs) && options.pollMs > 0)) {
-      throw invalidArgument(`stream() pollMs must be a positive number of milliseconds, got ${String(options.pollMs)}.`);
-    }
-    return this.#stream(taskId, options);
-  }
-
-  async *#stream(taskId: string, options: StreamOptions): AsyncGenerator<StreamItem, void, undefined> {
-    const t = await this.#cache.load(taskId);
-    if (!t.state) throw notFound(taskId);
-    yield* this.#hub.read(taskId, options);
+    return this.#p.streams.read(taskId, options);
   }
 
   /** Runs one recovery pass now (it also runs at open and every `scanIntervalMs`). */
   async recover(): Promise<void> {
-    return this.#scanner.recover();
+    return this.#p.scanner.recover();
   }
 
   /**
@@ -528,26 +380,7 @@ export class Engine implements TaskClient {
   /** Stops everything this activation started; leaves history and leases for recovery. */
   async #quiesce(graceMs: number): Promise<void> {
     this.#state = 'quiescing';
-    this.#hub.close();
-    this.#hub = new StreamHub(this.#streamSource, { bufferItems: this.#o.streamBufferItems });
-    await this.#inspection?.close();
-    this.#inspection = undefined;
-    this.#watcher.stop();
-    this.#unwatchCommits?.();
-    this.#unwatchCommits = undefined;
-    await this.#scanner.stop();
-    this.#wakeups.stop();
-    await this.#supervisor.stopAll(graceMs);
-    this.#limiter.close();
-    this.#limiter = new LocalLimiter(this.#o.flowLimits, this.#o.clock);
-    await Promise.all([...this.#cache.entries()].map((t) => t.chain.catch(() => undefined)));
-    for (const t of this.#cache.entries()) {
-      this.#results.rejectAll(t, this.#results.deferred(t.id, t.state?.turn ?? 0, 'the engine shut down before the turn ended; the next engine recovers it'));
-    }
-    this.#cache.clear();
-    for (const ex of new Set(this.#executors.values())) await ex.close().catch((err) => this.#o.log.warn('executor close failed', { error: err }));
-    if (this.#store && typeof this.#o.storeSpec === 'string') await this.#store.close();
-    this.#store = undefined;
+    await this.#act.quiesce(graceMs);
   }
 
   /**
@@ -557,15 +390,7 @@ export class Engine implements TaskClient {
    * See docs/cli.md#operator-actions and {@link Engine.openForOperator}.
    */
   async operatorAction(op: string, args: ActionArgs, extra: Record<string, unknown> = {}): Promise<OperatorResult> {
-    return this.#operator.run(op, args, extra);
-  }
-
-  async #checkExecutors(): Promise<void> {
-    for (const [kind, ex] of this.#executors) {
-      if (!ex.check) continue;
-      const mine = [...this.#o.workflows.values()].filter((wf) => resolvePolicy(wf, this.#o.defaultExecutor).executor === kind);
-      if (mine.length > 0) await ex.check(mine);
-    }
+    return this.#p.operator.run(op, args, extra);
   }
 
   #workflow(name: string): Workflow<any, any, any, any> {

@@ -5,13 +5,13 @@
  * retries with the same id. Also a queued input's withdrawal and a child task's first input.
  */
 import { nanoid } from 'nanoid';
-import { LastInputIdPreconditionError, PayloadEncodingError, PayloadTooLargeError, SteeringQueueFullError, TaskConflictError, TurnlogError, invalidArgument } from '../errors.js';
+import { LastInputIdPreconditionError, PayloadEncodingError, PayloadTooLargeError, SteeringQueueFullError, TaskConflictError, TurnlogError, invalidArgument, taskNotFound } from '../errors.js';
 import { HISTORY_FORMAT_VERSION, type Payload, type TaskParent } from '../history/events.js';
 import { payloadSize } from '../history/payload.js';
 import type { TaskState } from '../history/state.js';
 import { checkTaskId } from '../store/keys.js';
 import { resolvePolicy, type Workflow } from '../workflow/define-workflow.js';
-import type { SendOptions } from '../client/task-client.js';
+import type { SendOptions, StartOptions } from '../client/task-client.js';
 import type { Appender } from './appender.js';
 import { CHILD_INPUT_ID } from './children.js';
 import type { Draft } from './drafts.js';
@@ -32,6 +32,28 @@ export class Inputs {
     this.#cache = cache;
     this.#driver = driver;
     this.#appender = appender;
+  }
+
+  /** engine.start: the task (a fresh random id needs no read) and its input. */
+  async start(workflow: Workflow<any, any, any, any> | string, input: unknown, options: StartOptions): Promise<{ taskId: string; inputId: string }> {
+    this.#rt.assertOpen('start');
+    const wf = typeof workflow === 'string' ? this.#rt.workflow(workflow) : this.#rt.workflow(workflow.name);
+    // 126 random bits, as a UUID's 122: the store trusts that nothing is stored under it (TaskCache.createNew).
+    const taskId = options.taskId ?? `task-${nanoid(21)}`;
+    checkTaskId(taskId);
+    // A fresh random id names no stored task: no reads (the store's append still checks).
+    const t = (options.taskId === undefined ? this.#cache.createNew(taskId) : undefined) ?? (await this.#cache.load(taskId));
+    const inputId = await this.send(t, wf, input, options);
+    return { taskId, inputId };
+  }
+
+  /** engine.sendInput (TaskHandle.send): an input to an existing task. */
+  async sendInput(taskId: string, input: unknown, options: SendOptions): Promise<string> {
+    this.#rt.assertOpen('send');
+    const t = await this.#cache.load(taskId);
+    const state = t.state;
+    if (!state) throw taskNotFound(taskId);
+    return this.send(t, this.#rt.workflow(state.workflow), input, options);
   }
 
   async send(t: TaskEntry, wf: Workflow<any, any, any, any>, input: unknown, options: SendOptions): Promise<string> {

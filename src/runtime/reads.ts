@@ -11,7 +11,7 @@ import { decide, fold, forkEvents } from '../replay/index.js';
 import { appendHistory } from '../store/append-history.js';
 import type { CorruptMark } from '../store/history-store.js';
 import { checkTaskId } from '../store/keys.js';
-import type { TaskDescription } from '../client/task-client.js';
+import type { TaskDescription, TurnResult } from '../client/task-client.js';
 import type { TurnResults } from './results.js';
 import type { Runtime } from './runtime.js';
 import type { TaskCache, TaskEntry } from './task-cache.js';
@@ -96,6 +96,22 @@ export class Reads {
     if (s.outcome) d.outcome = s.outcome;
     if (s.lastInputId) d.lastInputId = s.lastInputId;
     return d;
+  }
+
+  /** The outcome of the turn that took `inputId` (engine.turnResult). */
+  async turnResult<O>(taskId: string, inputId: string): Promise<TurnResult<O>> {
+    const t = await this.#cache.load(taskId);
+    const s = t.state;
+    if (!s) throw taskNotFound(taskId);
+    return this.#results.turnResult<O>(t, s, inputId);
+  }
+
+  /** The result of the task's latest turn (engine.latestTurnResult). */
+  async latestTurnResult<O>(taskId: string): Promise<TurnResult<O>> {
+    const t = await this.#cache.load(taskId);
+    const s = t.state;
+    if (!s) throw taskNotFound(taskId);
+    return this.#results.latestTurnResult<O>(t, s);
   }
 
   /** One task's history as a history file (the same bytes as `turnlog export`). */
