@@ -23,6 +23,7 @@ import { emitOutput, noteAttemptEnded } from './observe.js';
 import type { Children } from './children.js';
 import type { Runtime } from './runtime.js';
 import type { Supervisor } from './supervisor.js';
+import { StoreClock } from './store-clock.js';
 import { Waits } from './waits.js';
 import { MAX_RACES, type ActiveAttempt, type LockedTask, type TaskCache, type TaskEntry } from './task-cache.js';
 
@@ -55,6 +56,8 @@ export class Driver {
   readonly #children: Children | undefined;
   /** Ends the named waits (ctx.waitFor) of attempts running here. */
   readonly #waits: Waits;
+  /** The shared store's clock against ours: other instances' leases are judged on it (store-clock.ts). */
+  readonly storeClock: StoreClock;
 
   constructor(
     rt: Runtime,
@@ -68,6 +71,7 @@ export class Driver {
   ) {
     this.#waitUntil = waitUntil;
     this.#waits = waits;
+    this.storeClock = new StoreClock(rt);
     this.#children = children;
     this.#rt = rt;
     this.#executors = executors;
@@ -194,8 +198,9 @@ export class Driver {
     const migration = await migrateState(this.#rt, t.id, this.#rt.workflows.get(preview.workflow), preview);
     const now = this.#rt.clock.now();
     const policy = preview.policy;
-    // An exclusive store proves other instances dead: their leases count as expired.
-    const current = t.lease && this.#rt.store.supports.exclusive && t.lease.instance !== this.#rt.instance ? { ...t.lease, expiresAt: 0 } : t.lease;
+    // An exclusive store proves other instances dead: their leases count as expired. On a shared
+    // store another instance's lease is judged on the store's clock (rebased onto ours).
+    const current = t.lease && t.lease.instance !== this.#rt.instance ? (this.#rt.store.supports.exclusive ? { ...t.lease, expiresAt: 0 } : this.storeClock.onEngineClock(t.lease)) : t.lease;
     const lease = nextLease(t.id, current, { owner: this.#rt.owner, instance: this.#rt.instance, durationMs: this.#rt.leaseMs, now }, preview.highestGeneration || 1, !this.#rt.store.supports.exclusive);
     // Throws before anything is written when the workflow's executor is not configured.
     const executor = this.#executorFor(policy.executor);
@@ -419,7 +424,7 @@ export class Driver {
    */
   #foreignLease(t: TaskEntry): Lease | undefined {
     if (this.#rt.store.exclusive || !t.lease || t.lease.instance === this.#rt.instance) return undefined;
-    return t.lease;
+    return this.storeClock.onEngineClock(t.lease);
   }
 
   /** Another instance's lease that is still live: a turn start here would be LeaseHeldError. */

@@ -44,7 +44,11 @@ export class Scanner {
   }
 
   async #recoverPass(): Promise<void> {
-    if (!this.#rt.store.exclusive) await this.#poll();
+    if (!this.#rt.store.exclusive) {
+      // The store's clock judges other instances' leases (store-clock.ts): measured each pass.
+      await this.#driver.storeClock.sync();
+      await this.#poll();
+    }
     const now = this.#rt.clock.now();
     const retentionMs = this.#rt.retentionMs;
     const running = new Set<Promise<void>>();

@@ -230,6 +230,11 @@ export interface LeaseStore {
    * The engine uses {@link WorkClaims.claimDueWork}; this stays for tools and older callers.
    */
   listRecoverable(now: number, instance: string): Promise<string[]>;
+  /**
+   * A store that judges lease expiry on its own clock (a shared store): that clock now, ms since
+   * the epoch. Engines judge other instances' leases with it (runtime/store-clock.ts).
+   */
+  databaseNow?(): Promise<number>;
 }
 
 /** The claim of due work: what recovery, the periodic scan and retention act on. */

@@ -1,7 +1,9 @@
 /**
  * The idle-lease path decides by the store's clock, never an engine's (DESIGN invariant 12): an
  * engine whose clock is ahead of the database must still queue a send to an idle task another
- * engine leases (not refuse it with LeaseHeldError); the holder hears it and runs the turn.
+ * engine leases (not refuse it with LeaseHeldError); the holder hears it and runs the turn. One
+ * whose clock is behind runs a stopped holder's queued input once the lease expires on the
+ * database clock, not an hour of skew later.
  */
 import { afterEach, expect, it } from 'vitest';
 import { Engine } from '../../src/runtime/engine.js';
@@ -45,6 +47,25 @@ describePg('the idle-lease path with an engine clock off the database clock', ()
     const inputId = await b.engine.task('idle-ahead').send('two');
     expect(await b.engine.task('idle-ahead').turnResult(inputId)).toMatchObject({ status: 'completed', output: '2:two' });
     const events = await b.engine.history('idle-ahead');
+    expect(events.filter((e) => e.type === 'TurnStarted')).toHaveLength(2);
+  }, 30_000);
+
+  it('a sender whose clock is behind runs the input once the stopped holder\'s lease expires on the database clock', async () => {
+    const schema = uniqueSchema('turnlog_idle_behind');
+    cleanups.push(() => dropSchema(schema));
+    const open = opener(schema, 1_500);
+    const a = await open(0);
+    const h = await a.engine.start(echo, 'one', { taskId: 'idle-behind' });
+    expect(await h.nextTurn()).toMatchObject({ status: 'completed', output: '1:one' });
+    await a.engine.shutdown({ graceMs: 0 }); // its lease outlives it (1.5 s on the database clock)
+    const b = await open(1, skewed(-60 * 60_000));
+    expect((await b.store.getLease('idle-behind'))?.instance).toBe('instance-0');
+    const inputId = await b.engine.task('idle-behind').send('two');
+    // Judged on its own clock, B would wait out the lease plus the hour of skew: a liveness
+    // bound far below the skew, not a timing assertion.
+    const late = new Promise<'late'>((r) => setTimeout(() => r('late'), 20_000).unref());
+    expect(await Promise.race([b.engine.task('idle-behind').turnResult(inputId), late])).toMatchObject({ status: 'completed', output: '2:two' });
+    const events = await b.engine.history('idle-behind');
     expect(events.filter((e) => e.type === 'TurnStarted')).toHaveLength(2);
   }, 30_000);
 });
