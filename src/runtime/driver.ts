@@ -358,7 +358,12 @@ export class Driver {
         });
       },
       acquire: async (limit, seq, signal) => {
-        const grant = await this.#rt.limiter.acquire(limit, signal, `${at}, step ${seq}`);
+        // A shared slot that may have expired in the store (renewals failed for leaseMs) stops the
+        // attempt as a lapsed lease does: another engine may hold the slot now (docs/time.md#flow-limits).
+        const lost = () => {
+          if (t.active === active && !active.finalized) this.#supervisor.lapse(t, active, `the flow-limit slot of step ${seq} (limit ${limit}) was not renewed within leaseMs (${this.#rt.leaseMs} ms)`);
+        };
+        const grant = await this.#rt.limiter.acquire(limit, signal, `${at}, step ${seq}`, lost);
         // An attempt that ended while the step waited gives the slot straight back.
         if (active.grantsReleased) grant.release();
         else (active.grants ??= new Map()).set(seq, grant);

@@ -36,8 +36,12 @@ export interface LimitGrant {
 
 /** Takes slots and tokens: in memory ({@link LocalLimiter}) or in a shared store. */
 export interface Limiter {
-  /** Resolves once the step may run; rejects with the signal's reason, or TURNLOG_LIMIT_UNKNOWN. */
-  acquire(name: string, signal: AbortSignal, at: string): Promise<LimitGrant>;
+  /**
+   * Resolves once the step may run; rejects with the signal's reason, or TURNLOG_LIMIT_UNKNOWN.
+   * `onLost`: a shared limiter calls it if the slot may have expired in the store while held (its
+   * renewals failed for `leaseMs`); the slot no longer counts, so the step must stop.
+   */
+  acquire(name: string, signal: AbortSignal, at: string, onLost?: () => void): Promise<LimitGrant>;
   /** Stops timers and rejects waiters (engine shutdown). */
   close(): void;
 }
@@ -176,10 +180,22 @@ export class LocalLimiter implements Limiter {
   }
 }
 
+/** A slot this engine holds in the store. */
+interface HeldSlot {
+  name: string;
+  /** When the request that got or last renewed the slot was sent (engine clock). */
+  from: number;
+  onLost: (() => void) | undefined;
+}
+
 /**
  * Limits shared by every engine of a store with `supports.flowLimits` (PostgreSQL): each acquire
  * is a store transaction; a waiter polls (5 ms growing to 200 ms, or when the rate says); held
- * slots are renewed every leaseMs / 3, so a crashed engine's slots expire after `leaseMs`.
+ * slots are renewed every leaseMs / 3 (leaseMs / 10 after a failure), so a crashed engine's slots
+ * expire after `leaseMs`. A slot cannot expire in the store before `leaseMs` after the request
+ * that got or renewed it was sent: at that moment, unrenewed, it is dropped here and its holder
+ * told (`onLost`), as a task lease lapses (supervisor.ts), so the engine never counts a slot that
+ * another engine may already hold.
  */
 export class SharedLimiter implements Limiter {
   readonly #store: FlowLimitStore;
@@ -187,8 +203,9 @@ export class SharedLimiter implements Limiter {
   readonly #clock: Clock;
   readonly #instance: string;
   readonly #leaseMs: number;
-  readonly #held = new Map<string, string>();
+  readonly #held = new Map<string, HeldSlot>();
   #renewal: Timer | undefined;
+  #watch: Timer | undefined;
   #closed = false;
   #n = 0;
 
@@ -200,20 +217,23 @@ export class SharedLimiter implements Limiter {
     this.#leaseMs = leaseMs;
   }
 
-  async acquire(name: string, signal: AbortSignal, at: string): Promise<LimitGrant> {
+  async acquire(name: string, signal: AbortSignal, at: string, onLost?: () => void): Promise<LimitGrant> {
     const limit = this.#limits.get(name);
     if (!limit) throw unknownLimit(name, at, this.#limits.keys());
     const slotId = `${this.#instance}/${++this.#n}`;
     const since = this.#clock.now();
+    let from: number;
     for (let poll = 5; ; poll = Math.min(200, poll * 2)) {
       signal.throwIfAborted();
       if (this.#closed) throw new TurnlogError('TURNLOG_ENGINE_CLOSED', 'The engine closed while a step waited for its flow limit.');
+      from = this.#clock.now();
       const a = await this.#store.acquireSlot({ limit: name, slotId, instance: this.#instance, concurrency: limit.concurrency, intervalMs: limit.intervalMs, toleranceMs: limit.toleranceMs, leaseMs: this.#leaseMs });
       if (a.granted) break;
       await sleep(this.#clock, a.retryInMs ?? poll, signal);
     }
-    this.#held.set(slotId, name);
+    this.#held.set(slotId, { name, from, onLost });
     this.#renewal ??= this.#clock.setTimer(() => this.#renew(), this.#leaseMs / 3, { background: true });
+    this.#watchHeld();
     let released = false;
     return {
       waitedMs: this.#clock.now() - since,
@@ -230,13 +250,56 @@ export class SharedLimiter implements Limiter {
   #renew(): void {
     this.#renewal = undefined;
     if (this.#closed || this.#held.size === 0) return;
-    this.#store.renewSlots(this.#instance, [...this.#held.keys()], this.#leaseMs).catch(() => undefined);
-    this.#renewal = this.#clock.setTimer(() => this.#renew(), this.#leaseMs / 3, { background: true });
+    const ids = [...this.#held.keys()];
+    const sent = this.#clock.now();
+    const next = (ms: number) => {
+      if (!this.#closed && this.#held.size > 0) this.#renewal ??= this.#clock.setTimer(() => this.#renew(), ms, { background: true });
+    };
+    this.#store.renewSlots(this.#instance, ids, this.#leaseMs).then(
+      () => {
+        for (const id of ids) {
+          const h = this.#held.get(id);
+          if (h) h.from = Math.max(h.from, sent);
+        }
+        next(this.#leaseMs / 3);
+      },
+      // Retried sooner, before the watch would drop the slots.
+      () => next(this.#leaseMs / 10),
+    );
+  }
+
+  /** Drops (and tells the holders of) slots not renewed within leaseMs; re-arms for the next end. */
+  #watchHeld(): void {
+    if (this.#watch || this.#closed) return;
+    let first = Infinity;
+    for (const h of this.#held.values()) first = Math.min(first, h.from + this.#leaseMs);
+    if (first === Infinity) return;
+    this.#watch = this.#clock.setTimer(
+      () => {
+        this.#watch = undefined;
+        const now = this.#clock.now();
+        for (const [id, h] of [...this.#held]) {
+          if (h.from + this.#leaseMs > now) continue;
+          this.#held.delete(id);
+          this.#store.releaseSlot(h.name, id).catch(() => undefined);
+          try {
+            h.onLost?.();
+          } catch {
+            // The holder's reaction is its own; the other slots are still watched.
+          }
+        }
+        this.#watchHeld();
+      },
+      Math.max(0, first - this.#clock.now()),
+      { background: true },
+    );
   }
 
   close(): void {
     this.#closed = true;
     this.#renewal?.cancel();
     this.#renewal = undefined;
+    this.#watch?.cancel();
+    this.#watch = undefined;
   }
 }

@@ -134,14 +134,15 @@ export class Supervisor {
   /**
    * The attempt's lease may have expired in the store (a partition, a store that stopped
    * answering): it stops as a crash would, writing nothing (its records and outcome are refused),
-   * so the turn stays open for whichever engine claims it next, this one included.
+   * so the turn stays open for whichever engine claims it next, this one included. `what` names
+   * another lease that lapsed (a flow-limit slot, driver.ts); default the task's.
    */
-  lapse(t: TaskEntry, active: ActiveAttempt): void {
-    const detail = `the lease of task ${t.id} was not renewed within leaseMs (${this.#rt.leaseMs} ms): the store could not be reached`;
+  lapse(t: TaskEntry, active: ActiveAttempt, what?: string): void {
+    const detail = `${what ?? `the lease of task ${t.id} was not renewed within leaseMs (${this.#rt.leaseMs} ms)`}: the store could not be reached`;
     this.stopAttempt(t, active, detail);
     this.#cache.forget(t);
     this.#results.rejectAll(t, this.#results.deferred(t.id, active.turn, `${detail}; another engine (or this one, once it reaches the store) re-runs the turn`));
-    this.#rt.log.warn('lease lapsed: the attempt is stopped; the turn is left for recovery', { taskId: t.id, turn: active.turn, attempt: active.attempt, leaseMs: this.#rt.leaseMs });
+    this.#rt.log.warn(`${what ? 'flow-limit slot' : 'lease'} lapsed: the attempt is stopped; the turn is left for recovery`, { taskId: t.id, turn: active.turn, attempt: active.attempt, leaseMs: this.#rt.leaseMs });
   }
 
   /**
