@@ -533,7 +533,7 @@ function writeTerminal(w: Writer, o: TerminalOutcome): void {
   }
 }
 
-type Kind = 'payload' | 'failure' | 'string' | 'strings' | 'uint32' | 'double' | 'member';
+export type Kind = 'payload' | 'failure' | 'string' | 'strings' | 'uint32' | 'double' | 'member';
 /** Under this key: the tag of the last `member` field read (a oneof's member; its bytes under its tag). */
 const MEMBER = -1;
 /** A message's fields by tag: payloads, failures, strings and numbers (the worker frames' bodies are flat). */
@@ -591,8 +591,12 @@ const RESULT = pb.WorkerFrame_Result;
 const SUSPEND = pb.WorkerFrame_Suspend;
 const EMIT = pb.WorkerFrame_Emit;
 const REASON = pb.WorkerFrame_Cancelled; // ExitForRecovery and Cancelled: { reason = 1 }
-/** WorkerFrame.body tag → its message's field kinds by tag. */
-const WORKER_BODIES: Readonly<Record<number, Readonly<Record<number, Kind>>>> = {
+/**
+ * WorkerFrame.body tag → its message's field kinds by tag. The one fact here the generated tags
+ * do not carry: test/executor/protocol-fields.test.ts checks it against worker.proto's descriptor.
+ * @internal exported for that test
+ */
+export const WORKER_BODIES: Readonly<Record<number, Readonly<Record<number, Kind>>>> = {
   [WF.ready]: { [READY.protocolVersion]: 'uint32', [READY.pid]: 'uint32', [READY.workflows]: 'strings', [READY.error]: 'failure' },
   // Record is not flat (its call is a oneof): its seq here, its call read by the kind's row.
   [WF.record]: Object.fromEntries([[REC.seq, 'uint32'], [REC.acquire, 'member'], ...[...RECORD_BY_TAG.keys()].map((tag) => [tag, 'member'])]) as Record<number, Kind>,
