@@ -9,7 +9,7 @@ import { openStore } from '../../src/store/index.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
 import * as vitest from 'vitest';
 import { storeContract } from '../../src/testing/index.js';
-import { created, queued, started, step, steps } from './events.js';
+import { created, queued, started, step, steps, taskCompleted, turnCompleted } from './events.js';
 
 storeContract(
   vitest,
@@ -36,6 +36,23 @@ storeContract(
   },
   { persistent: true, callerClock: true },
 );
+
+/** Records classic-level's reads (get, getMany, iterators) of every database until `restore()`. */
+async function spyReads(): Promise<{ reads: string[]; restore: () => void }> {
+  const { ClassicLevel } = await import('classic-level');
+  const proto = ClassicLevel.prototype as unknown as Record<string, (...a: unknown[]) => unknown>;
+  const reads: string[] = [];
+  const originals = new Map<string, (...a: unknown[]) => unknown>();
+  for (const m of ['_get', '_getMany', '_iterator']) {
+    const orig = proto[m]!;
+    originals.set(m, orig);
+    proto[m] = function (this: unknown, ...a: unknown[]) {
+      reads.push(m);
+      return orig.apply(this, a);
+    };
+  }
+  return { reads, restore: () => originals.forEach((f, m) => (proto[m] = f)) };
+}
 
 const lockChild = fileURLToPath(new URL('../fixtures/children/hold-store-lock.mjs', import.meta.url));
 
@@ -329,18 +346,7 @@ describe('LevelHistoryStore on disk', () => {
   });
 
   it('an append the caller vouches is fresh reads nothing, writes the task whole, and later appends check against it', async () => {
-    const { ClassicLevel } = await import('classic-level');
-    const proto = ClassicLevel.prototype as unknown as Record<string, (...a: unknown[]) => unknown>;
-    const reads: string[] = [];
-    const originals = new Map<string, (...a: unknown[]) => unknown>();
-    for (const m of ['_get', '_getMany', '_iterator']) {
-      const orig = proto[m]!;
-      originals.set(m, orig);
-      proto[m] = function (this: unknown, ...a: unknown[]) {
-        reads.push(m);
-        return orig.apply(this, a);
-      };
-    }
+    const { reads, restore } = await spyReads();
     const store = new LevelHistoryStore(dir.path);
     try {
       await store.open();
@@ -355,12 +361,36 @@ describe('LevelHistoryStore on disk', () => {
       await store.append('plain', [created(1)], { expectedLastEventId: 0, generation: 1 });
       expect(reads.length).toBeGreaterThan(0);
     } finally {
-      for (const [m, f] of originals) proto[m] = f;
+      restore();
     }
     await store.close();
     await store.open();
     expect((await store.readEvents('fresh')).map((e) => e.eventId)).toEqual([1, 2, 3, 4]);
     expect((await store.getSummary('fresh'))?.lastEventId).toBe(4);
+    await store.close();
+  });
+
+  it('keeps at most maxCachedHeads heads: completed tasks are dropped oldest first and read again when touched; live ones stay', async () => {
+    const { reads, restore } = await spyReads();
+    const store = new LevelHistoryStore(dir.path, { maxCachedHeads: 10 });
+    const done = (id: string) => store.append(id, [created(1), queued(2, 'in-1'), started(3, 1), turnCompleted(4, 1), taskCompleted(5)], { expectedLastEventId: 0, generation: 1, fresh: true });
+    try {
+      await store.open();
+      // One live task first (the oldest head), then 30 completed ones.
+      await store.append('live', [created(1), queued(2, 'in-1'), started(3, 1)], { expectedLastEventId: 0, generation: 1, fresh: true });
+      for (let i = 0; i < 30; i++) await done(`done-${i}`);
+      reads.length = 0;
+      // The live task's head was kept: its append reads nothing.
+      await store.append('live', [step(4, 1)], { expectedLastEventId: 3, generation: 1 });
+      expect((await store.getSummary('done-29'))?.status).toBe('completed');
+      expect(reads).toEqual([]);
+      // An early completed task's head was dropped: touching it reads it back, and it is right.
+      await expect(store.append('done-0', [step(6, 1)], { expectedLastEventId: 4, generation: 1 })).rejects.toSatisfy((e) => isTurnlogError(e, 'TURNLOG_CONCURRENCY'));
+      expect(reads.length).toBeGreaterThan(0);
+      expect((await store.getSummary('done-0'))?.status).toBe('completed');
+    } finally {
+      restore();
+    }
     await store.close();
   });
 
