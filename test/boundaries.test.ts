@@ -77,6 +77,14 @@ const CHILD_ROOMS: readonly Room[] = ['errors', 'history', 'internal', 'attempt'
  * nothing and make no runtime cycle, so they add no edge. The wire layer encodes history's
  * Payload and FailureInfo shapes, which history/events.ts defines (history imports the layer).
  */
+/**
+ * The deciding modules of runtime/ ("decide purely, then carry out", docs/architecture.md): their
+ * values come only from the pure rooms and from each other; the store, the executors and the
+ * engine's parts reach them at most as types. No Node builtins, no packages.
+ */
+const DECIDING = ['src/runtime/drafts.ts', 'src/runtime/operator.ts', 'src/runtime/cron.ts'];
+const PURE_ROOMS: readonly Room[] = ['errors', 'history', 'replay'];
+
 const TYPE_ONLY: readonly { file: string; spec: string }[] = [{ file: 'src/internal/wire/wire.ts', spec: '../../history/events.js' }];
 
 function isTypeOnlyImport(code: string, spec: string): boolean {
@@ -151,6 +159,25 @@ describe('boundaries: which room of src/ may import which', () => {
     };
     for (const room of edges.keys()) visit(room, [room]);
     expect(cycles).toEqual([]);
+  });
+
+  it('the deciding modules of runtime/ import nothing that does I/O (types aside)', () => {
+    const bad: string[] = [];
+    for (const rel of DECIDING) {
+      const file = join(root, rel);
+      const code = codeOf(file);
+      for (const spec of importsOf(code)) {
+        if (isTypeOnlyImport(code, spec)) continue;
+        if (!spec.startsWith('.')) {
+          bad.push(`${rel} imports ${spec}`);
+          continue;
+        }
+        const target = resolve(dirname(file), spec).replace(/\.js$/, '.ts');
+        if (DECIDING.includes(relative(root, target))) continue;
+        if (!PURE_ROOMS.includes(roomOf(target))) bad.push(`${rel} imports ${relative(root, target)} for more than types`);
+      }
+    }
+    expect(bad).toEqual([]);
   });
 
   it('the checks can fail: a file of client/ importing runtime/ would be refused', () => {
