@@ -15,6 +15,11 @@ import { LevelHistoryStore } from '../src/store/level-store.js';
 import type { HistoryStore } from '../src/store/history-store.js';
 
 const now = () => Number(process.hrtime.bigint()) / 1e6;
+/** Process CPU (user + system, every thread) in ms: beside wall time, it survives a loaded machine better. */
+const cpu = () => {
+  const u = process.cpuUsage();
+  return (u.user + u.system) / 1000;
+};
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 /** Counts appends (each one is one sync batch unless group commit merged it with others). */
@@ -78,9 +83,15 @@ export async function run(): Promise<void> {
     const ratios: number[] = [];
     const stepRuns: number[] = [];
     const rawRuns: number[] = [];
+    const stepCpu: number[] = [];
+    const rawCpu: number[] = [];
     for (let r = 0; r < 9; r++) {
+      let c0 = cpu();
       const rawBlock = await raw.put(STEPS);
+      rawCpu.push((cpu() - c0) / STEPS);
+      c0 = cpu();
       const stepBlock = ((await (await engine.start(many, null)).result()) as number) / STEPS;
+      stepCpu.push((cpu() - c0) / STEPS);
       rawRuns.push(rawBlock);
       stepRuns.push(stepBlock);
       ratios.push(stepBlock / rawBlock);
@@ -93,12 +104,14 @@ export async function run(): Promise<void> {
     const h = await engine.start(oneStep, 0, { taskId: 'seq' });
     await h.nextTurn();
     const a0 = appends();
+    let c0 = cpu();
     t0 = now();
     for (let i = 0; i < TURNS; i++) {
       await h.send(i);
       await h.nextTurn();
     }
     const turnMs = (now() - t0) / TURNS;
+    const turnCpuUs = ((cpu() - c0) * 1000) / TURNS;
     const writesPerTurn = (appends() - a0) / TURNS;
 
     // 100 concurrent multi-turn tasks, each running one-step turns back to back.
@@ -106,6 +119,7 @@ export async function run(): Promise<void> {
     const PER_TASK = 40;
     const handles = await Promise.all(Array.from({ length: TASKS }, (_, i) => engine.start(oneStep, 0, { taskId: `c${i}` })));
     await Promise.all(handles.map((x) => x.nextTurn()));
+    c0 = cpu();
     t0 = now();
     await Promise.all(
       handles.map(async (x) => {
@@ -116,14 +130,16 @@ export async function run(): Promise<void> {
       }),
     );
     const concurrentPerS = (TASKS * PER_TASK) / ((now() - t0) / 1000);
+    const concurrentCpuUs = ((cpu() - c0) * 1000) / (TASKS * PER_TASK);
     await engine.shutdown();
     await raw.close();
 
     console.log(`raw level sync put                 ${rawMs.toFixed(3)} ms`);
     console.log(`bare async function call           ${bareUs.toFixed(3)} µs`);
     console.log(`durable step (sequential)          ${stepMs.toFixed(3)} ms; median of 9 paired blocks ${stepRatio.toFixed(2)}× raw sync put (target ≤ 1.2×)`);
-    console.log(`one-step turn (sequential)         ${turnMs.toFixed(3)} ms = ${(turnMs / rawMs).toFixed(2)}× raw sync put; ${writesPerTurn.toFixed(2)} appends/turn (target ≤ 3: 1 step + 2 turn)`);
-    console.log(`100 concurrent tasks, group commit ${Math.round(concurrentPerS)} one-step turns/s (target ≥ 8,000); sequential ${Math.round(1000 / turnMs)} turns/s`);
+    console.log(`  process CPU per step / raw put   ${(median(stepCpu) * 1000).toFixed(0)} µs / ${(median(rawCpu) * 1000).toFixed(0)} µs (medians of the same blocks)`);
+    console.log(`one-step turn (sequential)         ${turnMs.toFixed(3)} ms = ${(turnMs / rawMs).toFixed(2)}× raw sync put; ${writesPerTurn.toFixed(2)} appends/turn (target ≤ 3: 1 step + 2 turn); process CPU ${turnCpuUs.toFixed(0)} µs/turn`);
+    console.log(`100 concurrent tasks, group commit ${Math.round(concurrentPerS)} one-step turns/s (target ≥ 8,000); sequential ${Math.round(1000 / turnMs)} turns/s; process CPU ${concurrentCpuUs.toFixed(0)} µs/turn`);
   } finally {
     await rm(dir, { recursive: true, force: true });
   }
