@@ -139,3 +139,82 @@ export function casStatement(
   if (shape.payloads) values.push([...blobs.keys()], [...blobs.values()].map(asBuffer));
   return { shape, text: casSql(s, shape), values };
 }
+
+/** One append of a batch: its task, plan and encoded events (payloads by reference in `blobs`). */
+export interface CasItem {
+  taskId: string;
+  plan: CasPlan;
+  events: readonly HistoryEvent[];
+  bytes: readonly Uint8Array[];
+  blobs: ReadonlyMap<string, Uint8Array>;
+}
+
+const BATCH_COLS: readonly [string, string][] = [
+  ['task_id', 'text'], ['ex', 'boolean'], ['hl', 'boolean'], ['wl', 'boolean'],
+  ...SUMMARY_COLS.split(', ').map((c, i): [string, string] => [`e_${c}`, SUMMARY_TYPES[i]!]),
+  ['e_owner', 'text'], ['e_instance', 'text'], ['e_generation', 'bigint'],
+  ...SUMMARY_COLS.split(', ').map((c, i): [string, string] => [`n_${c}`, SUMMARY_TYPES[i]!]),
+  ['n_owner', 'text'], ['n_instance', 'text'], ['n_generation', 'bigint'], ['n_ms', 'bigint'],
+];
+
+/**
+ * The batch form: many tasks' appends in one statement, each checked against its own expected
+ * head, so a task whose head moved is left out alone (its neighbours land). Parameters: one array
+ * per column of BATCH_COLS (one element per task), then the events (task, id, bytes) and the
+ * payloads (task, hash, bytes). Rows are locked summaries first, then leases, each in task-id
+ * order (as the locked batch does, so batches never deadlock). Returns `ok` (the tasks written)
+ * and `now`. A unique violation (a concurrent creator) fails it whole: nothing is written.
+ */
+export function casBatchSql(s: string, async: boolean): string {
+  const n = BATCH_COLS.length;
+  const cols = BATCH_COLS.map(([c]) => c).join(', ');
+  const arrays = BATCH_COLS.map(([, t], i) => `$${i + 1}::${t}[]`).join(', ');
+  const sameSummary = SUMMARY_COLS.split(', ').map((c) => `s.${c} IS NOT DISTINCT FROM x.e_${c}${c === 'workflow' ? ' COLLATE "C"' : ''}`).join(' AND ');
+  const okIds = `(SELECT task_id FROM ok)`;
+  const setSummary = SUMMARY_COLS.split(', ').map((c) => `x.n_${c}`).join(', ');
+  return `WITH x AS MATERIALIZED (SELECT * FROM unnest(${arrays}) AS x(${cols})),
+s AS MATERIALIZED (SELECT s.task_id, (${sameSummary}) AS same FROM ${s}.summaries s JOIN x ON s.task_id = x.task_id COLLATE "C" ORDER BY s.task_id FOR UPDATE OF s),
+l AS MATERIALIZED (SELECT l.task_id, (l.owner = x.e_owner AND l.instance = x.e_instance AND l.generation = x.e_generation) AS same FROM ${s}.leases l JOIN x ON l.task_id = x.task_id COLLATE "C" ORDER BY l.task_id FOR UPDATE OF l),
+g AS MATERIALIZED (SELECT (SELECT array_agg(task_id) FROM s) AS s_all, (SELECT array_agg(task_id) FROM s WHERE same) AS s_same,
+  (SELECT array_agg(task_id) FROM l) AS l_all, (SELECT array_agg(task_id) FROM l WHERE same) AS l_same, ${DB_NOW} AS now${async ? `, set_config('synchronous_commit', 'off', true)` : ''}),
+ok AS MATERIALIZED (SELECT x.task_id FROM g, x WHERE
+  (CASE WHEN x.ex THEN x.task_id = ANY(g.s_same) ELSE NOT x.task_id = ANY(coalesce(g.s_all, '{}')) END) AND
+  (CASE WHEN x.hl THEN x.task_id = ANY(g.l_same) ELSE NOT x.task_id = ANY(coalesce(g.l_all, '{}')) END)),
+e AS (INSERT INTO ${s}.events (task_id, event_id, data) SELECT * FROM unnest($${n + 1}::text[], $${n + 2}::bigint[], $${n + 3}::bytea[]) AS v(task_id, event_id, data) WHERE v.task_id IN ${okIds}),
+us AS (UPDATE ${s}.summaries s SET (${SUMMARY_COLS}) = (${setSummary}) FROM x WHERE s.task_id = x.task_id COLLATE "C" AND x.ex AND x.task_id IN ${okIds}),
+ins AS (INSERT INTO ${s}.summaries (task_id, ${SUMMARY_COLS}) SELECT x.task_id, ${setSummary} FROM x WHERE NOT x.ex AND x.task_id IN ${okIds}),
+ul AS (UPDATE ${s}.leases l SET owner = x.n_owner, instance = x.n_instance, generation = x.n_generation, expires_at = g.now + x.n_ms FROM x, g WHERE l.task_id = x.task_id COLLATE "C" AND x.wl AND x.hl AND x.task_id IN ${okIds}),
+il AS (INSERT INTO ${s}.leases (task_id, owner, instance, generation, expires_at) SELECT x.task_id, x.n_owner, x.n_instance, x.n_generation, g.now + x.n_ms FROM x, g WHERE x.wl AND NOT x.hl AND x.task_id IN ${okIds}),
+p AS (INSERT INTO ${s}.payloads (task_id, hash, data) SELECT * FROM unnest($${n + 4}::text[], $${n + 5}::text[], $${n + 6}::bytea[]) AS v(task_id, hash, data) WHERE v.task_id IN ${okIds} ON CONFLICT DO NOTHING)
+SELECT coalesce((SELECT array_agg(task_id) FROM ok), '{}') AS ok, (SELECT now FROM g) AS now`;
+}
+
+/** The batch statement's values for `items` (distinct tasks). */
+export function casBatchValues(items: readonly CasItem[]): unknown[] {
+  const cols: unknown[][] = BATCH_COLS.map(() => []);
+  const ev: unknown[][] = [[], [], []];
+  const pl: unknown[][] = [[], [], []];
+  for (const it of items) {
+    const { expected, next, leaseMs } = it.plan;
+    const none = Array.from({ length: 11 }, () => null);
+    const row = [
+      it.taskId, expected.summary !== undefined, expected.lease !== undefined, leaseMs !== undefined,
+      ...(expected.summary ? summaryValues(expected) : none),
+      expected.lease?.owner ?? null, expected.lease?.instance ?? null, expected.lease?.generation ?? null,
+      ...summaryValues(next),
+      leaseMs !== undefined ? next.lease!.owner : null, leaseMs !== undefined ? next.lease!.instance : null, leaseMs !== undefined ? next.lease!.generation : null, leaseMs ?? null,
+    ];
+    row.forEach((v, i) => cols[i]!.push(v));
+    it.events.forEach((e, i) => {
+      ev[0]!.push(it.taskId);
+      ev[1]!.push(e.eventId);
+      ev[2]!.push(asBuffer(it.bytes[i]!));
+    });
+    for (const [hash, data] of it.blobs) {
+      pl[0]!.push(it.taskId);
+      pl[1]!.push(hash);
+      pl[2]!.push(asBuffer(data));
+    }
+  }
+  return [...cols, ...ev, ...pl];
+}

@@ -37,7 +37,7 @@ import { decodeCursor, encodeCursor, pageLimit, iterateInPages, readBounds } fro
 import { Batcher } from './batcher.js';
 import { PgListener, noticeChannel } from './postgres-listener.js';
 import { Notifier } from './postgres-notifier.js';
-import { casStatement, planCas, type CasPlan } from './postgres-append.js';
+import { casBatchSql, casBatchValues, casStatement, planCas, type CasItem, type CasPlan } from './postgres-append.js';
 import { CONNECTION_TRIES, ClockFrame, DB_NOW, LEASE_UPSERT, asBuffer, guard, isConnectionLoss, loadPg, quoteLiteral, redact, toLease, toSummary, unavailable, type LeaseRow, type SummaryRow } from './postgres-rows.js';
 
 export { isConnectionLoss, quoteLiteral } from './postgres-rows.js';
@@ -207,8 +207,10 @@ export class PostgresHistoryStore implements HistoryStore {
     this.channel = noticeChannel(this.schema);
     this.supports = { exclusive: false, watch: true, claim: true, groupCommit: options.groupCommit !== false, flowLimits: true };
     if (options.groupCommit !== false) {
-      // Half the pool writes batches; the rest serves lease renewals, reads and the listener.
-      this.#batcher = new Batcher((entries) => this.#appendBatch(entries), Math.max(1, Math.floor((options.max ?? 10) / 2)));
+      // Two batches in flight at most (one with a pool of 2 or 3): while they are written the next
+      // one gathers, and the fewer the statements the less CPU an append costs both sides
+      // (docs/decisions.md); two, so one batch waiting on a row lock does not stall every append.
+      this.#batcher = new Batcher((entries) => this.#appendBatch(entries), Math.max(1, Math.min(2, Math.floor((options.max ?? 10) / 2))));
     }
     this.#options = options;
     this.#refBytes = checkRefBytes(options.payloadRefBytes);
@@ -437,32 +439,103 @@ export class PostgresHistoryStore implements HistoryStore {
 
   /** Writes a batch of appends to distinct tasks (the per-task queue keeps one in flight per task). */
   async #appendBatch(entries: PendingAppend[]): Promise<void> {
-    if (entries.length === 1) {
-      const e = entries[0]!;
+    const sync = entries.some((e) => e.options.sync ?? this.#options.sync ?? true);
+    // Appends whose head this store knows go in one statement (postgres-append.ts); the others,
+    // and those whose head moved, take the locked batch.
+    const items: (CasItem & { entry: PendingAppend })[] = [];
+    let rest: PendingAppend[] = [];
+    for (const e of entries) {
+      const plan = entries.length > 1 ? planCas(e.taskId, this.#heads.get(e.taskId), e.events, e.options, e.callerNow) : undefined;
+      if (!plan) {
+        rest.push(e);
+        continue;
+      }
+      const blobs = new Map<string, Uint8Array>();
+      const bytes = e.events.map((x) => encodeEvent(externalize(x, this.#refBytes, blobs)));
+      items.push({ taskId: e.taskId, plan, events: e.events, bytes, blobs, entry: e });
+    }
+    if (items.length > 1) {
+      let written: Set<string>;
+      let now = 0;
+      try {
+        [written, now] = await this.#casBatch(items, sync);
+      } catch (err) {
+        for (const it of items) this.#remember(it.taskId, undefined);
+        if (isConnectionLoss(err)) return this.#alone(items.map((it) => it.entry), true);
+        written = new Set(); // a concurrent creator's row (unique violation): the locked batch decides
+      }
+      for (const it of items) {
+        if (!written.has(it.taskId)) {
+          this.#remember(it.taskId, undefined);
+          rest.push(it.entry);
+          continue;
+        }
+        const { next, leaseMs } = it.plan;
+        this.#remember(it.taskId, { ...next, lease: leaseMs !== undefined ? { ...next.lease!, expiresAt: now + leaseMs } : next.lease });
+        this.appendPaths.oneStatement++;
+        this.#notifier!.add(it.taskId, next.lastEventId);
+        it.entry.resolve({ lastEventId: next.lastEventId, summary: { ...next.summary! } });
+      }
+    } else {
+      rest = entries;
+    }
+    if (rest.length === 0) return;
+    if (rest.length === 1) {
+      const e = rest[0]!;
       return this.#appendOne(e).then(e.resolve, e.reject);
     }
     let results: (AppendResult | Error)[];
     try {
-      const sync = entries.some((e) => e.options.sync ?? this.#options.sync ?? true);
-      results = await this.#tx((c) => this.#writeBatch(c, entries), sync);
+      results = await this.#tx((c) => this.#writeBatch(c, rest), sync);
+      this.appendPaths.locked += rest.length;
     } catch (err) {
-      for (const e of entries) this.#remember(e.taskId, undefined);
+      for (const e of rest) this.#remember(e.taskId, undefined);
       // The batch failed as a whole (a lost connection, a deadlock that outlived the retries):
       // each append goes again alone, and reports its own outcome (after a lost COMMIT reply, landed).
-      const lost = isConnectionLoss(err);
-      await Promise.all(
-        entries.map(async (e) => {
-          const landed = lost ? await this.#landed(e).catch(() => undefined) : undefined;
-          return landed ?? this.#appendOne(e);
-        }).map((p, i) => p.then(entries[i]!.resolve, entries[i]!.reject)),
-      );
-      return;
+      return this.#alone(rest, isConnectionLoss(err));
     }
+    const entries2 = rest;
     results.forEach((r, i) => {
-      if (r instanceof Error) return entries[i]!.reject(r);
-      this.#notifier!.add(entries[i]!.taskId, r.lastEventId);
-      entries[i]!.resolve(r);
+      if (r instanceof Error) return entries2[i]!.reject(r);
+      this.#notifier!.add(entries2[i]!.taskId, r.lastEventId);
+      entries2[i]!.resolve(r);
     });
+  }
+
+  /** Each append of a failed batch again alone (after a lost connection, first: did it land?). */
+  async #alone(entries: PendingAppend[], lost: boolean): Promise<void> {
+    await Promise.all(
+      entries.map(async (e) => {
+        const landed = lost ? await this.#landed(e).catch(() => undefined) : undefined;
+        if (landed) this.#notifier!.add(e.taskId, landed.lastEventId);
+        return landed ?? this.#appendOne(e);
+      }).map((p, i) => p.then(entries[i]!.resolve, entries[i]!.reject)),
+    );
+  }
+
+  /** The batch statement: the tasks it wrote (their heads held) and the database's now. */
+  async #casBatch(items: CasItem[], sync: boolean): Promise<[Set<string>, number]> {
+    const text = casBatchSql(this.#s, !sync);
+    const client = await this.#checkedPool().connect().catch((err: unknown) => {
+      throw unavailable(err, this.location, 'a write');
+    });
+    guard(client);
+    let broken: Error | undefined;
+    try {
+      const values = casBatchValues(items);
+      const res = await (client as unknown as PreparingClient).query(
+        this.#options.preparedStatements === false ? { text, values } : { name: this.#casName({ batch: true, async: !sync }, text), text, values },
+      );
+      const row = res.rows[0] as { ok: string[]; now: string | number };
+      return [new Set(row.ok), Number(row.now)];
+    } catch (err) {
+      if (isConnectionLoss(err)) broken = err as Error;
+      const code = (err as { code?: unknown }).code;
+      if (code === '23505' || code === '40P01' || code === '40001') throw err;
+      throw unavailable(err, this.location, 'a write');
+    } finally {
+      client.release(broken);
+    }
   }
 
   /**
@@ -1004,6 +1077,11 @@ export class PostgresHistoryStore implements HistoryStore {
   /** Each group commit's number of appends, as it goes out (none with `groupCommit: false`). */
   onCommit(listener: (appends: number) => void): () => void {
     return this.#batcher?.listen(listener) ?? (() => undefined);
+  }
+
+  /** Notifying transactions sent (each carries the notices of every append committed before it). */
+  notifyTransactions(): number {
+    return this.#notifier?.sent ?? 0;
   }
 
   /** How many times the LISTEN connection has connected (1, then one more per reconnect). */

@@ -53,73 +53,105 @@ describePg('PostgreSQL one-statement append', () => {
     });
   }
 
+  const scenario = fc.record({
+    meddle: fc.constantFrom<Meddle>('none', 'none', 'append', 'renew', 'take-lease', 'summary', 'floor', 'delete-lease'),
+    expOffset: fc.integer({ min: -1, max: 1 }),
+    generation: fc.integer({ min: 1, max: 3 }),
+    leaseKind: fc.constantFrom<'none' | 'own' | 'other'>('none', 'none', 'own', 'other'),
+    count: fc.integer({ min: 1, max: 2 }),
+  });
+  type Scenario = typeof scenario extends fc.Arbitrary<infer T> ? T : never;
+  let n = 0;
+
+  /**
+   * Writes a task through `store` (which so remembers its head), moves the head behind its back
+   * as `sc.meddle` says, and returns the append to try with a check of its outcome against
+   * `applyAppend` on the head in the database.
+   */
+  async function prepare(store: PostgresHistoryStore, sc: Scenario): Promise<() => Promise<void>> {
+    const { meddle, expOffset, generation, leaseKind, count } = sc;
+    const taskId = `t${n++}`;
+    const now = Date.now();
+    const leaseA: Lease = { owner: 'engine', instance: 'iA', generation: 1, expiresAt: now + 60_000 };
+    await store.append(taskId, [created(1)], { expectedLastEventId: 0, generation: 1, lease: leaseA });
+    await store.append(taskId, [step(2, 1)], { expectedLastEventId: 1, generation: 1 });
+    // Another writer moves the head behind the store's back (it still remembers event 2).
+    if (meddle === 'append') await b.append(taskId, [step(3, 2)], { expectedLastEventId: 2, generation: 1 });
+    if (meddle === 'renew') await b.renewLease(taskId, leaseA, 90_000, Date.now());
+    if (meddle === 'take-lease') {
+      await b.releaseLease(taskId, leaseA, Date.now());
+      await b.claimLease(taskId, { owner: 'engine', instance: 'iB', durationMs: 60_000, now: Date.now() });
+    }
+    await withClient(async (c) => {
+      if (meddle === 'summary') await c.query(`UPDATE "${schema}".summaries SET queued = queued + 1 WHERE task_id = $1`, [taskId]);
+      if (meddle === 'floor') await c.query(`UPDATE "${schema}".summaries SET max_generation = 2 WHERE task_id = $1`, [taskId]);
+      if (meddle === 'delete-lease') await c.query(`DELETE FROM "${schema}".leases WHERE task_id = $1`, [taskId]);
+    });
+
+    const { head, dbNow } = await realHead(taskId);
+    const exp = Math.max(1, 2 + expOffset);
+    const events: HistoryEvent[] = Array.from({ length: count }, (_, i) => step(exp + 1 + i, 10 + i, { generation, time: now + i }));
+    const callerNow = now + count - 1;
+    const options: AppendOptions = { expectedLastEventId: exp, generation };
+    if (leaseKind !== 'none') options.lease = { owner: 'engine', instance: leaseKind === 'own' ? 'iA' : 'iC', generation, expiresAt: callerNow + 30_000 };
+
+    let want: TaskHead | Error;
+    try {
+      want = applyAppend(taskId, new ClockFrame(dbNow, callerNow).headToCaller(head), events, options, true);
+    } catch (err) {
+      want = err as Error;
+    }
+    return async () => {
+      const got = await store.append(taskId, events, options).catch((err: Error) => err);
+      if (want instanceof Error) {
+        expect(got, `${meddle}: ${want.message}`).toBeInstanceOf(Error);
+        expect((got as { code?: string }).code).toBe((want as { code?: string }).code);
+        expect((await realHead(taskId)).head).toEqual(head);
+        return;
+      }
+      expect(got, `${meddle}`).not.toBeInstanceOf(Error);
+      expect(got).toEqual({ lastEventId: want.lastEventId, summary: want.summary });
+      const after = (await realHead(taskId)).head;
+      expect(after.summary).toEqual(want.summary);
+      expect(after.maxGeneration).toBe(want.maxGeneration);
+      const { expiresAt: _a, ...lease } = after.lease ?? { expiresAt: 0 };
+      const { expiresAt: _w, ...wantLease } = want.lease ?? { expiresAt: 0 };
+      expect(lease).toEqual(wantLease);
+      // The written lease keeps the caller's remaining time on the database clock.
+      if (options.lease) expect(Math.abs(after.lease!.expiresAt - (dbNow + 30_000))).toBeLessThan(10_000);
+      expect((await store.readEvents(taskId, { fromEventId: exp + 1 })).map((e) => e.eventId)).toEqual(events.map((e) => e.eventId));
+    };
+  }
+
   it('ends every append as applyAppend decides on the head in the database, whatever moved it', async () => {
-    let n = 0;
     await fc.assert(
-      fc.asyncProperty(
-        fc.constantFrom<Meddle>('none', 'none', 'append', 'renew', 'take-lease', 'summary', 'floor', 'delete-lease'),
-        fc.integer({ min: -1, max: 1 }),
-        fc.integer({ min: 1, max: 3 }),
-        fc.constantFrom<'none' | 'own' | 'other'>('none', 'none', 'own', 'other'),
-        fc.integer({ min: 1, max: 2 }),
-        async (meddle, expOffset, generation, leaseKind, count) => {
-          const taskId = `t${n++}`;
-          const now = Date.now();
-          const leaseA: Lease = { owner: 'engine', instance: 'iA', generation: 1, expiresAt: now + 60_000 };
-          await a.append(taskId, [created(1)], { expectedLastEventId: 0, generation: 1, lease: leaseA });
-          await a.append(taskId, [step(2, 1)], { expectedLastEventId: 1, generation: 1 });
-          // Another writer moves the head behind a's back (a still remembers event 2).
-          if (meddle === 'append') await b.append(taskId, [step(3, 2)], { expectedLastEventId: 2, generation: 1 });
-          if (meddle === 'renew') await b.renewLease(taskId, leaseA, 90_000, Date.now());
-          if (meddle === 'take-lease') {
-            await b.releaseLease(taskId, leaseA, Date.now());
-            await b.claimLease(taskId, { owner: 'engine', instance: 'iB', durationMs: 60_000, now: Date.now() });
-          }
-          await withClient(async (c) => {
-            if (meddle === 'summary') await c.query(`UPDATE "${schema}".summaries SET queued = queued + 1 WHERE task_id = $1`, [taskId]);
-            if (meddle === 'floor') await c.query(`UPDATE "${schema}".summaries SET max_generation = 2 WHERE task_id = $1`, [taskId]);
-            if (meddle === 'delete-lease') await c.query(`DELETE FROM "${schema}".leases WHERE task_id = $1`, [taskId]);
-          });
-
-          const { head, dbNow } = await realHead(taskId);
-          const exp = Math.max(1, 2 + expOffset);
-          const events: HistoryEvent[] = Array.from({ length: count }, (_, i) => step(exp + 1 + i, 10 + i, { generation, time: now + i }));
-          const callerNow = now + count - 1;
-          const options: AppendOptions = { expectedLastEventId: exp, generation };
-          if (leaseKind !== 'none') options.lease = { owner: 'engine', instance: leaseKind === 'own' ? 'iA' : 'iC', generation, expiresAt: callerNow + 30_000 };
-
-          const frame = new ClockFrame(dbNow, callerNow);
-          let want: TaskHead | Error;
-          try {
-            want = applyAppend(taskId, frame.headToCaller(head), events, options, true);
-          } catch (err) {
-            want = err as Error;
-          }
-          const got = await a.append(taskId, events, options).catch((err: Error) => err);
-          if (want instanceof Error) {
-            expect(got, `${meddle}: ${want.message}`).toBeInstanceOf(Error);
-            expect((got as { code?: string }).code).toBe((want as { code?: string }).code);
-            expect((await realHead(taskId)).head).toEqual(head);
-            return;
-          }
-          expect(got, `${meddle}`).not.toBeInstanceOf(Error);
-          expect(got).toEqual({ lastEventId: want.lastEventId, summary: want.summary });
-          const after = (await realHead(taskId)).head;
-          expect(after.summary).toEqual(want.summary);
-          expect(after.maxGeneration).toBe(want.maxGeneration);
-          const { expiresAt: _a, ...lease } = after.lease ?? { expiresAt: 0 };
-          const { expiresAt: _w, ...wantLease } = want.lease ?? { expiresAt: 0 };
-          expect(lease).toEqual(wantLease);
-          // The written lease keeps the caller's remaining time on the database clock.
-          if (options.lease) expect(Math.abs(after.lease!.expiresAt - (dbNow + 30_000))).toBeLessThan(10_000);
-          expect((await a.readEvents(taskId, { fromEventId: exp + 1 })).map((e) => e.eventId)).toEqual(events.map((e) => e.eventId));
-        },
-      ),
+      fc.asyncProperty(scenario, async (sc) => (await prepare(a, sc))()),
       { numRuns: 60 },
     );
     expect(a.appendPaths.oneStatement).toBeGreaterThan(0);
     expect(a.appendPaths.locked).toBeGreaterThan(0);
   }, 120_000);
+
+  it('in a group commit, each task of the batch statement ends as applyAppend decides; a moved head fails or re-runs alone', async () => {
+    // max 2: one batch in flight, so of four appends at once the last three share a statement.
+    const c = createPostgresStore({ connectionString: PG_URL, schema, max: 2 });
+    await c.open();
+    try {
+      await fc.assert(
+        fc.asyncProperty(fc.array(scenario, { minLength: 4, maxLength: 4 }), async (scs) => {
+          const runs = [];
+          for (const sc of scs) runs.push(await prepare(c, sc));
+          await Promise.all(runs.map((r) => r()));
+        }),
+        { numRuns: 25 },
+      );
+      expect(c.groupCommitStats().appends).toBeGreaterThan(c.groupCommitStats().batches);
+      expect(c.appendPaths.oneStatement).toBeGreaterThan(0);
+      expect(c.appendPaths.locked).toBeGreaterThan(0);
+    } finally {
+      await c.close();
+    }
+  }, 180_000);
 });
 
 describePg('PostgreSQL one-statement append, options', () => {
