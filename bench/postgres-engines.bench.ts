@@ -11,7 +11,7 @@ import { spawn } from 'node:child_process';
 import { randomBytes } from 'node:crypto';
 import { createInterface } from 'node:readline';
 import { fileURLToPath } from 'node:url';
-import pg from 'pg';
+import { connectPg } from './pg-probe.js';
 import { createPostgresStore } from '../src/store/postgres-store.js';
 
 const now = () => Number(process.hrtime.bigint()) / 1e6;
@@ -22,14 +22,9 @@ const TURNS = 5;
 const ROUNDS = 3;
 
 export async function run(): Promise<void> {
-  const url = process.env['TURNLOG_TEST_PG_URL'] ?? 'postgres://postgres@127.0.0.1:5432/test';
-  const probe = new pg.Client({ connectionString: url, connectionTimeoutMillis: 2_000 });
-  try {
-    await probe.connect();
-  } catch {
-    console.log(`PostgreSQL not reachable at ${url}: postgres engines benchmark skipped`);
-    return;
-  }
+  const pgc = await connectPg('postgres engines benchmark');
+  if (!pgc) return;
+  const { url, probe } = pgc;
   const schema = `turnlog_bench_${randomBytes(4).toString('hex')}`;
   const store = createPostgresStore({ connectionString: url, schema });
   try {

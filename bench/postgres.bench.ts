@@ -5,24 +5,19 @@
  * TURNLOG_TEST_PG_URL picks the server (default postgres://postgres@127.0.0.1:5432/test).
  */
 import { randomBytes } from 'node:crypto';
-import pg from 'pg';
 import { Engine } from '../src/runtime/engine.js';
 import { silentLogger } from '../src/logger.js';
 import { defineWorkflow } from '../src/workflow/define-workflow.js';
+import { connectPg } from './pg-probe.js';
 import { createPostgresStore } from '../src/store/postgres-store.js';
 
 const now = () => Number(process.hrtime.bigint()) / 1e6;
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
 
 export async function run(): Promise<void> {
-  const url = process.env['TURNLOG_TEST_PG_URL'] ?? 'postgres://postgres@127.0.0.1:5432/test';
-  const probe = new pg.Client({ connectionString: url, connectionTimeoutMillis: 2_000 });
-  try {
-    await probe.connect();
-  } catch {
-    console.log(`PostgreSQL not reachable at ${url}: postgres benchmark skipped`);
-    return;
-  }
+  const pgc = await connectPg('postgres benchmark');
+  if (!pgc) return;
+  const { url, probe } = pgc;
   const schema = `turnlog_bench_${randomBytes(4).toString('hex')}`;
   const store = createPostgresStore({ connectionString: url, schema });
   try {
