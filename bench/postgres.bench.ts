@@ -13,6 +13,11 @@ import { createPostgresStore } from '../src/store/postgres-store.js';
 
 const now = () => Number(process.hrtime.bigint()) / 1e6;
 const median = (xs: number[]) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)]!;
+/** This process's CPU time (user + system) in ms since `from`. */
+const cpuMs = (from: NodeJS.CpuUsage) => {
+  const c = process.cpuUsage(from);
+  return (c.user + c.system) / 1000;
+};
 
 export async function run(): Promise<void> {
   const pgc = await connectPg('postgres benchmark');
@@ -41,21 +46,30 @@ export async function run(): Promise<void> {
     await probe.query(`CREATE TABLE "${schema}".raw (k bigint PRIMARY KEY, data bytea NOT NULL)`);
     let k = 0;
     const rawBlock = async (n: number) => {
+      const c0 = process.cpuUsage();
       const t0 = now();
       for (let i = 0; i < n; i++) await probe.query(`INSERT INTO "${schema}".raw (k, data) VALUES ($1, $2)`, [k++, bytes]);
-      return (now() - t0) / n;
+      return { ms: (now() - t0) / n, cpu: cpuMs(c0) / n };
     };
 
     const ratios: number[] = [];
     const stepRuns: number[] = [];
     const rawRuns: number[] = [];
+    const stepCpu: number[] = [];
+    const rawCpu: number[] = [];
+    const paths0 = { ...store.appendPaths };
     for (let r = 0; r < 9; r++) {
       const raw = await rawBlock(STEPS);
+      const c0 = process.cpuUsage();
       const step = ((await (await engine.start(many, null)).result()) as number) / STEPS;
-      rawRuns.push(raw);
+      stepCpu.push(cpuMs(c0) / STEPS);
+      rawCpu.push(raw.cpu);
+      rawRuns.push(raw.ms);
       stepRuns.push(step);
-      ratios.push(step / raw);
+      ratios.push(step / raw.ms);
     }
+    const oneStatement = store.appendPaths.oneStatement - paths0.oneStatement;
+    const locked = store.appendPaths.locked - paths0.locked;
 
     const TASKS = 50;
     const PER_TASK = 10;
@@ -75,12 +89,14 @@ export async function run(): Promise<void> {
 
     console.log(`raw pg INSERT + commit (${bytes.length} B)   ${median(rawRuns).toFixed(3)} ms`);
     console.log(`durable step on PostgreSQL      ${median(stepRuns).toFixed(3)} ms; median of 9 paired blocks ${median(ratios).toFixed(2)}× raw INSERT + commit`);
+    console.log(`  process CPU per step ${median(stepCpu).toFixed(3)} ms vs ${median(rawCpu).toFixed(3)} ms per raw INSERT (medians of the same blocks); ${oneStatement} of ${oneStatement + locked} appends in one statement`);
     console.log(`${TASKS} concurrent tasks           ${Math.round(concurrentPerS)} one-step turns/s (pool of 10, group commit)`);
 
     // Group commit vs one transaction per append: 100 concurrent tasks, paired blocks in this run.
     const gc = await groupCommitBench(url, schema, [oneStep]);
     console.log(`100 concurrent tasks, group commit   ${Math.round(gc.on)} one-step turns/s (${gc.perBatch.toFixed(1)} appends per commit)`);
     console.log(`100 concurrent tasks, one commit per append ${Math.round(gc.off)} one-step turns/s; median of ${gc.ratios.length} paired blocks ${median(gc.ratios).toFixed(2)}× with group commit`);
+    console.log(`  process CPU per turn ${gc.cpuOn.toFixed(3)} ms with group commit vs ${gc.cpuOff.toFixed(3)} ms without (medians)`);
 
   } finally {
     await store.close();
@@ -89,12 +105,13 @@ export async function run(): Promise<void> {
   }
 }
 
-async function groupCommitBench(url: string, schema: string, wf: Parameters<typeof Engine.open>[0]['workflows'] & object): Promise<{ on: number; off: number; ratios: number[]; perBatch: number }> {
+async function groupCommitBench(url: string, schema: string, wf: Parameters<typeof Engine.open>[0]['workflows'] & object): Promise<{ on: number; off: number; ratios: number[]; perBatch: number; cpuOn: number; cpuOff: number }> {
   const TASKS = 100;
   const TURNS = 5;
   const block = async (groupCommit: boolean, tag: string) => {
     const store = createPostgresStore({ connectionString: url, schema, groupCommit });
     const engine = await Engine.open({ store, workflows: wf, logger: silentLogger, scanIntervalMs: 0 });
+    const c0 = process.cpuUsage();
     const t0 = now();
     await Promise.all(
       Array.from({ length: TASKS }, async (_, i) => {
@@ -107,22 +124,27 @@ async function groupCommitBench(url: string, schema: string, wf: Parameters<type
       }),
     );
     const perS = (TASKS * TURNS) / ((now() - t0) / 1000);
+    const cpu = cpuMs(c0) / (TASKS * TURNS);
     const stats = store.groupCommitStats();
     await engine.shutdown();
     await store.close();
-    return { perS, perBatch: stats.batches ? stats.appends / stats.batches : 1 };
+    return { perS, cpu, perBatch: stats.batches ? stats.appends / stats.batches : 1 };
   };
   const on: number[] = [];
   const off: number[] = [];
   const ratios: number[] = [];
   const perBatch: number[] = [];
+  const cpuOn: number[] = [];
+  const cpuOff: number[] = [];
   for (let r = 0; r < 5; r++) {
     const a = await block(true, `gc${r}`);
     const b = await block(false, `pa${r}`);
     on.push(a.perS);
     off.push(b.perS);
     perBatch.push(a.perBatch);
+    cpuOn.push(a.cpu);
+    cpuOff.push(b.cpu);
     ratios.push(a.perS / b.perS);
   }
-  return { on: median(on), off: median(off), ratios, perBatch: median(perBatch) };
+  return { on: median(on), off: median(off), ratios, perBatch: median(perBatch), cpuOn: median(cpuOn), cpuOff: median(cpuOff) };
 }
