@@ -26,6 +26,11 @@ const strictUtf8 = new TextDecoder('utf-8', { fatal: true, ignoreBOM: true });
 const looseUtf8 = new TextDecoder('utf-8', { fatal: false, ignoreBOM: true });
 /** Below this many bytes a plain loop beats TextDecoder for ASCII strings. */
 const SHORT_STRING = 64;
+/** ASCII strings up to this many bytes are interned by {@link Reader.string}. */
+const INTERN_MAX = 32;
+/** Slots of the intern table (a power of two); a collision replaces the slot's string. */
+const INTERN_SLOTS = 1024;
+const interned: string[] = new Array<string>(INTERN_SLOTS).fill('');
 /** Room kept in front of a frame for its varint length prefix (a frame is < 2^35 bytes). */
 const PREFIX_ROOM = 5;
 
@@ -257,12 +262,15 @@ export class Reader {
   limit: number;
 
   readonly #utf8: typeof strictUtf8;
+  /** The buffer is a Buffer: metadata values may be the shared Buffers of {@link ENCODINGS}. */
+  readonly #shares: boolean;
 
   /** `strict`: invalid UTF-8 throws (worker frames); otherwise it becomes U+FFFD (stored history, as protobufjs). */
   constructor(buf: Uint8Array, strict = true) {
     this.buf = buf;
     this.limit = buf.length;
     this.#utf8 = strict ? strictUtf8 : looseUtf8;
+    this.#shares = Buffer.isBuffer(buf);
   }
 
   /** Reads the nested message that starts here (its length first) with `read`, within its bounds. */
@@ -339,13 +347,59 @@ export class Reader {
     return v;
   }
 
+  /**
+   * A Payload metadata value: one of the shared {@link ENCODINGS} when its bytes equal it and the
+   * frame is a Buffer (every payload's `encoding` entry), else a view.
+   */
+  metadataValue(): Uint8Array {
+    const end = this.end();
+    const b = this.buf;
+    const p = this.pos;
+    const n = end - p;
+    if (this.#shares) for (let k = 0; k < ENCODINGS.length; k++) {
+      const e = ENCODINGS[k]!;
+      if (e.length !== n) continue;
+      let i = 0;
+      while (i < n && e[i] === b[p + i]) i++;
+      if (i === n) {
+        this.pos = end;
+        return e;
+      }
+    }
+    const v = b.subarray(p, end);
+    this.pos = end;
+    return v;
+  }
+
   /** UTF-8 (strict or not, see the constructor); a leading BOM stays. */
   string(): string {
     const end = this.end();
     const b = this.buf;
     let p = this.pos;
     this.pos = end;
-    if (end - p < SHORT_STRING) {
+    const n = end - p;
+    if (n <= INTERN_MAX) {
+      // Step names, metadata keys, owners: the same few strings in every event. One retained
+      // string each instead of a new one per event (less to copy for the GC of decoded histories).
+      let h = n;
+      for (let i = p; i < end; i++) {
+        const c = b[i]!;
+        if (c >= 0x80) return this.#utf8.decode(b.subarray(p, end));
+        h = (Math.imul(h, 31) + c) | 0;
+      }
+      const slot = h & (INTERN_SLOTS - 1);
+      const known = interned[slot]!;
+      if (known.length === n) {
+        let i = 0;
+        while (i < n && known.charCodeAt(i) === b[p + i]) i++;
+        if (i === n) return known;
+      }
+      let s = '';
+      for (; p < end; p++) s += String.fromCharCode(b[p]!);
+      interned[slot] = s;
+      return s;
+    }
+    if (n < SHORT_STRING) {
       let s = '';
       for (; p < end; p++) {
         const c = b[p]!;
@@ -391,6 +445,12 @@ export class Reader {
 // own: every module a worker loads at start-up costs it about 1 ms.
 
 export const EMPTY_BYTES: Uint8Array = new Uint8Array(0);
+/**
+ * The `encoding` metadata values of the default converter, shared by every payload decoded here
+ * from a Buffer (a view of a Buffer is a Buffer, so the type is what it was). Never written to:
+ * a codec makes new metadata.
+ */
+const ENCODINGS: readonly Uint8Array[] = ['json/plain', 'binary/plain', 'binary/null'].map((s) => Buffer.from(s, 'latin1'));
 /** Failure.source carries the error code: Temporal uses it for the producing SDK, which we are. */
 export const CODE_PREFIX = 'turnlog:';
 const MAX_DEPTH = 100;
@@ -444,7 +504,7 @@ export function readPayload(r: Reader): Payload {
       while (r.more()) {
         const u = r.uint32();
         if (u === MapEntry.key) key = r.string();
-        else if (u === MapEntry.value) value = r.bytes();
+        else if (u === MapEntry.value) value = r.metadataValue();
         else r.skip(u & 7);
       }
       if (r.pos !== end) throw new RangeError('index out of range');
