@@ -153,6 +153,11 @@ export class LevelHistoryStore implements HistoryStore {
   #tailHints = new Map<string, TailHint>();
   /** Bumped by every compaction and delete: tails read across one are not hinted. */
   #cuts = 0;
+  /**
+   * Bumped whenever a head leaves the cache (eviction, a failed write, a failed load, a delete by
+   * keys): a page read across one is not primed, as a task may have been written and dropped meanwhile.
+   */
+  #drops = 0;
   readonly #committer: GroupCommitter;
   #state: State = 'new';
   #opening: Promise<void> | null = null;
@@ -181,6 +186,7 @@ export class LevelHistoryStore implements HistoryStore {
       },
       (tasks) => {
         // The failed batch may have been partly applied in memory only: reload from disk.
+        this.#drops++;
         for (const t of tasks) this.#heads.delete(t);
       },
     );
@@ -347,7 +353,10 @@ export class LevelHistoryStore implements HistoryStore {
       },
       (err: unknown) => {
         done();
-        if (this.#heads.get(taskId) === entry) this.#heads.delete(taskId);
+        if (this.#heads.get(taskId) === entry) {
+          this.#drops++;
+          this.#heads.delete(taskId);
+        }
         throw err;
       },
     );
@@ -364,7 +373,10 @@ export class LevelHistoryStore implements HistoryStore {
     const target = Math.floor(this.#maxHeads * 0.9);
     for (const [id, h] of this.#heads) {
       if (this.#heads.size <= target) break;
-      if (h.ready === null && h.waiters === 0 && h.pending === h.durable && h.durable.summary?.status === 'completed') this.#heads.delete(id);
+      if (h.ready === null && h.waiters === 0 && h.pending === h.durable && h.durable.summary?.status === 'completed') {
+        this.#drops++;
+        this.#heads.delete(id);
+      }
     }
     // Mostly live tasks: walk again only after another tenth of the bound has been added.
     this.#evictAt = Math.max(this.#maxHeads, this.#heads.size + Math.ceil(this.#maxHeads / 10));
@@ -418,9 +430,13 @@ export class LevelHistoryStore implements HistoryStore {
       const k = taskKeys[i]!;
       readKeys.push(k.lease, eventKey(k.taskId, last, k.eventPrefix), eventKey(k.taskId, last + 1, k.eventPrefix), snapshotKey(k.taskId));
     }
+    const drops = this.#drops;
     const raws = await this.#db.getMany(readKeys);
     this.#snapshotHints = new Map();
     this.#tailHints = new Map();
+    // A head dropped meanwhile may have been written first (a task that completed and was evicted):
+    // this read may be older than the history, so the page's heads load as usual (test: level-store).
+    if (drops !== this.#drops) return;
     // The tails the task cache reads next, for the second getMany: [task, from, key offset].
     const tails: [string, number, number][] = [];
     const tailKeys: Buffer[] = [];
@@ -592,8 +608,12 @@ export class LevelHistoryStore implements HistoryStore {
         if (taskIdOfKey(key) === taskId) ops.push({ type: 'del', key });
       }
     }
+    this.#drops++;
     this.#heads.delete(taskId);
-    await this.#committer.submit(taskId, ops, this.#sync, () => this.#heads.delete(taskId));
+    await this.#committer.submit(taskId, ops, this.#sync, () => {
+      this.#drops++;
+      this.#heads.delete(taskId);
+    });
   }
 
   #deleteWithHead(taskId: string): Promise<void> {

@@ -394,6 +394,41 @@ describe('LevelHistoryStore on disk', () => {
     await store.close();
   });
 
+  it('a claim does not prime a head from a read that a write and a head drop overtook (a task completed and dropped meanwhile)', async () => {
+    let store = new LevelHistoryStore(dir.path);
+    await store.open();
+    await store.append('a', [created(1), queued(2, 'in-1'), started(3, 1)], { expectedLastEventId: 0, generation: 1 });
+    await store.close();
+    store = new LevelHistoryStore(dir.path, { maxCachedHeads: 1 });
+    await store.open();
+    // While the claim's read of the page's heads is in flight, the task ends (its head loads and
+    // lands) and a new task's head pushes the completed one out of the cache.
+    const { ClassicLevel } = await import('classic-level');
+    const proto = ClassicLevel.prototype as unknown as Record<string, (...a: unknown[]) => Promise<unknown>>;
+    const orig = proto._getMany!;
+    let armed = true;
+    proto._getMany = async function (this: unknown, ...a: unknown[]) {
+      const out = await orig.apply(this, a);
+      if (armed && (a[0] as unknown[]).length === 4) {
+        armed = false;
+        await store.append('a', [turnCompleted(4, 1), taskCompleted(5)], { expectedLastEventId: 3, generation: 1 });
+        await store.append('x', [created(1)], { expectedLastEventId: 0, generation: 1, fresh: true });
+      }
+      return out;
+    };
+    try {
+      await store.claimDueWork({ now: Date.now(), instance: 'new-1', limit: 10 });
+    } finally {
+      proto._getMany = orig;
+    }
+    expect(armed).toBe(false);
+    // The head is the stored one: completed at event 5, so an append after event 3 is refused.
+    expect((await store.getSummary('a'))?.status).toBe('completed');
+    await expect(store.append('a', [step(4, 1)], { expectedLastEventId: 3, generation: 1 })).rejects.toSatisfy((e) => isTurnlogError(e, 'TURNLOG_CONCURRENCY'));
+    expect((await store.readEvents('a')).map((e) => e.type)).toEqual(['TaskCreated', 'InputQueued', 'TurnStarted', 'TurnCompleted', 'TaskCompleted']);
+    await store.close();
+  });
+
   it('non-durable appends (sync: false) land and read back', async () => {
     const store = new LevelHistoryStore(dir.path, { sync: false });
     await store.open();
