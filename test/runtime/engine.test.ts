@@ -444,6 +444,31 @@ describe('cancel', () => {
     expect((await h.history()).length).toBe(events.length);
   });
 
+  it('a steering input still queued when the task is cancelled never runs: its waiter says cancelled, the summary and describe keep it queued (docs/steering.md)', async () => {
+    const started = gate();
+    const runs: string[] = [];
+    const wf = defineWorkflow({
+      name: 'steer-cancel',
+      kind: 'multi-turn',
+      turn: (ctx, x: string) => {
+        runs.push(x);
+        started.resolve();
+        return new Promise((_, reject) => ctx.signal.addEventListener('abort', () => reject(ctx.signal.reason)));
+      },
+    });
+    const store = new MemoryHistoryStore();
+    const engine = await open({ workflows: [wf], store });
+    const h = await engine.start(wf, 'first', { taskId: 'sc' });
+    await started.promise;
+    const steer = await h.send('steer');
+    await h.cancel('stop');
+    expect((await h.turnResult(steer)).status).toBe('cancelled');
+    expect(await store.getSummary('sc')).toMatchObject({ status: 'completed', outcome: 'cancelled', queued: 1 });
+    expect((await h.describe()).queuedInputIds).toEqual([steer]);
+    await engine.recover();
+    expect(runs).toEqual(['first']);
+  });
+
   it('cancelTurn on a multi-turn task cancels only the turn; the task takes its next input', async () => {
     const wf = defineWorkflow({
       name: 'ct',
