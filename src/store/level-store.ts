@@ -634,6 +634,12 @@ export class LevelHistoryStore implements HistoryStore {
       h.pending = EMPTY_HEAD;
       return this.#committer.submit(taskId, ops, this.#sync, () => {
         h.durable = EMPTY_HEAD;
+        // Nothing is stored under the id now: keep no head for it unless a write is queued (a
+        // purged task's empty head would otherwise stay for the life of the process, unbounded).
+        if (h.pending === EMPTY_HEAD && h.ready === null && this.#heads.get(taskId) === h) {
+          this.#drops++;
+          this.#heads.delete(taskId);
+        }
       });
     });
   }

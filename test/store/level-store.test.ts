@@ -429,6 +429,25 @@ describe('LevelHistoryStore on disk', () => {
     await store.close();
   });
 
+  it('a deleted task keeps no cached head (retention would grow the cache without bound); its id reads as new and can be written again', async () => {
+    const { reads, restore } = await spyReads();
+    const store = new LevelHistoryStore(dir.path, { maxCachedHeads: 10 });
+    try {
+      await store.open();
+      await store.append('gone', [created(1), queued(2, 'in-1'), started(3, 1), turnCompleted(4, 1), taskCompleted(5)], { expectedLastEventId: 0, generation: 1 });
+      await store.deleteTask('gone');
+      reads.length = 0;
+      expect(await store.getSummary('gone')).toBeUndefined();
+      expect(reads.length).toBeGreaterThan(0);
+      await expect(store.append('gone', [created(2)], { expectedLastEventId: 1, generation: 1 })).rejects.toSatisfy((e) => isTurnlogError(e, 'TURNLOG_CONCURRENCY'));
+      await store.append('gone', [created(1)], { expectedLastEventId: 0, generation: 1 });
+      expect((await store.readEvents('gone')).map((e) => e.eventId)).toEqual([1]);
+    } finally {
+      restore();
+    }
+    await store.close();
+  });
+
   it('non-durable appends (sync: false) land and read back', async () => {
     const store = new LevelHistoryStore(dir.path, { sync: false });
     await store.open();
