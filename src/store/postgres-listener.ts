@@ -1,8 +1,9 @@
 /**
- * LISTEN/NOTIFY for the PostgreSQL store: every append's transaction sends `pg_notify` with the
- * task id and its new last event id (delivered at commit), and one dedicated connection per
- * store listens, so engines learn other engines' appends without polling. The connection
- * reconnects with backoff; after a reconnect it reports `resync` (notices may have been missed).
+ * LISTEN/NOTIFY for the PostgreSQL store: after each committed append the store sends `pg_notify`
+ * with the task id and its new last event id (in a transaction of its own, postgres-notifier.ts),
+ * and one dedicated connection per store listens, so engines learn other engines' appends without
+ * polling. The connection reconnects with backoff; after a reconnect it reports `resync` (notices
+ * may have been missed).
  */
 import { createHash } from 'node:crypto';
 import type { AppendNotice } from './history-store.js';
