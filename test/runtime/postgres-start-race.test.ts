@@ -1,0 +1,85 @@
+/**
+ * Two engines starting one task id at once on a shared PostgreSQL store (two engines racing a
+ * schedule slot, or two callers with the same `taskId`), where the winner has already started
+ * its turn under its lease when the loser's create (which carries the loser's own lease at the
+ * same generation) lands: the loser's append is a lost race, it reloads the task and decides
+ * again, finds its input id already queued, and its caller gets that input's handle and result.
+ * The race is forced by a store wrapper, once, before the loser's create. (The review of stop 24
+ * reported a variant where the loser's create is refused as a stale generation; see the closing
+ * note: not reproduced here.)
+ */
+import { afterEach, expect, it } from 'vitest';
+import type { HistoryEvent } from '../../src/history/events.js';
+import { silentLogger } from '../../src/logger.js';
+import { Engine } from '../../src/runtime/engine.js';
+import type { AppendOptions, HistoryStore } from '../../src/store/history-store.js';
+import { createPostgresStore } from '../../src/store/postgres-store.js';
+import { defineWorkflow } from '../../src/workflow/define-workflow.js';
+import { PG_URL, describePg, dropSchema, uniqueSchema } from '../helpers/postgres.js';
+
+let release: (() => void) | undefined;
+const job = defineWorkflow({
+  name: 'pg-start-race',
+  turn: async (ctx, n: number) => {
+    await ctx.step('work', () => new Promise<void>((r) => (release = r)));
+    return n * 2;
+  },
+});
+
+/** `inner` with one append intercepted: before the first append that creates a task, `before` runs. */
+function racing(inner: HistoryStore, before: () => Promise<void>): { store: HistoryStore; fired: () => number } {
+  let fired = 0;
+  const store = new Proxy(inner, {
+    get(target, prop, receiver) {
+      if (prop === 'append') {
+        return async (taskId: string, events: readonly HistoryEvent[], options: AppendOptions) => {
+          if (fired === 0 && events.some((e) => e.type === 'TaskCreated')) {
+            fired++;
+            await before();
+          }
+          return target.append(taskId, events, options);
+        };
+      }
+      const v = Reflect.get(target, prop, receiver) as unknown;
+      return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+    },
+  }) as HistoryStore;
+  return { store, fired: () => fired };
+}
+
+describePg('two engines starting one task id on PostgreSQL', () => {
+  const cleanups: (() => Promise<unknown>)[] = [];
+  afterEach(async () => {
+    for (const c of cleanups.splice(0).reverse()) await c().catch(() => undefined);
+  });
+
+  it('the loser of a start race whose winner already runs the turn gets the same input, not TURNLOG_STALE_GENERATION', async () => {
+    const schema = uniqueSchema('turnlog_start_race');
+    cleanups.push(() => dropSchema(schema));
+    const storeA = createPostgresStore({ connectionString: PG_URL, schema, max: 4 });
+    const storeB = createPostgresStore({ connectionString: PG_URL, schema, max: 4 });
+    cleanups.push(() => storeA.close(), () => storeB.close());
+    const a = await Engine.open({ store: storeA, workflows: [job], logger: silentLogger, instance: 'a', owner: 'engine-a', scanIntervalMs: 0 });
+    cleanups.push(() => a.shutdown({ graceMs: 0 }));
+    // Engine A creates the task and starts its turn (lease at generation 1) just before B's create lands.
+    const race = racing(storeB, async () => {
+      await a.start(job, 21, { taskId: 'slot', inputId: 'scheduled' });
+      const deadline = Date.now() + 10_000;
+      while ((await storeA.getLease('slot'))?.generation !== 1 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+    });
+    const b = await Engine.open({ store: race.store, workflows: [job], logger: silentLogger, instance: 'b', owner: 'engine-b', scanIntervalMs: 0 });
+    cleanups.push(() => b.shutdown({ graceMs: 0 }));
+
+    const h = await b.start(job, 21, { taskId: 'slot', inputId: 'scheduled' });
+    expect(race.fired()).toBe(1);
+    expect(h.inputId).toBe('scheduled');
+    const deadline = Date.now() + 10_000;
+    while (release === undefined && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+    release!();
+    expect(await b.turnResult('slot', 'scheduled')).toMatchObject({ status: 'completed', output: 42 });
+    const events = await storeA.readEvents('slot');
+    expect(events.filter((e) => e.type === 'TaskCreated')).toHaveLength(1);
+    expect(events.filter((e) => e.type === 'InputQueued')).toHaveLength(1);
+    expect(events.filter((e) => e.type === 'TurnCompleted')).toHaveLength(1);
+  });
+});
