@@ -1,6 +1,6 @@
 /** The turn and attempt events: a turn starts, ends (one terminal event), times out or loses its worker. */
 import type { HistoryEvent } from './events.js';
-import { CAUSES, deltaFromProto, deltaToProto, ENTRY_MODES, EXECUTORS, failureOf, failureToProto, fromNum, type FromProtoTable, optPayload, payloadFromProto, toNum, type ToProtoTable } from './codec-messages.js';
+import { CAUSES, deltaFromProto, deltaToProto, ENTRY_MODES, EXECUTORS, failureOf, failureToProto, fromNum, type FromProto, type FromProtoTable, optPayload, payloadFromProto, toNum, type ToProtoTable } from './codec-messages.js';
 
 export type TurnEventType =
   | 'TurnStarted'
@@ -90,24 +90,12 @@ export const TURN_FROM_PROTO: FromProtoTable<TurnEventType> = {
   },
   turnCompleted: (a, eventId, time, generation) => {
     const e: HistoryEvent = { type: 'TurnCompleted', eventId, time, generation, turn: a.turn };
-    const output = payloadFromProto(a.output);
-    const state = payloadFromProto(a.state);
-    const stateDelta = deltaFromProto(a.stateDelta);
-    if (output) e.output = output;
-    if (state) e.state = state;
-    if (stateDelta) e.stateDelta = stateDelta;
-    return e;
+    return withTurnEnd(e, a);
   },
   turnFailed: (a, eventId, time, generation, at) => ({ type: 'TurnFailed', eventId, time, generation, turn: a.turn, failure: failureOf(a.failure, at) }),
   turnSuspended: (a, eventId, time, generation) => {
     const e: HistoryEvent = { type: 'TurnSuspended', eventId, time, generation, turn: a.turn, reason: a.reason };
-    const output = payloadFromProto(a.output);
-    const state = payloadFromProto(a.state);
-    const stateDelta = deltaFromProto(a.stateDelta);
-    if (output) e.output = output;
-    if (state) e.state = state;
-    if (stateDelta) e.stateDelta = stateDelta;
-    return e;
+    return withTurnEnd(e, a);
   },
   turnCancelled: (a, eventId, time, generation) => ({ type: 'TurnCancelled', eventId, time, generation, turn: a.turn, reason: a.reason }),
   turnTimedOut: (a, eventId, time, generation, at) => ({
@@ -159,3 +147,14 @@ export const TURN_FROM_PROTO: FromProtoTable<TurnEventType> = {
     message: a.message,
   }),
 };
+
+/** The output, state and state delta that a completed or suspended turn carries, each when present. */
+function withTurnEnd(e: Extract<HistoryEvent, { type: 'TurnCompleted' | 'TurnSuspended' }>, a: Parameters<FromProto>[0]): HistoryEvent {
+  const output = payloadFromProto(a.output);
+  const state = payloadFromProto(a.state);
+  const stateDelta = deltaFromProto(a.stateDelta);
+  if (output) e.output = output;
+  if (state) e.state = state;
+  if (stateDelta) e.stateDelta = stateDelta;
+  return e;
+}

@@ -256,17 +256,26 @@ export class TaskCache {
 
   /**
    * {@link withLock}, deciding again after a lost race: a ConcurrencyError means another writer
-   * appended first (the appender has re-read the history), so `fn` runs again on the task as it
-   * now is, up to {@link MAX_RACES} times. `fn` learns which try it is (`retry`, 0 first) to
+   * appended first (the appender has re-read the history), and a create refused as a stale
+   * generation means another engine created the task first; either way `fn` runs again on the
+   * task as it now is, up to {@link MAX_RACES} times. `fn` learns which try it is (`retry`, 0 first) to
    * find what an earlier try already wrote (test: runtime/engine-races "lost race").
    */
   async mutate<T>(first: TaskEntry, fn: (task: LockedTask, retry: number) => Promise<T>): Promise<T> {
     let t = first;
     for (let retry = 0; ; retry++) {
+      let creating = false;
       try {
-        return await this.withLock(t, (task) => fn(task, retry));
+        return await this.withLock(t, (task) => {
+          creating = task.state === undefined;
+          return fn(task, retry);
+        });
       } catch (err) {
-        if (retry >= MAX_RACES || !isTurnlogError(err, 'TURNLOG_CONCURRENCY')) throw err;
+        // A create refused as stale is a lost race too: another engine created the task and took
+        // its lease between our reads of its events and of its lease (a torn read on a shared
+        // store), so our create went without a lease at generation 0 (test: runtime/postgres-start-race).
+        const lost = isTurnlogError(err, 'TURNLOG_CONCURRENCY') || (creating && isTurnlogError(err, 'TURNLOG_STALE_GENERATION'));
+        if (retry >= MAX_RACES || !lost) throw err;
         // A failed re-read dropped the entry: load it afresh.
         t = await this.load(t.id);
       }

@@ -4,15 +4,14 @@
  * its turn under its lease when the loser's create (which carries the loser's own lease at the
  * same generation) lands: the loser's append is a lost race, it reloads the task and decides
  * again, finds its input id already queued, and its caller gets that input's handle and result.
- * The race is forced by a store wrapper, once, before the loser's create. (The review of stop 24
- * reported a variant where the loser's create is refused as a stale generation; see the closing
- * note: not reproduced here.)
+ * A second case forces the torn read that made the loser's create a stale generation (review of
+ * stop 24). Each race is forced by a store wrapper, once.
  */
 import { afterEach, expect, it } from 'vitest';
 import type { HistoryEvent } from '../../src/history/events.js';
 import { silentLogger } from '../../src/logger.js';
 import { Engine } from '../../src/runtime/engine.js';
-import type { AppendOptions, HistoryStore } from '../../src/store/history-store.js';
+import type { HistoryStore } from '../../src/store/history-store.js';
 import { createPostgresStore } from '../../src/store/postgres-store.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
 import { PG_URL, describePg, dropSchema, uniqueSchema } from '../helpers/postgres.js';
@@ -28,16 +27,23 @@ const job = defineWorkflow({
 
 /** `inner` with one append intercepted: before the first append that creates a task, `before` runs. */
 function racing(inner: HistoryStore, before: () => Promise<void>): { store: HistoryStore; fired: () => number } {
+  return intercept(inner, 'append', (args) => (args[1] as HistoryEvent[]).some((e) => e.type === 'TaskCreated'), before, 'before');
+}
+
+/** `inner` with the first call of `method` whose arguments `when` picks intercepted: `race` runs before (or after) it. */
+function intercept(inner: HistoryStore, method: keyof HistoryStore, when: (args: unknown[]) => boolean, race: () => Promise<void>, at: 'before' | 'after'): { store: HistoryStore; fired: () => number } {
   let fired = 0;
   const store = new Proxy(inner, {
     get(target, prop, receiver) {
-      if (prop === 'append') {
-        return async (taskId: string, events: readonly HistoryEvent[], options: AppendOptions) => {
-          if (fired === 0 && events.some((e) => e.type === 'TaskCreated')) {
-            fired++;
-            await before();
-          }
-          return target.append(taskId, events, options);
+      if (prop === method) {
+        return async (...args: unknown[]) => {
+          const fn = (target[method] as (...a: unknown[]) => Promise<unknown>).bind(target);
+          if (fired > 0 || !when(args)) return fn(...args);
+          fired++;
+          if (at === 'before') await race();
+          const out = await fn(...args);
+          if (at === 'after') await race();
+          return out;
         };
       }
       const v = Reflect.get(target, prop, receiver) as unknown;
@@ -53,7 +59,7 @@ describePg('two engines starting one task id on PostgreSQL', () => {
     for (const c of cleanups.splice(0).reverse()) await c().catch(() => undefined);
   });
 
-  it('the loser of a start race whose winner already runs the turn gets the same input, not TURNLOG_STALE_GENERATION', async () => {
+  it('the loser of a start race whose winner already runs the turn gets the same input', async () => {
     const schema = uniqueSchema('turnlog_start_race');
     cleanups.push(() => dropSchema(schema));
     const storeA = createPostgresStore({ connectionString: PG_URL, schema, max: 4 });
@@ -78,6 +84,41 @@ describePg('two engines starting one task id on PostgreSQL', () => {
     release!();
     expect(await b.turnResult('slot', 'scheduled')).toMatchObject({ status: 'completed', output: 42 });
     const events = await storeA.readEvents('slot');
+    expect(events.filter((e) => e.type === 'TaskCreated')).toHaveLength(1);
+    expect(events.filter((e) => e.type === 'InputQueued')).toHaveLength(1);
+    expect(events.filter((e) => e.type === 'TurnCompleted')).toHaveLength(1);
+  });
+
+  it('a start whose load reads no events but the winner\'s lease (a torn read) is a lost race, not TURNLOG_STALE_GENERATION', async () => {
+    // Review finding (postgres-limits "two engines racing one schedule slot", 1 in 8 under load):
+    // the loser's cache read the events (none yet), then the winner committed its create and
+    // lease, then the loser read that lease: a live foreign lease, so the loser appended its
+    // create without a lease at generation 0, which the store refused as stale (fencing is
+    // checked before the event id) and the caller got TURNLOG_STALE_GENERATION.
+    const schema = uniqueSchema('turnlog_start_torn');
+    cleanups.push(() => dropSchema(schema));
+    const storeA = createPostgresStore({ connectionString: PG_URL, schema, max: 4 });
+    const storeB = createPostgresStore({ connectionString: PG_URL, schema, max: 4 });
+    cleanups.push(() => storeA.close(), () => storeB.close());
+    const a = await Engine.open({ store: storeA, workflows: [job], logger: silentLogger, instance: 'a', owner: 'engine-a', scanIntervalMs: 0 });
+    cleanups.push(() => a.shutdown({ graceMs: 0 }));
+    const race = intercept(storeB, 'readEvents', (args) => args[0] === 'torn', async () => {
+      await a.start(job, 21, { taskId: 'torn', inputId: 'scheduled' });
+      const deadline = Date.now() + 10_000;
+      while ((await storeA.getLease('torn'))?.generation !== 1 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+    }, 'after');
+    const b = await Engine.open({ store: race.store, workflows: [job], logger: silentLogger, instance: 'b', owner: 'engine-b', scanIntervalMs: 0 });
+    cleanups.push(() => b.shutdown({ graceMs: 0 }));
+
+    release = undefined;
+    const h = await b.start(job, 21, { taskId: 'torn', inputId: 'scheduled' });
+    expect(race.fired()).toBe(1);
+    expect(h.inputId).toBe('scheduled');
+    const deadline = Date.now() + 10_000;
+    while (release === undefined && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+    release!();
+    expect(await b.turnResult('torn', 'scheduled')).toMatchObject({ status: 'completed', output: 42 });
+    const events = await storeA.readEvents('torn');
     expect(events.filter((e) => e.type === 'TaskCreated')).toHaveLength(1);
     expect(events.filter((e) => e.type === 'InputQueued')).toHaveLength(1);
     expect(events.filter((e) => e.type === 'TurnCompleted')).toHaveLength(1);
