@@ -59,7 +59,13 @@ describePg('two engines starting one task id on PostgreSQL', () => {
     for (const c of cleanups.splice(0).reverse()) await c().catch(() => undefined);
   });
 
-  it('the loser of a start race whose winner already runs the turn gets the same input', async () => {
+  type Rig = (storeB: HistoryStore, winnerStarts: () => Promise<void>) => { store: HistoryStore; fired: () => number };
+
+  /**
+   * Engine A starts `taskId` at the moment `rig` picks in engine B's store calls; then B starts
+   * the same task with the same input id. B's caller must get that input, run once to its end.
+   */
+  async function startRace(taskId: string, rig: Rig): Promise<void> {
     const schema = uniqueSchema('turnlog_start_race');
     cleanups.push(() => dropSchema(schema));
     const storeA = createPostgresStore({ connectionString: PG_URL, schema, max: 4 });
@@ -67,26 +73,32 @@ describePg('two engines starting one task id on PostgreSQL', () => {
     cleanups.push(() => storeA.close(), () => storeB.close());
     const a = await Engine.open({ store: storeA, workflows: [job], logger: silentLogger, instance: 'a', owner: 'engine-a', scanIntervalMs: 0 });
     cleanups.push(() => a.shutdown({ graceMs: 0 }));
-    // Engine A creates the task and starts its turn (lease at generation 1) just before B's create lands.
-    const race = racing(storeB, async () => {
-      await a.start(job, 21, { taskId: 'slot', inputId: 'scheduled' });
+    // Engine A creates the task and starts its turn (lease at generation 1).
+    const race = rig(storeB, async () => {
+      await a.start(job, 21, { taskId, inputId: 'scheduled' });
       const deadline = Date.now() + 10_000;
-      while ((await storeA.getLease('slot'))?.generation !== 1 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
+      while ((await storeA.getLease(taskId))?.generation !== 1 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
     });
     const b = await Engine.open({ store: race.store, workflows: [job], logger: silentLogger, instance: 'b', owner: 'engine-b', scanIntervalMs: 0 });
     cleanups.push(() => b.shutdown({ graceMs: 0 }));
 
-    const h = await b.start(job, 21, { taskId: 'slot', inputId: 'scheduled' });
+    release = undefined;
+    const h = await b.start(job, 21, { taskId, inputId: 'scheduled' });
     expect(race.fired()).toBe(1);
     expect(h.inputId).toBe('scheduled');
     const deadline = Date.now() + 10_000;
     while (release === undefined && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
     release!();
-    expect(await b.turnResult('slot', 'scheduled')).toMatchObject({ status: 'completed', output: 42 });
-    const events = await storeA.readEvents('slot');
+    expect(await b.turnResult(taskId, 'scheduled')).toMatchObject({ status: 'completed', output: 42 });
+    const events = await storeA.readEvents(taskId);
     expect(events.filter((e) => e.type === 'TaskCreated')).toHaveLength(1);
     expect(events.filter((e) => e.type === 'InputQueued')).toHaveLength(1);
     expect(events.filter((e) => e.type === 'TurnCompleted')).toHaveLength(1);
+  }
+
+  it('the loser of a start race whose winner already runs the turn gets the same input', async () => {
+    // A's create and lease land just before B's create (which carries B's own lease): a lost race.
+    await startRace('slot', (storeB, winnerStarts) => racing(storeB, winnerStarts));
   });
 
   it('a start whose load reads no events but the winner\'s lease (a torn read) is a lost race, not TURNLOG_STALE_GENERATION', async () => {
@@ -95,32 +107,6 @@ describePg('two engines starting one task id on PostgreSQL', () => {
     // lease, then the loser read that lease: a live foreign lease, so the loser appended its
     // create without a lease at generation 0, which the store refused as stale (fencing is
     // checked before the event id) and the caller got TURNLOG_STALE_GENERATION.
-    const schema = uniqueSchema('turnlog_start_torn');
-    cleanups.push(() => dropSchema(schema));
-    const storeA = createPostgresStore({ connectionString: PG_URL, schema, max: 4 });
-    const storeB = createPostgresStore({ connectionString: PG_URL, schema, max: 4 });
-    cleanups.push(() => storeA.close(), () => storeB.close());
-    const a = await Engine.open({ store: storeA, workflows: [job], logger: silentLogger, instance: 'a', owner: 'engine-a', scanIntervalMs: 0 });
-    cleanups.push(() => a.shutdown({ graceMs: 0 }));
-    const race = intercept(storeB, 'readEvents', (args) => args[0] === 'torn', async () => {
-      await a.start(job, 21, { taskId: 'torn', inputId: 'scheduled' });
-      const deadline = Date.now() + 10_000;
-      while ((await storeA.getLease('torn'))?.generation !== 1 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
-    }, 'after');
-    const b = await Engine.open({ store: race.store, workflows: [job], logger: silentLogger, instance: 'b', owner: 'engine-b', scanIntervalMs: 0 });
-    cleanups.push(() => b.shutdown({ graceMs: 0 }));
-
-    release = undefined;
-    const h = await b.start(job, 21, { taskId: 'torn', inputId: 'scheduled' });
-    expect(race.fired()).toBe(1);
-    expect(h.inputId).toBe('scheduled');
-    const deadline = Date.now() + 10_000;
-    while (release === undefined && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
-    release!();
-    expect(await b.turnResult('torn', 'scheduled')).toMatchObject({ status: 'completed', output: 42 });
-    const events = await storeA.readEvents('torn');
-    expect(events.filter((e) => e.type === 'TaskCreated')).toHaveLength(1);
-    expect(events.filter((e) => e.type === 'InputQueued')).toHaveLength(1);
-    expect(events.filter((e) => e.type === 'TurnCompleted')).toHaveLength(1);
+    await startRace('torn', (storeB, winnerStarts) => intercept(storeB, 'readEvents', (args) => args[0] === 'torn', winnerStarts, 'after'));
   });
 });
