@@ -86,7 +86,10 @@ export class Appender {
       if (t.fresh && expectedLastEventId === 0) options.fresh = true;
       await this.#rt.store.append(t.id, events, options);
     } catch (err) {
-      if (isStale(err)) this.#onStale(t, err);
+      // A create refused as stale is a lost race, not a fence (TaskCache.mutate reloads and decides
+      // again): drop the entry without the supervisor's "task fenced" warning.
+      if (isStale(err) && expectedLastEventId === 0 && t.state === undefined) this.#cache.forget(t);
+      else if (isStale(err)) this.#onStale(t, err);
       else if (isTurnlogError(err, 'TURNLOG_CONCURRENCY')) await this.#refresh(t, err);
       throw err;
     }

@@ -79,7 +79,9 @@ describePg('two engines starting one task id on PostgreSQL', () => {
       const deadline = Date.now() + 10_000;
       while ((await storeA.getLease(taskId))?.generation !== 1 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 10));
     });
-    const b = await Engine.open({ store: race.store, workflows: [job], logger: silentLogger, instance: 'b', owner: 'engine-b', scanIntervalMs: 0 });
+    const warnings: string[] = [];
+    const logB = { ...silentLogger, warn: (message: string) => void warnings.push(message) };
+    const b = await Engine.open({ store: race.store, workflows: [job], logger: logB, instance: 'b', owner: 'engine-b', scanIntervalMs: 0 });
     cleanups.push(() => b.shutdown({ graceMs: 0 }));
 
     release = undefined;
@@ -94,6 +96,8 @@ describePg('two engines starting one task id on PostgreSQL', () => {
     expect(events.filter((e) => e.type === 'TaskCreated')).toHaveLength(1);
     expect(events.filter((e) => e.type === 'InputQueued')).toHaveLength(1);
     expect(events.filter((e) => e.type === 'TurnCompleted')).toHaveLength(1);
+    // A lost race is not a takeover: B never warns that the task was fenced.
+    expect(warnings.filter((w) => w.includes('fenced'))).toEqual([]);
   }
 
   it('the loser of a start race whose winner already runs the turn gets the same input', async () => {
