@@ -11,11 +11,11 @@
  * hand-written fast paths of the hot events in `codec-fast.ts`.
  */
 import { HistoryCorruptError, HistoryFormatError } from '../errors.js';
-import { lookupType } from '../internal/proto/root.js';
+import { lookupType, protobuf } from '../internal/proto/root.js';
 import { setOwn } from '../internal/wire/wire.js';
 import { ADMIN_FROM_PROTO, ADMIN_TO_PROTO } from './codec-admin.js';
 import { CALL_FROM_PROTO, CALL_TO_PROTO } from './codec-calls.js';
-import { decodeStepFast, encodeFast, encoding } from './codec-fast.js';
+import { decodeStepFast, encodeFast, encoding, readEnvelope } from './codec-fast.js';
 import type { FromProto, FromProtoTable, Origin, ToProtoTable } from './codec-messages.js';
 import { TASK_FROM_PROTO, TASK_TO_PROTO } from './codec-task.js';
 import { TURN_FROM_PROTO, TURN_TO_PROTO } from './codec-turn.js';
@@ -82,21 +82,50 @@ function eventFromProto(m: EventMsg, taskId: string): HistoryEvent {
   return fromProto(m[kind!], eventId, m.timeMs, m.generation, at);
 }
 
+/** A oneof member's generated decoder and its family's entry, by the member's tag (codec-fast.ts reads the envelope). */
+interface Member {
+  type: protobuf.Type;
+  fromProto: FromProto;
+}
+const MEMBERS = new Map<number, Member>();
+for (const f of HistoryEventType.oneofs['attributes']!.fieldsArray) {
+  const fromProto = Object.hasOwn(FROM_PROTO, f.name) ? FROM_PROTO[f.name as keyof typeof FROM_PROTO] : undefined;
+  if (fromProto !== undefined && f.resolvedType instanceof protobuf.Type) MEMBERS.set((f.id << 3) | 2, { type: f.resolvedType, fromProto });
+}
+const STEP_TAG = (HistoryEventType.fields['stepCompleted']!.id << 3) | 2;
+
 /**
  * Decodes one stored event. `key` names the record in errors; `taskId` names the task.
  * Truncated or garbled bytes give HistoryCorruptError; a well-formed event of a type
  * this build does not know gives HistoryFormatError.
  */
-export function decodeEvent(bytes: Uint8Array, taskId: string, key = `${taskId}/?`): HistoryEvent {
-  let m: EventMsg;
+export function decodeEvent(bytes: Uint8Array, taskId: string, key?: string): HistoryEvent {
+  let m: EventMsg | undefined;
+  let member: Member | undefined;
+  let msg: unknown;
+  let eventId = 0;
+  let time = 0;
+  let generation = 0;
   try {
-    const fast = decodeStepFast(bytes);
-    if (fast !== undefined) return fast;
-    m = HistoryEventType.decode(bytes) as unknown as EventMsg;
+    const env = readEnvelope(bytes);
+    if (env !== undefined) {
+      if (env.tag === STEP_TAG) {
+        const fast = decodeStepFast(env);
+        if (fast !== undefined) return fast;
+      } else if ((member = MEMBERS.get(env.tag)) !== undefined) {
+        ({ eventId, time, generation } = env);
+        // The member's own generated decoder, on the reader protobufjs makes for the whole event.
+        const r = protobuf.Reader.create(bytes);
+        r.pos = env.start;
+        msg = member.type.decode(r, env.end - env.start);
+      }
+    }
+    if (msg === undefined) m = HistoryEventType.decode(bytes) as unknown as EventMsg;
   } catch (err) {
-    throw new HistoryCorruptError(key, (err as Error).message, { cause: err });
+    throw new HistoryCorruptError(key ?? `${taskId}/?`, (err as Error).message, { cause: err });
   }
-  if (m.eventId === 0) throw new HistoryCorruptError(key, 'event id 0');
+  if (m === undefined) return member!.fromProto(msg, eventId, time, generation, { taskId, eventId });
+  if (m.eventId === 0) throw new HistoryCorruptError(key ?? `${taskId}/?`, 'event id 0');
   return eventFromProto(m, taskId);
 }
 

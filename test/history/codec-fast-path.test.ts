@@ -182,6 +182,48 @@ describe('codec fast paths: checked and sound', () => {
     );
   });
 
+  it('every non-step event decodes through its member decoder as through the whole generated decoder (forced by an unknown field)', () => {
+    const json: Payload = { metadata: { encoding: new TextEncoder().encode('json/plain') }, data: new TextEncoder().encode('{"a":1}') };
+    const events: HistoryEvent[] = [
+      { ...created(1, { workflow: 'wf' }), generation: 2 } as HistoryEvent,
+      { type: 'InputQueued', eventId: 2, time: 5, generation: 2, inputId: 'in-1', input: json, steering: true, deliverAt: 9 },
+      { ...started(3, 1), inputIds: ['in-1'] } as HistoryEvent,
+      { type: 'Checkpointed', eventId: 4, time: 6, generation: 2, turn: 1, seq: 1, data: json } as HistoryEvent,
+      { type: 'TurnCompleted', eventId: 5, time: 7, generation: 2, turn: 1, output: json, state: json },
+      { type: 'TaskCompleted', eventId: 6, time: 8, generation: 2, outcome: 'succeeded' },
+    ];
+    for (const e of events) {
+      const bytes = encodeEvent(e);
+      for (const frame of [bytes, new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength)]) {
+        const forced = new Uint8Array([...frame, 0x98, 0x06, 0x01]);
+        expect(norm(decodeEvent(frame, 't'))).toEqual(norm(decodeEvent(forced, 't')));
+      }
+      expect(norm(decodeEvent(bytes, 't'))).toEqual(norm(e));
+    }
+    // Two members, or none: the generic path decides (last member wins; no member is an unknown type).
+    const two = new Uint8Array([...encodeEvent(events[5]!), ...encodeEvent(events[4]!).subarray(encodeEvent(events[4]!).indexOf(0xa2, 11))]);
+    expect(decodeEvent(two, 't').type).toBe('TurnCompleted');
+    expect(() => decodeEvent(new Uint8Array([0x08, 0x05]), 't')).toThrow(/unknown event type/);
+    expect(() => decodeEvent(new Uint8Array([0x08, 0x00, 0xda, 0x01, 0x00]), 't', 'k')).toThrow(/event id 0/);
+  });
+
+  it('a payload decoded by hand shares the default encodings, of the frame\'s own type (Buffer or plain Uint8Array)', () => {
+    const e = step(5, { metadata: { encoding: new TextEncoder().encode('json/plain') }, data: new Uint8Array([1]) });
+    const bytes = encodeEvent(e);
+    const u8 = new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    const md = (b: Uint8Array) => (decodeEvent(b, 't') as Extract<HistoryEvent, { type: 'StepCompleted' }>).result!.metadata['encoding']!;
+    expect(Buffer.isBuffer(md(bytes))).toBe(true);
+    expect(md(bytes)).toBe(md(Buffer.from(bytes)));
+    expect(Object.getPrototypeOf(md(u8))).toBe(Uint8Array.prototype);
+    expect(md(u8)).toBe(md(new Uint8Array(u8)));
+    expect(new TextDecoder().decode(md(u8))).toBe('json/plain');
+    // Any other view type gets a view of its own bytes, of its own type.
+    class Sub extends Uint8Array {}
+    const sub = new Sub(u8);
+    expect(md(sub)).toBeInstanceOf(Sub);
+    expect(md(sub)).not.toBe(md(new Sub(u8)));
+  });
+
   describe('concurrent appends on a real LevelDB store keep every event intact', () => {
     let dir: Awaited<ReturnType<typeof makeTmpDir>>;
     let store: LevelHistoryStore;

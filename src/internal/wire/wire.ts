@@ -256,21 +256,31 @@ export class Writer {
 
 /** Reads one message's fields. Throws a plain Error on malformed input. */
 export class Reader {
-  readonly buf: Uint8Array;
+  buf: Uint8Array;
   pos = 0;
   /** End of the message being read: no field may reach past it. */
   limit: number;
 
   readonly #utf8: typeof strictUtf8;
-  /** The buffer is a Buffer: metadata values may be the shared Buffers of {@link ENCODINGS}. */
-  readonly #shares: boolean;
+  /**
+   * The shared metadata values of the frame's own type ({@link ENCODINGS} for a Buffer,
+   * {@link ENCODINGS_U8} for a plain Uint8Array), or none for any other view; found on first use.
+   */
+  #encodings: readonly Uint8Array[] | undefined;
 
   /** `strict`: invalid UTF-8 throws (worker frames); otherwise it becomes U+FFFD (stored history, as protobufjs). */
   constructor(buf: Uint8Array, strict = true) {
     this.buf = buf;
     this.limit = buf.length;
     this.#utf8 = strict ? strictUtf8 : looseUtf8;
-    this.#shares = Buffer.isBuffer(buf);
+  }
+
+  /** Starts reading another frame with this reader (the history decode reuses one: no reader per event). */
+  reset(buf: Uint8Array): void {
+    this.buf = buf;
+    this.pos = 0;
+    this.limit = buf.length;
+    this.#encodings = undefined;
   }
 
   /** Reads the nested message that starts here (its length first) with `read`, within its bounds. */
@@ -348,16 +358,17 @@ export class Reader {
   }
 
   /**
-   * A Payload metadata value: one of the shared {@link ENCODINGS} when its bytes equal it and the
-   * frame is a Buffer (every payload's `encoding` entry), else a view.
+   * A Payload metadata value: one of the shared {@link ENCODINGS} (of the frame's type, Buffer or
+   * plain Uint8Array) when its bytes equal it (every payload's `encoding` entry), else a view.
    */
   metadataValue(): Uint8Array {
     const end = this.end();
     const b = this.buf;
     const p = this.pos;
     const n = end - p;
-    if (this.#shares) for (let k = 0; k < ENCODINGS.length; k++) {
-      const e = ENCODINGS[k]!;
+    const shared = (this.#encodings ??= encodingsFor(b));
+    for (let k = 0; k < shared.length; k++) {
+      const e = shared[k]!;
       if (e.length !== n) continue;
       let i = 0;
       while (i < n && e[i] === b[p + i]) i++;
@@ -451,6 +462,15 @@ export const EMPTY_BYTES: Uint8Array = new Uint8Array(0);
  * a codec makes new metadata.
  */
 const ENCODINGS: readonly Uint8Array[] = ['json/plain', 'binary/plain', 'binary/null'].map((s) => Buffer.from(s, 'latin1'));
+/** The same values as plain Uint8Arrays, for frames that are plain Uint8Arrays (the stores' reads). */
+const ENCODINGS_U8: readonly Uint8Array[] = ENCODINGS.map((b) => new Uint8Array(b));
+const NO_ENCODINGS: readonly Uint8Array[] = [];
+
+/** The shared metadata values whose type is the frame's own (a view of a frame has its type). */
+function encodingsFor(buf: Uint8Array): readonly Uint8Array[] {
+  if (Buffer.isBuffer(buf)) return ENCODINGS;
+  return Object.getPrototypeOf(buf) === Uint8Array.prototype ? ENCODINGS_U8 : NO_ENCODINGS;
+}
 /** Failure.source carries the error code: Temporal uses it for the producing SDK, which we are. */
 export const CODE_PREFIX = 'turnlog:';
 const MAX_DEPTH = 100;
