@@ -198,16 +198,23 @@ describe('LevelHistoryStore on disk', () => {
       expect(await ids('a', 4)).toEqual([4]);
       expect(await ids('b')).toEqual([1, 2, 3, 4]);
       expect(iterator).not.toHaveBeenCalled();
-      // Once taken, or another range: read from disk.
+      // Once taken, or another range: read from disk, by keys (the loaded head bounds the span).
+      const getMany = vi.spyOn(Level.prototype, 'getMany');
       expect(await ids('b')).toEqual([1, 2, 3, 4]);
       expect(await ids('e', 2)).toEqual([2, 3, 4]);
-      expect(iterator).toHaveBeenCalledTimes(2);
+      expect(getMany).toHaveBeenCalledTimes(2);
       // A write of the task's events in between is seen.
       await store.append('c', [step(5, 3, g)], { expectedLastEventId: 4, generation: 1 });
       expect(await ids('c')).toEqual([1, 2, 3, 4, 5]);
+      expect((await ids('long')).length).toBe(82);
+      expect(await ids('long', 80)).toEqual([80, 81, 82]);
+      expect(iterator).not.toHaveBeenCalled();
+      getMany.mockRestore();
+      // No head (deleted), or a limit below the span: the iterator reads.
       await store.deleteTask('d');
       expect(await ids('d')).toEqual([]);
-      expect((await ids('long')).length).toBe(82);
+      expect((await store.readEvents('long', { fromEventId: 70, limit: 5 })).map((e) => e.eventId)).toEqual([70, 71, 72, 73, 74]);
+      expect(iterator).toHaveBeenCalledTimes(2);
     } finally {
       iterator.mockRestore();
     }
