@@ -57,6 +57,8 @@ export interface CasShape {
   payloads: boolean;
   /** `synchronous_commit = off` for this statement's transaction. */
   async: boolean;
+  /** One event: its id and bytes as scalars ($2, $3), the bytes sent in binary, not hex in an array literal. */
+  one: boolean;
 }
 
 const SUMMARY_COLS = 'workflow, kind, status, outcome, last_event_id, max_generation, turn, queued, last_input_id, created_at, updated_at';
@@ -89,7 +91,9 @@ export function casSql(s: string, shape: CasShape): string {
     `l AS MATERIALIZED (SELECT owner, instance, generation FROM ${s}.leases WHERE task_id = $1 FOR UPDATE)`,
     // The summary's row is locked before the lease's, as every write of the store locks them.
     `g AS MATERIALIZED (SELECT (${expectSummary}) AND (${expectLease}) AS ok, ${DB_NOW} AS now${shape.async ? `, set_config('synchronous_commit', 'off', true)` : ''})`,
-    `e AS (INSERT INTO ${s}.events (task_id, event_id, data) SELECT $1, * FROM unnest($2::bigint[], $3::bytea[]) WHERE ${ok})`,
+    shape.one
+      ? `e AS (INSERT INTO ${s}.events (task_id, event_id, data) SELECT $1, $2::bigint, $3::bytea WHERE ${ok})`
+      : `e AS (INSERT INTO ${s}.events (task_id, event_id, data) SELECT $1, * FROM unnest($2::bigint[], $3::bytea[]) WHERE ${ok})`,
     shape.exists
       ? `w AS (UPDATE ${s}.summaries SET (${SUMMARY_COLS}) = (${params(4, SUMMARY_TYPES)}) WHERE task_id = $1 AND ${ok})`
       : `w AS (INSERT INTO ${s}.summaries (task_id, ${SUMMARY_COLS}) SELECT $1, ${params(4, SUMMARY_TYPES)} WHERE ${ok})`,
@@ -114,16 +118,15 @@ function summaryValues(h: TaskHead): unknown[] {
   return [s.workflow, s.kind, s.status, s.outcome ?? null, s.lastEventId, h.maxGeneration, s.turn, s.queued, s.lastInputId ?? null, s.createdAt, s.updatedAt];
 }
 
-/** The statement's shape and values for `plan` (`blobs`: payloads by reference to write). */
+/** The statement's shape, its key (`shapeKey`) and values for `plan` (`blobs`: payloads by reference to write). */
 export function casStatement(
-  s: string,
   taskId: string,
   plan: CasPlan,
   events: readonly HistoryEvent[],
   bytes: readonly Uint8Array[],
   blobs: ReadonlyMap<string, Uint8Array>,
   async: boolean,
-): { shape: CasShape; text: string; values: unknown[] } {
+): { shape: CasShape; key: number; values: unknown[] } {
   const { expected, next } = plan;
   const shape: CasShape = {
     exists: expected.summary !== undefined,
@@ -131,13 +134,25 @@ export function casStatement(
     writesLease: plan.leaseMs !== undefined,
     payloads: blobs.size > 0,
     async,
+    one: events.length === 1,
   };
-  const values: unknown[] = [taskId, events.map((e) => e.eventId), bytes.map(asBuffer), ...summaryValues(next)];
+  const values: unknown[] = shape.one ? [taskId, events[0]!.eventId, asBuffer(bytes[0]!)] : [taskId, events.map((e) => e.eventId), bytes.map(asBuffer)];
+  values.push(...summaryValues(next));
   if (shape.exists) values.push(...summaryValues(expected));
   if (shape.hasLease) values.push(expected.lease!.owner, expected.lease!.instance, expected.lease!.generation);
   if (shape.writesLease) values.push(next.lease!.owner, next.lease!.instance, next.lease!.generation, plan.leaseMs);
   if (shape.payloads) values.push([...blobs.keys()], [...blobs.values()].map(asBuffer));
-  return { shape, text: casSql(s, shape), values };
+  return { shape, key: shapeKey(shape), values };
+}
+
+/** A number per shape (a bit per flag), to look its statement up without building its text. */
+export function shapeKey(shape: CasShape): number {
+  return (shape.exists ? 1 : 0) | (shape.hasLease ? 2 : 0) | (shape.writesLease ? 4 : 0) | (shape.payloads ? 8 : 0) | (shape.async ? 16 : 0) | (shape.one ? 32 : 0);
+}
+
+/** The key of the batch statement (`casBatchSql`), apart from every shape's. */
+export function batchKey(async: boolean): number {
+  return async ? 128 : 64;
 }
 
 /** One append of a batch: its task, plan and encoded events (payloads by reference in `blobs`). */

@@ -3,9 +3,11 @@
  * append's `lastEventId:taskId`, sent after the writer has its result, in a transaction of its
  * own with `synchronous_commit off` (PostgreSQL serializes the commits of notifying transactions
  * database-wide: inside the write's transaction they would serialize every engine's durable
- * commits; docs/decisions.md). One notifying transaction at a time per store: appends that commit
- * while one is out go together in the next, and a task appended to twice meanwhile is notified
- * once with its latest id (a listener re-reads up to the head either way). A notice is a hint:
+ * commits; docs/decisions.md). One notifying transaction at a time per store, and at most one per
+ * `intervalMs` (the store's `noticeIntervalMs`): appends that commit meanwhile go together in the
+ * next, and a task appended to twice meanwhile is notified once with its latest id (a listener
+ * re-reads up to the head either way). The first notice after a quiet spell goes at once; a burst
+ * (a turn's steps) costs one transaction per interval, not one per append. A notice is a hint:
  * one lost with its connection is not retried, the engines' poll is the net.
  */
 import { encodeNotice } from './postgres-listener.js';
@@ -22,12 +24,16 @@ export class Notifier {
   /** Task id → the latest committed last event id not yet notified. */
   #pending = new Map<string, number>();
   #sending: Promise<void> | undefined;
+  readonly #intervalMs: number;
+  /** When the last notifying transaction went out (performance.now()). */
+  #lastSent = -Infinity;
   /** Notifying transactions sent, for the benchmark and tests. */
   sent = 0;
 
-  constructor(connect: () => Promise<NotifyClient>, channel: string) {
+  constructor(connect: () => Promise<NotifyClient>, channel: string, intervalMs = 0) {
     this.#connect = connect;
     this.#channel = channel;
+    this.#intervalMs = intervalMs;
   }
 
   /** Queues the notice of a committed append. */
@@ -47,6 +53,10 @@ export class Notifier {
     await new Promise<void>((r) => process.nextTick(r));
     try {
       while (this.#pending.size > 0) {
+        // Not before the interval since the last one: what commits meanwhile joins this one.
+        const wait = this.#lastSent + this.#intervalMs - performance.now();
+        if (wait > 0) await new Promise<void>((r) => setTimeout(r, wait));
+        this.#lastSent = performance.now();
         const batch = this.#pending;
         this.#pending = new Map();
         const payloads = [...batch].map(([taskId, id]) => quoteLiteral(encodeNotice(taskId, id)));

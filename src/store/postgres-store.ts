@@ -37,7 +37,7 @@ import { decodeCursor, encodeCursor, pageLimit, iterateInPages, readBounds } fro
 import { Batcher } from './batcher.js';
 import { PgListener, noticeChannel } from './postgres-listener.js';
 import { Notifier } from './postgres-notifier.js';
-import { casBatchSql, casBatchValues, casStatement, planCas, type CasItem, type CasPlan } from './postgres-append.js';
+import { batchKey, casBatchSql, casBatchValues, casSql, casStatement, planCas, type CasItem, type CasPlan } from './postgres-append.js';
 import { CONNECTION_TRIES, ClockFrame, DB_NOW, LEASE_UPSERT, asBuffer, guard, isConnectionLoss, loadPg, quoteLiteral, redact, toLease, toSummary, unavailable, type LeaseRow, type SummaryRow } from './postgres-rows.js';
 
 export { isConnectionLoss, quoteLiteral } from './postgres-rows.js';
@@ -46,7 +46,7 @@ import { applyAppend, applyClaim, applyRelease, applyRenew, withMark, type TaskH
 
 /** A `pg` client's prepared-statement form of query (a `name` is parsed once per connection). */
 interface PreparingClient {
-  query(config: { name?: string; text: string; values: unknown[] }): Promise<{ rows: any[] }>;
+  query(config: { name?: string | undefined; text: string; values: unknown[] }): Promise<{ rows: any[] }>;
 }
 
 /** The `pg` PoolClient surface this store uses. */
@@ -93,7 +93,18 @@ export interface PostgresStoreOptions {
    * (PgBouncer before 1.21 in transaction mode; docs/scale-out.md#connections).
    */
   preparedStatements?: boolean;
+  /**
+   * At most one notifying transaction per this many ms per store (default 10): the notices of
+   * appends committed meanwhile go together in the next one, so a burst of appends (a turn's
+   * steps) costs one per interval, not one per append; the first after a quiet spell goes at once.
+   * Other engines hear of an append up to this much later. 0: each goes as soon as the one before
+   * it is out (docs/scale-out.md#notify).
+   */
+  noticeIntervalMs?: number;
 }
+
+/** The default `noticeIntervalMs`. */
+const NOTICE_INTERVAL_MS = 10;
 
 /** An append waiting for its batch. */
 interface PendingAppend {
@@ -193,8 +204,8 @@ export class PostgresHistoryStore implements HistoryStore {
    * locked path, never a wrong write. Least recently written first, at most HEADS_KEPT.
    */
   readonly #heads = new Map<string, TaskHead>();
-  /** The one-statement append's text and prepared-statement name per shape. */
-  readonly #casNames = new Map<string, string>();
+  /** The one-statement append's text and prepared-statement name per shape key (postgres-append.ts). */
+  readonly #casStatements = new Map<number, { name: string | undefined; text: string }>();
   /** Appends written by the one-statement path and by the locked path, for the benchmark and tests. */
   readonly appendPaths = { oneStatement: 0, locked: 0 };
 
@@ -214,6 +225,10 @@ export class PostgresHistoryStore implements HistoryStore {
     }
     this.#options = options;
     this.#refBytes = checkRefBytes(options.payloadRefBytes);
+    const ni = options.noticeIntervalMs;
+    if (ni !== undefined && !(typeof ni === 'number' && ni >= 0 && ni <= 60_000)) {
+      throw invalidArgument(`createPostgresStore noticeIntervalMs ${String(ni)} must be a number of ms from 0 to 60000 (default ${NOTICE_INTERVAL_MS}).`);
+    }
     this.location = `${options.connectionString ? redact(options.connectionString) : 'postgres (pool)'}#${this.schema}`;
   }
 
@@ -248,7 +263,7 @@ export class PostgresHistoryStore implements HistoryStore {
     // kills the process. The failure still reaches the caller through the query that uses it.
     (pool as unknown as { on?(e: string, f: (c: object) => void): void }).on?.('connect', guard);
     this.#pool = pool;
-    this.#notifier = new Notifier(() => pool.connect(), this.channel);
+    this.#notifier = new Notifier(() => pool.connect(), this.channel, this.#options.noticeIntervalMs ?? NOTICE_INTERVAL_MS);
     try {
       if (this.#options.migrate === false) await this.#checkSchema();
       else this.#appliedOnOpen = await this.migrate();
@@ -515,7 +530,7 @@ export class PostgresHistoryStore implements HistoryStore {
 
   /** The batch statement: the tasks it wrote (their heads held) and the database's now. */
   async #casBatch(items: CasItem[], sync: boolean): Promise<[Set<string>, number]> {
-    const text = casBatchSql(this.#s, !sync);
+    const st = this.#casStatement(batchKey(!sync), () => casBatchSql(this.#s, !sync));
     const client = await this.#checkedPool().connect().catch((err: unknown) => {
       throw unavailable(err, this.location, 'a write');
     });
@@ -523,9 +538,7 @@ export class PostgresHistoryStore implements HistoryStore {
     let broken: Error | undefined;
     try {
       const values = casBatchValues(items);
-      const res = await (client as unknown as PreparingClient).query(
-        this.#options.preparedStatements === false ? { text, values } : { name: this.#casName({ batch: true, async: !sync }, text), text, values },
-      );
+      const res = await (client as unknown as PreparingClient).query({ name: st.name, text: st.text, values });
       const row = res.rows[0] as { ok: string[]; now: string | number };
       return [new Set(row.ok), Number(row.now)];
     } catch (err) {
@@ -654,16 +667,15 @@ export class PostgresHistoryStore implements HistoryStore {
     const { taskId, events } = a;
     const blobs = new Map<string, Uint8Array>();
     const bytes = events.map((e) => encodeEvent(externalize(e, this.#refBytes, blobs)));
-    const st = casStatement(this.#s, taskId, plan, events, bytes, blobs, !sync);
+    const { shape, key, values } = casStatement(taskId, plan, events, bytes, blobs, !sync);
+    const st = this.#casStatement(key, () => casSql(this.#s, shape));
     const client = await this.#checkedPool().connect().catch((err: unknown) => {
       throw unavailable(err, this.location, 'a write');
     });
     guard(client);
     let broken: Error | undefined;
     try {
-      const res = await (client as unknown as PreparingClient).query(
-        this.#options.preparedStatements === false ? { text: st.text, values: st.values } : { name: this.#casName(st.shape, st.text), text: st.text, values: st.values },
-      );
+      const res = await (client as unknown as PreparingClient).query({ name: st.name, text: st.text, values });
       const row = res.rows[0] as { ok: boolean; now: string | number };
       if (!row.ok) {
         this.#remember(taskId, undefined);
@@ -684,15 +696,18 @@ export class PostgresHistoryStore implements HistoryStore {
     }
   }
 
-  /** A prepared statement's name per shape (the schema is in the text: one name per store and shape). */
-  #casName(shape: object, text: string): string {
-    const key = JSON.stringify(shape);
-    let name = this.#casNames.get(key);
-    if (name === undefined) {
-      name = `turnlog_append_${createHash('sha256').update(text).digest('hex').slice(0, 24)}`;
-      this.#casNames.set(key, name);
+  /**
+   * A statement's text and prepared-statement name (undefined with `preparedStatements: false`),
+   * built once per store and key (the schema is in the text: one name per store and shape).
+   */
+  #casStatement(key: number, text: () => string): { name: string | undefined; text: string } {
+    let st = this.#casStatements.get(key);
+    if (st === undefined) {
+      const t = text();
+      st = { name: this.#options.preparedStatements === false ? undefined : `turnlog_append_${createHash('sha256').update(t).digest('hex').slice(0, 24)}`, text: t };
+      this.#casStatements.set(key, st);
     }
-    return name;
+    return st;
   }
 
   /** One append in its own transaction (three round trips: BEGIN with the lock, the write, COMMIT). */
