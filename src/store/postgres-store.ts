@@ -101,7 +101,32 @@ export interface PostgresStoreOptions {
    * it is out (docs/scale-out.md#notify).
    */
   noticeIntervalMs?: number;
+  /**
+   * Where the store's warnings go (default: stderr, as the engine's default logger). It warns
+   * once per cause when a group commit's batch statement fails other than by a lost connection
+   * or contention, and its appends fall back to the locked path (docs/scale-out.md#group-commit).
+   */
+  logger?: StoreLogger;
 }
+
+/** Where a store's warnings go; an engine's `Logger` fits. */
+export interface StoreLogger {
+  warn(message: string, fields?: Record<string, unknown>): void;
+}
+
+/** The default: stderr, one line, as the engine's default logger writes a warning. */
+const stderrLogger: StoreLogger = {
+  warn: (message, fields) =>
+    console.error(`[turnlog] warn ${message}${Object.entries(fields ?? {}).map(([k, v]) => ` ${k}=${v instanceof Error ? v.message : String(v)}`).join('')}`),
+};
+
+/**
+ * Errors of the batch statement that are contention, not faults: a concurrent creator's row
+ * (unique violation), a deadlock or serialization failure. Its appends take the locked path quietly.
+ */
+const CONTENTION = new Set(['23505', '40P01', '40001']);
+/** Distinct causes of a batch fallback warned about, at most (then no more warnings). */
+const FALLBACK_CAUSES_KEPT = 100;
 
 /** The default `noticeIntervalMs`. */
 const NOTICE_INTERVAL_MS = 10;
@@ -208,6 +233,10 @@ export class PostgresHistoryStore implements HistoryStore {
   readonly #casStatements = new Map<number, { name: string | undefined; text: string }>();
   /** Appends written by the one-statement path and by the locked path, for the benchmark and tests. */
   readonly appendPaths = { oneStatement: 0, locked: 0 };
+  /** Batch statements that failed other than by contention or a lost connection (their appends took the locked path). */
+  batchFallbacks = 0;
+  /** The causes of those already warned about (`sqlstate: message`). */
+  readonly #fallbackCauses = new Set<string>();
 
   constructor(options: PostgresStoreOptions) {
     if (!options || (options.connectionString === undefined) === (options.pool === undefined)) {
@@ -477,7 +506,11 @@ export class PostgresHistoryStore implements HistoryStore {
       } catch (err) {
         for (const it of items) this.#remember(it.taskId, undefined);
         if (isConnectionLoss(err)) return this.#alone(items.map((it) => it.entry), true);
-        written = new Set(); // a concurrent creator's row (unique violation): the locked batch decides
+        // Contention (a concurrent creator's row, a deadlock): the locked batch decides. Anything
+        // else is a fault (a server setting such as statement_timeout, a bug): the locked batch
+        // still decides, and the cause is warned about once.
+        if (!CONTENTION.has(String((err as { code?: unknown }).code))) this.#batchFellBack(err);
+        written = new Set();
       }
       for (const it of items) {
         if (!written.has(it.taskId)) {
@@ -514,6 +547,20 @@ export class PostgresHistoryStore implements HistoryStore {
       if (r instanceof Error) return entries2[i]!.reject(r);
       this.#notifier!.add(entries2[i]!.taskId, r.lastEventId);
       entries2[i]!.resolve(r);
+    });
+  }
+
+  /** Counts a batch statement's fault and warns once per cause (sqlstate and message). */
+  #batchFellBack(err: unknown): void {
+    this.batchFallbacks++;
+    const sqlstate = String((err as { code?: unknown }).code ?? '');
+    const cause = `${sqlstate}: ${(err as Error)?.message ?? String(err)}`;
+    if (this.#fallbackCauses.has(cause) || this.#fallbackCauses.size >= FALLBACK_CAUSES_KEPT) return;
+    this.#fallbackCauses.add(cause);
+    (this.#options.logger ?? stderrLogger).warn('a group commit statement failed; its appends took the locked path (warned once per cause)', {
+      store: this.location,
+      sqlstate,
+      error: err,
     });
   }
 

@@ -5,7 +5,8 @@
  * in the database, and writes exactly its rows. Both paths (one statement, locked) are exercised.
  */
 import fc from 'fast-check';
-import { afterAll, beforeAll, expect, it } from 'vitest';
+import pg from 'pg';
+import { afterAll, beforeAll, expect, it, vi } from 'vitest';
 import type { HistoryEvent, Lease } from '../../src/history/events.js';
 import type { AppendOptions } from '../../src/store/history-store.js';
 import { createPostgresStore, type PostgresHistoryStore } from '../../src/store/postgres-store.js';
@@ -166,6 +167,68 @@ describePg('PostgreSQL one-statement append, options', () => {
       expect(store.appendPaths).toEqual({ oneStatement: 3, locked: 0 });
       expect((await store.readEvents('t')).map((e) => e.eventId)).toEqual([1, 2, 3]);
       expect((await store.getSummary('t'))?.lastEventId).toBe(3);
+    } finally {
+      await store.close();
+      await dropSchema(schema);
+    }
+  });
+});
+
+describePg('PostgreSQL group commit, a failing batch statement', () => {
+  it('falls back to the locked path and warns once per cause (not for contention)', async () => {
+    const schema = uniqueSchema('turnlog_cas');
+    const real = new pg.Pool({ connectionString: PG_URL, max: 2 });
+    let failWith: string | undefined = '42P01';
+    // Every batch statement fails with failWith's code (as one failing for a server setting or a bug would).
+    const fail = (config: unknown) => failWith !== undefined && typeof config === 'object' && String((config as { text?: string }).text).startsWith('WITH x AS MATERIALIZED');
+    const pool = {
+      connect: async () => {
+        const c = await real.connect();
+        return new Proxy(c, {
+          get(target, key) {
+            if (key === 'query') {
+              return (config: unknown, values?: unknown[]) =>
+                fail(config) ? Promise.reject(Object.assign(new Error(`injected ${failWith}`), { code: failWith })) : target.query(config as string, values);
+            }
+            const v = Reflect.get(target, key) as unknown;
+            return typeof v === 'function' ? v.bind(target) : v;
+          },
+        });
+      },
+      query: (text: string, values?: unknown[]) => real.query(text, values),
+      end: () => real.end(),
+      on: (e: string, f: () => void) => real.on(e as 'error', f),
+    };
+    const warn = vi.fn();
+    // max 2: one batch in flight, so of four appends at once the last three share a statement.
+    const store = createPostgresStore({ pool: pool as never, schema, max: 2, logger: { warn } });
+    try {
+      await store.open();
+      const tasks = ['a', 'b', 'c', 'd'];
+      for (const t of tasks) await store.append(t, [created(1)], { expectedLastEventId: 0, generation: 1 });
+      let last = 1;
+      const round = async () => {
+        await Promise.all(tasks.map((t) => store.append(t, [step(last + 1, last)], { expectedLastEventId: last, generation: 1 })));
+        last++;
+      };
+      await round();
+      await round();
+      expect(store.batchFallbacks).toBe(2);
+      expect(store.appendPaths.locked).toBeGreaterThanOrEqual(6);
+      expect(warn).toHaveBeenCalledTimes(1);
+      expect(warn.mock.calls[0]![1]).toMatchObject({ sqlstate: '42P01', store: store.location });
+      // Another cause is warned about too; contention (a deadlock) is not.
+      failWith = '57014';
+      await round();
+      failWith = '40P01';
+      await round();
+      expect(store.batchFallbacks).toBe(3);
+      expect(warn).toHaveBeenCalledTimes(2);
+      expect(warn.mock.calls[1]![1]).toMatchObject({ sqlstate: '57014' });
+      failWith = undefined;
+      await round();
+      expect(store.batchFallbacks).toBe(3);
+      for (const t of tasks) expect((await store.readEvents(t)).map((e) => e.eventId)).toEqual([1, 2, 3, 4, 5, 6]);
     } finally {
       await store.close();
       await dropSchema(schema);
