@@ -60,7 +60,11 @@ export function fold(taskId: string, events: readonly HistoryEvent[], from?: Tas
     s = cloneState(from);
   }
   for (; i < events.length; i++) apply(s, events[i]!);
-  return s;
+  // A field the fold ended (turn ended, cancel done, signals taken) is left undefined, never
+  // deleted: `delete` turns the state into a dictionary-mode object in V8 (~800 bytes more, and
+  // slow to read), and every finished task kept one (heap snapshot after recovering 10,000 tasks:
+  // 8.7 of 59 MB). One field copy drops the undefined slots instead.
+  return withoutEnded(s);
 }
 
 /**
@@ -87,7 +91,7 @@ export function withFullStates(taskId: string, events: readonly HistoryEvent[]):
 // Field by field, not `{ ...from }`: a spread over TaskState's optional-field variants is
 // megamorphic in V8 (µs per fold, the engine's top cost). A new field must be added here;
 // the incremental-equals-full fold property test fails if one is dropped.
-function cloneState(from: TaskState): TaskState {
+function cloneState(from: TaskState, copy = true): TaskState {
   const s: TaskState = {
     taskId: from.taskId,
     workflow: from.workflow,
@@ -100,12 +104,12 @@ function cloneState(from: TaskState): TaskState {
     highestGeneration: from.highestGeneration,
     status: from.status,
     turn: from.turn,
-    queue: from.queue.slice(),
+    queue: copy ? from.queue.slice() : from.queue,
     recoveryCount: from.recoveryCount,
     workerCrashCount: from.workerCrashCount,
   };
   if (from.outcome !== undefined) s.outcome = from.outcome;
-  if (from.openTurn !== undefined) s.openTurn = cloneOpenTurn(from.openTurn);
+  if (from.openTurn !== undefined) s.openTurn = copy ? cloneOpenTurn(from.openTurn) : from.openTurn;
   if (from.lastOutput !== undefined) s.lastOutput = from.lastOutput;
   if (from.state !== undefined) s.state = from.state;
   if (from.lastFailure !== undefined) s.lastFailure = from.lastFailure;
@@ -116,8 +120,19 @@ function cloneState(from: TaskState): TaskState {
   if (from.parent !== undefined) s.parent = from.parent;
   // Shared: the fold replaces the array (never mutates it) when a child starts or ends.
   if (from.children !== undefined) s.children = from.children;
-  if (from.signals !== undefined) s.signals = from.signals.slice();
+  if (from.signals !== undefined) s.signals = copy ? from.signals.slice() : from.signals;
   return s;
+}
+
+/** `s` without the optional fields the fold left undefined (`s` itself when there are none). */
+function withoutEnded(s: TaskState): TaskState {
+  const ended = (s.openTurn === undefined && 'openTurn' in s) || (s.cancelRequested === undefined && 'cancelRequested' in s) || (s.signals === undefined && 'signals' in s);
+  return ended ? cloneState(s, false) : s;
+}
+
+/** Ends an optional field of the state being folded (see {@link withoutEnded}). */
+function end(s: TaskState, field: 'openTurn' | 'cancelRequested' | 'signals'): void {
+  (s as { [k in typeof field]?: unknown })[field] = undefined;
 }
 
 function cloneOpenTurn(t: OpenTurn): OpenTurn {
@@ -373,7 +388,7 @@ function apply(s: TaskState, e: HistoryEvent): void {
       }
       s.status = 'completed';
       s.outcome = e.outcome;
-      delete s.cancelRequested;
+      end(s, 'cancelRequested');
       break;
   }
   s.lastEventId = e.eventId;
@@ -396,7 +411,7 @@ function waitEnded(s: TaskState, e: Extract<HistoryEvent, { type: 'WaitEnded' }>
     const sig = s.signals?.[i];
     if (sig === undefined || sig.name !== call.name) fail(s, e, 'wait-ended', `signal ${e.signalId} named "${call.name}" is not buffered`);
     s.signals!.splice(i, 1);
-    if (s.signals!.length === 0) delete s.signals;
+    if (s.signals!.length === 0) end(s, 'signals');
     ended.value = sig!.value;
   }
   // Recorded calls are shared with the state folded from: replaced, never changed in place.
@@ -521,7 +536,7 @@ function turnEnded(s: TaskState, e: TurnTerminalEvent): void {
   }
   // A task-scoped cancel outlives the turn it interrupted until TaskCompleted lands.
   if (t.cancelRequested?.scope === 'task' && s.cancelRequested === undefined) s.cancelRequested = t.cancelRequested;
-  delete s.openTurn;
+  end(s, 'openTurn');
   // One-shot: stays in_progress until TaskCompleted, which the engine appends in the same batch.
   if (s.kind === 'multi-turn') s.status = 'suspended';
 }
