@@ -172,11 +172,27 @@ export function describeKey(key: Uint8Array): string {
 const STATUSES: readonly TaskStatus[] = ['pending', 'in_progress', 'suspended', 'completed'];
 const STATUS_BYTES = new Map<string, Uint8Array>(STATUSES.map((st) => [st, enc.encode(st)]));
 
+/** Workflow names as UTF-8, shared by every task's keys (a deployment has few names; a bounded cache). */
+const WORKFLOW_BYTES = new Map<string, Uint8Array>();
+const MAX_WORKFLOW_NAMES = 1_024;
+function workflowBytes(workflow: string): Uint8Array {
+  let bytes = WORKFLOW_BYTES.get(workflow);
+  if (bytes === undefined) {
+    bytes = enc.encode(workflow);
+    if (WORKFLOW_BYTES.size < MAX_WORKFLOW_NAMES) WORKFLOW_BYTES.set(workflow, bytes);
+  }
+  return bytes;
+}
+
 /**
  * The keys of one task, UTF-8-encoded once: the append path writes the summary key on every
  * append and moves the status index on every turn start and end, and encoding the task id and
  * workflow again each time (TextEncoder) was the store's largest CPU item. Same bytes as the
- * functions above (test/store/keys.test.ts). The Level store keeps one per cached task head.
+ * functions above (test/store/keys.test.ts). The Level store keeps one per cached task head, so
+ * it holds no more than it needs: the task id's bytes are read from the event prefix, the
+ * workflow's are shared, and only the last two status index keys are kept (a task moves between
+ * two statuses at a time). A Map and two encoded arrays per task were ~600 of the ~5,000 bytes a
+ * recovered task kept (heap snapshot, 10,000 tasks).
  */
 export class TaskKeys {
   readonly taskId: string;
@@ -184,44 +200,51 @@ export class TaskKeys {
   readonly eventPrefix: Buffer;
   readonly summary: Buffer;
   readonly lease: Buffer;
-  readonly #task: Uint8Array;
   #workflow: string | undefined;
-  #workflowBytes: Uint8Array = new Uint8Array(0);
   #workflowIndex: Buffer | undefined;
-  readonly #statusIndex = new Map<string, Buffer>();
+  #status: TaskStatus | undefined;
+  #statusKey: Buffer | undefined;
+  #otherStatus: TaskStatus | undefined;
+  #otherStatusKey: Buffer | undefined;
 
   constructor(taskId: string) {
     this.taskId = taskId;
     const task = enc.encode(taskId);
-    this.#task = task;
     this.eventPrefix = concat([Prefix.event, task, 0]);
     this.summary = concat([Prefix.summary, task]);
     this.lease = concat([Prefix.lease, task]);
   }
 
+  /** The task id's bytes: a view of the event prefix. */
+  #task(): Uint8Array {
+    return this.eventPrefix.subarray(1, this.eventPrefix.length - 1);
+  }
+
   #useWorkflow(workflow: string): void {
     if (workflow === this.#workflow) return;
     this.#workflow = workflow;
-    this.#workflowBytes = enc.encode(workflow);
     this.#workflowIndex = undefined;
-    this.#statusIndex.clear();
+    this.#status = this.#otherStatus = undefined;
+    this.#statusKey = this.#otherStatusKey = undefined;
   }
 
-  /** {@link statusIndexKey} of this task; cached per status for the current workflow. */
+  /** {@link statusIndexKey} of this task; the last two are cached for the current workflow. */
   statusIndex(status: TaskStatus, workflow: string): Buffer {
     this.#useWorkflow(workflow);
-    let key = this.#statusIndex.get(status);
-    if (key === undefined) {
-      const st = STATUS_BYTES.get(status) ?? enc.encode(status);
-      key = concat([Prefix.statusIndex, st, 0, this.#workflowBytes, 0, this.#task]);
-      this.#statusIndex.set(status, key);
-    }
+    if (status === this.#status) return this.#statusKey!;
+    if (status === this.#otherStatus) return this.#otherStatusKey!;
+    const st = STATUS_BYTES.get(status) ?? enc.encode(status);
+    const key = concat([Prefix.statusIndex, st, 0, workflowBytes(workflow), 0, this.#task()]);
+    this.#otherStatus = this.#status;
+    this.#otherStatusKey = this.#statusKey;
+    this.#status = status;
+    this.#statusKey = key;
     return key;
   }
 
   /** {@link workflowIndexKey} of this task. */
   workflowIndex(workflow: string): Buffer {
     this.#useWorkflow(workflow);
-    return (this.#workflowIndex ??= concat([Prefix.workflowIndex, this.#workflowBytes, 0, this.#task]));
+    return (this.#workflowIndex ??= concat([Prefix.workflowIndex, workflowBytes(workflow), 0, this.#task()]));
   }
 }
