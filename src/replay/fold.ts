@@ -9,6 +9,14 @@ import { applyStateDelta, turnSources, withFullState } from '../history/state-de
 import { decodeState } from '../history/state-codec.js';
 
 /**
+ * How many events the engine folds at a time when it loads a stored history (runtime/task-cache):
+ * a page's decoded events die young, so even a long history without a snapshot is collected by
+ * scavenges instead of being promoted and mark-compacted whole (bench/replay, decode + fold).
+ * Above the engine's snapshot cadence (1,000), so a task's tail is one read.
+ */
+export const FOLD_PAGE = 2_048;
+
+/**
  * Folds `events` into a task state. With `from`, continues from that state (a snapshot), so
  * `fold(id, tail, fold(id, prefix))` deep-equals `fold(id, prefix.concat(tail))`.
  * `from` is never mutated (with no events, `from` itself is returned). A history that breaks an invariant throws

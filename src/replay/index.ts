@@ -4,7 +4,7 @@
  */
 
 // fold
-export { fold, withFullStates } from './fold.js';
+export { FOLD_PAGE, fold, withFullStates } from './fold.js';
 
 // compaction (opt-in per workflow)
 export { compaction } from './compact.js';

@@ -7,7 +7,7 @@ import { HistoryCorruptError, isHistoryUnreadable as isUnreadable, isTurnlogErro
 import type { Lease, TurnTerminalEvent } from '../history/events.js';
 import type { TaskState } from '../history/state.js';
 import { decodeState } from '../history/state-codec.js';
-import { fold } from '../replay/index.js';
+import { FOLD_PAGE, fold } from '../replay/index.js';
 import type { CorruptMark } from '../store/history-store.js';
 import type { AttemptHandle } from '../executor/executor.js';
 import type { CancelKind } from '../attempt/host.js';
@@ -47,6 +47,15 @@ export interface ActiveAttempt {
   /** Aborted when the attempt ends: stops its wait for a child (created by the first wait). */
   stop?: AbortController;
   done: Promise<void>;
+}
+
+/** What a paged load found where it expected the next event (TaskCache#foldStored). */
+class Moved {
+  constructor(
+    readonly found: number,
+    /** In the first page: the snapshot is behind the stored history. */
+    readonly first: boolean,
+  ) {}
 }
 
 /** One task as this engine holds it: folded state, lease, lock chain, running attempt, waiters. */
@@ -194,16 +203,16 @@ export class TaskCache {
           }
         }
         try {
-          let events = await this.#rt.store.readEvents(taskId, { fromEventId: (from?.lastEventId ?? 0) + 1 });
-          // A snapshot behind a compaction cut (a late write: putSnapshot is not fenced) has no
-          // tail that follows it; the shortcut is void, fold the whole history instead.
-          if (from !== undefined && events.length > 0 && events[0]!.eventId !== from.lastEventId + 1) {
-            this.#rt.log.warn('snapshot is behind the stored history, folding the whole history', { taskId, snapshotAt: from.lastEventId, next: events[0]!.eventId });
-            from = undefined;
+          let state = await this.#foldStored(taskId, from);
+          if (state instanceof Moved) {
+            // A snapshot behind a compaction cut (a late write: putSnapshot is not fenced) has no
+            // tail that follows it; the shortcut is void, fold the whole history instead.
+            if (state.first && from !== undefined) this.#rt.log.warn('snapshot is behind the stored history, folding the whole history', { taskId, snapshotAt: from.lastEventId, next: state.found });
             t.snapshotAt = 0;
-            events = await this.#rt.store.readEvents(taskId);
+            const events = await this.#rt.store.readEvents(taskId);
+            state = events.length ? fold(taskId, events) : undefined;
           }
-          t.state = events.length ? fold(taskId, events, from) : from;
+          t.state = state;
           t.lease = await this.#rt.store.getLease(taskId);
         } catch (err) {
           throw await this.isolate(taskId, err);
@@ -215,6 +224,25 @@ export class TaskCache {
       this.#loading.set(taskId, loading);
     }
     return loading;
+  }
+
+  /**
+   * The stored history after `from` folded onto it, read and folded {@link FOLD_PAGE} events at a
+   * time: a page's decoded events are garbage once folded, so a long history (no snapshot) is
+   * collected young instead of promoted and compacted whole (bench/replay: decode + fold).
+   * Returns {@link Moved} when another event than the next one came first (a compaction cut behind
+   * `from`, or one between two pages): the caller folds the whole history in one read.
+   */
+  async #foldStored(taskId: string, from: TaskState | undefined): Promise<TaskState | undefined | Moved> {
+    let s = from;
+    for (;;) {
+      const next = (s?.lastEventId ?? 0) + 1;
+      const page = await this.#rt.store.readEvents(taskId, { fromEventId: next, limit: FOLD_PAGE });
+      if (page.length === 0) return s;
+      if (s !== undefined && page[0]!.eventId !== next) return new Moved(page[0]!.eventId, s === from);
+      s = fold(taskId, page, s);
+      if (page.length < FOLD_PAGE) return s;
+    }
   }
 
   #evictIdle(): void {

@@ -674,7 +674,7 @@ export class LevelHistoryStore implements HistoryStore {
     const hint = this.#tailHints.get(taskId);
     if (hint) this.#tailHints.delete(taskId);
     let events: HistoryEvent[];
-    if (hint && hint.from === from && to === MAX_EVENT_ID && limit === Number.POSITIVE_INFINITY) {
+    if (hint && hint.from === from && to === MAX_EVENT_ID && limit >= hint.values.length) {
       events = hint.values.map((v, i) => this.#decode(taskId, hint.keys[i]!, v));
     } else {
       events = (await this.#readKnown(taskId, from, to, limit)) ?? (await this.#readRange(taskId, from, to, limit));
