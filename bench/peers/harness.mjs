@@ -11,7 +11,13 @@
  *
  * Each workload runs once to warm up, then ROUNDS times one after another; a round's figure
  * is the median (latencies) or the rate of the round; the result is the median of the rounds
- * and the spread (slowest round / fastest).
+ * and the spread (slowest round / fastest). Every round of every workload starts from a
+ * collected heap when the process runs with --expose-gc (run.mjs starts it so): no round pays
+ * for the garbage the workload before it left. A replay round is at least REPLAYS replays and
+ * at least REPLAY_ROUND_MS, timed together, so a sub-millisecond replay is not measured by a
+ * round shorter than one garbage collection.
+ *
+ * PEERS_WORKLOADS=replay,single (names as in WORKLOADS) runs only those workloads.
  */
 import { performance } from 'node:perf_hooks';
 
@@ -20,7 +26,9 @@ const SINGLES = 20; // one-step workflows one after another, per round
 const MANY = 1000; // one-step workflows per round at 10 and at 100 in flight
 const CONVERSATIONS = 100;
 const TURNS = 1000; // per round, over the conversations
-const REPLAYS = 20; // 100-step histories replayed per round
+const REPLAYS = 20; // 100-step histories replayed per round, at least
+const REPLAY_ROUND_MS = Number(process.env.PEERS_REPLAY_ROUND_MS ?? 500); // and for at least this long
+const ONLY = process.env.PEERS_WORKLOADS ? new Set(process.env.PEERS_WORKLOADS.split(',')) : undefined;
 
 const now = () => performance.now();
 export const median = (xs) => [...xs].sort((a, b) => a - b)[Math.floor(xs.length / 2)];
@@ -97,8 +105,12 @@ const WORKLOADS = {
     async round(a) {
       const t0 = now();
       let events = 0;
-      for (let i = 0; i < REPLAYS; i++) events = await a.replay100();
-      return { value: ((now() - t0) * 1000) / REPLAYS, events };
+      let n = 0;
+      while (n < REPLAYS || now() - t0 < REPLAY_ROUND_MS) {
+        events = await a.replay100();
+        n++;
+      }
+      return { value: ((now() - t0) * 1000) / n, events };
     },
     warm: async (a) => {
       for (let i = 0; i < 5; i++) await a.replay100();
@@ -113,12 +125,13 @@ export async function runPeer(name) {
   const results = {};
   try {
     const convs = typeof a.conversations === 'function' ? await a.conversations(CONVERSATIONS) : [];
-    const active = Object.entries(WORKLOADS).filter(([, w]) => w.needs.every((m) => typeof a[m] === 'function'));
+    const active = Object.entries(WORKLOADS).filter(([key, w]) => (!ONLY || ONLY.has(key)) && w.needs.every((m) => typeof a[m] === 'function'));
     for (const [key, w] of active) await w.warm(a, convs);
     const rounds = Object.fromEntries(active.map(([key]) => [key, []]));
     const extra = {};
     for (let r = 0; r < ROUNDS; r++) {
       for (const [key, w] of active) {
+        globalThis.gc?.();
         const v = await w.round(a, convs);
         if (typeof v === 'object') {
           rounds[key].push(v.value);

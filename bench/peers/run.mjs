@@ -4,6 +4,7 @@
  * child process (harness.mjs), and prints one table of medians and ratios to the floor.
  *
  *   node bench/peers/run.mjs [--write docs/performance.md] [peer …]
+ *   PEERS_WORKLOADS=replay node bench/peers/run.mjs floor turnlog-level   (some workloads only; no --write)
  *
  * A peer that fails to install or run is a column saying so, never dropped. --write replaces
  * the text between the BENCH:PEERS markers of the given file with the table.
@@ -21,6 +22,7 @@ const args = process.argv.slice(2);
 const writeAt = args.includes('--write') ? args[args.indexOf('--write') + 1] : undefined;
 const only = args.filter((a, i) => !a.startsWith('--') && args[i - 1] !== '--write');
 const TIMEOUT_MS = Number(process.env.PEERS_TIMEOUT_MS ?? 20 * 60_000);
+if (writeAt && process.env.PEERS_WORKLOADS) throw new Error('--write needs every workload: unset PEERS_WORKLOADS');
 
 /** npm ci in bench/peers unless node_modules was installed from this very lock (a stamp holds its hash). */
 function install() {
@@ -42,7 +44,7 @@ function install() {
 /** Runs one peer in its own process; resolves to its result or to { error }. */
 function runPeer(name) {
   return new Promise((resolve) => {
-    const child = spawn(process.execPath, [join(here, 'harness.mjs'), name], { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(process.execPath, ['--expose-gc', join(here, 'harness.mjs'), name], { stdio: ['ignore', 'pipe', 'pipe'] });
     let out = '';
     let err = '';
     child.stdout.on('data', (d) => (out += d));
@@ -99,13 +101,19 @@ function goals(results) {
   if (!t || !f) return ['goals: turnlog (LevelDB) or the floor did not run'];
   const line = (name, value, target, met) => `- ${name}: ${value} (goal ${target}) — ${met ? 'met' : '**missed**'}`;
   const out = [];
-  const step = t.step100.median / f.step100.median;
-  out.push(line('per durable step vs the floor', `${step.toFixed(2)}×`, '≤ 1.2×', step <= 1.2));
-  const single = t.single.median / f.single.median;
-  out.push(line('new one-step task, start → result, vs the floor', `${single.toFixed(2)}×`, '≤ 1.4×', single <= 1.4));
-  const g = t.flight100.median / f.flight100.median;
-  out.push(line('1,000 new one-step tasks, 100 in flight, vs the floor', `${g.toFixed(2)}× its rate`, '≥ 2×', g >= 2));
-  if (by.dbos) {
+  if (t.step100 && f.step100) {
+    const step = t.step100.median / f.step100.median;
+    out.push(line('per durable step vs the floor', `${step.toFixed(2)}×`, '≤ 1.2×', step <= 1.2));
+  }
+  if (t.single && f.single) {
+    const single = t.single.median / f.single.median;
+    out.push(line('new one-step task, start → result, vs the floor', `${single.toFixed(2)}×`, '≤ 1.4×', single <= 1.4));
+  }
+  if (t.flight100 && f.flight100) {
+    const g = t.flight100.median / f.flight100.median;
+    out.push(line('1,000 new one-step tasks, 100 in flight, vs the floor', `${g.toFixed(2)}× its rate`, '≥ 2×', g >= 2));
+  }
+  if (t.flight100 && by.dbos?.flight100) {
     const d = t.flight100.median / by.dbos.flight100.median;
     out.push(line('the same vs DBOS', `${d.toFixed(1)}× its rate`, '≥ 10×', d >= 10));
   }

@@ -1,8 +1,9 @@
 /**
  * The one place that maps history events between the public TypeScript types and protobuf.
  * Encoding builds plain objects that protobufjs encodes directly (no `fromObject` pass);
- * decoding reads the generated message and builds the TS event by hand, which keeps
- * decode + fold above 500,000 events/s (bench/replay).
+ * decoding reads the envelope by hand (codec-fast.ts), a step by hand too, any other member with
+ * its own generated decoder, and builds the TS event by hand, which keeps decode + fold above
+ * 500,000 events/s (bench/replay).
  *
  * The mapping of each event lives with its family: `codec-task.ts` (task, inputs, signals,
  * leases), `codec-turn.ts` (turns and attempts), `codec-calls.ts` (recorded calls),
