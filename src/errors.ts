@@ -393,6 +393,16 @@ export class TerminalError extends Error {
   }
 }
 
+const RETRY_AFTER = Symbol.for('turnlog.retry-after');
+
+/**
+ * True for a {@link RetryAfterError} of any copy of turnlog: a worker's runtime and the workflows
+ * module it imports may each hold their own (a bundled worker, two installs), so no `instanceof`.
+ */
+export function isRetryAfterError(err: unknown): err is RetryAfterError {
+  return typeof err === 'object' && err !== null && (err as Record<symbol, unknown>)[RETRY_AFTER] === true && typeof (err as RetryAfterError).retryAfterMs === 'number';
+}
+
 /**
  * Throw from a step to retry it after the delay a server suggested (HTTP 429 `Retry-After`)
  * instead of the policy's backoff; it still counts against `maxAttempts`.
@@ -401,6 +411,7 @@ export class TerminalError extends Error {
 export class RetryAfterError extends Error {
   override readonly name: string = 'RetryAfterError';
   readonly retryAfterMs: number;
+  readonly [RETRY_AFTER] = true;
   constructor(retryAfterMs: number, message = `retry after ${retryAfterMs} ms`, options: { cause?: unknown } = {}) {
     super(message, options.cause === undefined ? undefined : { cause: options.cause });
     this.retryAfterMs = Number.isFinite(retryAfterMs) && retryAfterMs > 0 ? retryAfterMs : 0;

@@ -4,8 +4,7 @@
  * (engine appends, protocol frames, a recorded history).
  */
 import type { AsyncLocalStorage } from 'node:async_hooks';
-import { createHash } from 'node:crypto';
-import { ChildFailedError, FencedError, PayloadEncodingError, PayloadTooLargeError, RetryAfterError, TurnlogError, invalidArgument, type PayloadField } from '../errors.js';
+import { ChildFailedError, FencedError, PayloadEncodingError, PayloadTooLargeError, TurnlogError, invalidArgument, isRetryAfterError, isTurnlogError, type PayloadField } from '../errors.js';
 import type { EntryMode, Payload, RetryPolicy } from '../history/events.js';
 import { errorToFailure, failureToError } from '../history/failure.js';
 import type { ChildOutcome } from '../history/state.js';
@@ -30,6 +29,18 @@ async function stepScope(): Promise<StepScope> {
   const builtin = (process as { getBuiltinModule?: (id: string) => unknown }).getBuiltinModule;
   const hooks = builtin ? (builtin('node:async_hooks') as typeof import('node:async_hooks')) : await import('node:async_hooks');
   return (runningStep ??= new hooks.AsyncLocalStorage());
+}
+// node:crypto is nineteen internal modules (~15 ms of CPU in a cold worker process) that only
+// idempotencyKey() needs: taken at its first call through getBuiltinModule (Node ≥ 20.16);
+// older Node imports it at load, and runHandler waits for that before any handler runs.
+type Crypto = typeof import('node:crypto');
+const getBuiltin = (process as { getBuiltinModule?: (id: string) => unknown }).getBuiltinModule;
+let cryptoModule: Crypto | undefined;
+const cryptoLoading: Promise<unknown> | undefined = getBuiltin
+  ? undefined
+  : import('node:crypto').then((m) => (cryptoModule = m), () => undefined);
+function hashing(): Crypto {
+  return (cryptoModule ??= getBuiltin!('node:crypto') as Crypto);
 }
 const INPUT_POLL_MS = 5;
 /** The largest `ctx.emit` chunk: output for a screen, not a transport for data. */
@@ -208,7 +219,7 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
       } catch (err) {
         if (attempt >= policy.maxAttempts || !isRetryable(err, policy) || this.signal.aborted) return fail(err);
         // A server's suggested delay (RetryAfterError) wins over the backoff, uncapped and unjittered.
-        const delay = err instanceof RetryAfterError ? err.retryAfterMs : backoffDelay(policy, attempt, this.#host.random?.() ?? Math.random());
+        const delay = isRetryAfterError(err) ? err.retryAfterMs : backoffDelay(policy, attempt, this.#host.random?.() ?? Math.random());
         try {
           await this.#host.sleep(delay, this.signal);
         } catch {
@@ -259,7 +270,7 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     const running = runningStep?.getStore();
     const seq = running?.ctx === this ? running.seq : this.#seq + 1;
     // Hashed: fixed length and charset whatever the task id holds, and no separator ambiguity.
-    const digest = createHash('sha256').update(JSON.stringify([this.taskId, this.turn, seq, name])).digest('base64url');
+    const digest = hashing().createHash('sha256').update(JSON.stringify([this.taskId, this.turn, seq, name])).digest('base64url');
     return `tl_${digest.slice(0, 32)}`;
   }
 
@@ -272,7 +283,7 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
       return encodeFor(this.#converter, data, 'checkpoint', `Task ${this.taskId}, turn ${this.turn}, checkpoint`);
     } catch (err) {
       // Too large fails the turn, as the engine's own limit does; not JSON only throws.
-      if (err instanceof PayloadTooLargeError) this.#tooLarge ??= err;
+      if (isTurnlogError(err, 'TURNLOG_PAYLOAD_TOO_LARGE')) this.#tooLarge ??= err as PayloadTooLargeError;
       throw err;
     }
   }
@@ -527,7 +538,8 @@ function encodeFor(converter: PayloadConverter, value: unknown, field: PayloadFi
   try {
     p = converter.toPayload(value);
   } catch (err) {
-    if (err instanceof PayloadEncodingError) throw err.about(subject);
+    // Thrown by the module's converter, perhaps from its own copy of turnlog: checked by code, not class.
+    if (isTurnlogError(err, 'TURNLOG_PAYLOAD_ENCODING') && typeof (err as PayloadEncodingError).about === 'function') throw (err as PayloadEncodingError).about(subject);
     throw err;
   }
   const size = payloadSize(p);
@@ -590,6 +602,7 @@ export async function runHandler<I, O, S>(
   ctx: TurnContextImpl<I, S>,
   converter: PayloadConverter,
 ): Promise<AttemptOutcome> {
+  if (cryptoLoading) await cryptoLoading;
   let value: unknown;
   const lost = (): AttemptOutcome => ({ kind: 'exit-for-recovery', reason: `a record could not be written: ${ctx.storeLost}` });
   try {

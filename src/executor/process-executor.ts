@@ -4,7 +4,7 @@
  * arrive as frames, are validated here, and go through the same TurnHost as inline turns.
  */
 import { availableParallelism } from 'node:os';
-import { existsSync, realpathSync } from 'node:fs';
+import { existsSync, realpathSync, statSync } from 'node:fs';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { FencedError, PayloadTooLargeError, TurnlogError, invalidArgument } from '../errors.js';
@@ -50,7 +50,7 @@ export interface ProcessExecutorOptions {
   heartbeatTimeoutMs?: number;
   /** Receives worker stdout (info) and stderr (warn) lines tagged with the task id. Default: prefixed to this process's stdout/stderr. */
   logger?: Logger;
-  /** @internal The worker entry script. Default: child-main.js beside this file (or in dist/ when running from sources). */
+  /** @internal The worker entry script. Default: worker-runtime.js (else child-main.js) beside this file, or in dist/ when running from sources. */
   childEntry?: string;
 }
 
@@ -91,14 +91,43 @@ function isEntryScript(path: string): boolean {
   }
 }
 
+/** The worker runtime bundled into one file by `npm run build` (scripts/bundle-worker.mjs). */
+export const WORKER_RUNTIME = 'worker-runtime.js';
+/** The unbundled worker entry that tsc emits (the bundle's input). */
+export const WORKER_ENTRY = 'child-main.js';
+
+/**
+ * @internal The worker entry in the first of `dirs` that has one: the bundled runtime (one file
+ * to load instead of fourteen, ~20–50 ms less per cold worker), or child-main.js when there is
+ * no bundle or it is older than child-main.js (tsc ran without the bundling step).
+ */
+export function pickChildEntry(dirs: readonly string[]): string | undefined {
+  for (const dir of dirs) {
+    const entry = join(dir, WORKER_ENTRY);
+    const bundle = join(dir, WORKER_RUNTIME);
+    const entryAt = mtime(entry);
+    const bundleAt = mtime(bundle);
+    if (bundleAt !== undefined && (entryAt === undefined || bundleAt >= entryAt)) return bundle;
+    if (entryAt !== undefined) return entry;
+  }
+  return undefined;
+}
+
+function mtime(path: string): number | undefined {
+  try {
+    return statSync(path).mtimeMs;
+  } catch {
+    return undefined;
+  }
+}
+
 function defaultChildEntry(): string {
-  const here = fileURLToPath(import.meta.url);
-  const beside = join(dirname(here), 'child-main.js');
-  if (existsSync(beside)) return beside;
-  // Running from TypeScript sources (vitest, tsx): the worker runs the compiled entry.
-  const compiled = join(dirname(here), '..', '..', 'dist', 'src', 'executor', 'child-main.js');
-  if (existsSync(compiled)) return compiled;
-  throw invalidArgument(`The worker entry child-main.js was found neither at ${beside} nor at ${compiled}. Build turnlog (npm run build) or pass childEntry.`);
+  const here = dirname(fileURLToPath(import.meta.url));
+  // Running from TypeScript sources (vitest, tsx): the worker runs the built entry in dist/.
+  const compiled = join(here, '..', '..', 'dist', 'src', 'executor');
+  const entry = pickChildEntry([here, compiled]);
+  if (entry) return entry;
+  throw invalidArgument(`The worker entry (${WORKER_RUNTIME} or ${WORKER_ENTRY}) was found neither in ${here} nor in ${compiled}. Build turnlog (npm run build) or pass childEntry.`);
 }
 
 /**
