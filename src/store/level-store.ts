@@ -104,11 +104,15 @@ interface HeadEntry {
 
 const FORMAT_META = 'format';
 
-/** A short history's tail read with its head (#primeHeads): events `from`… as stored. */
+/**
+ * A short history's tail read with its head (#primeHeads): events `from`… as stored, then the
+ * last event, decoded already (the head was read from it: not read nor decoded twice).
+ */
 interface TailHint {
   from: number;
   keys: Buffer[];
   values: Buffer[];
+  last: HistoryEvent;
 }
 
 /** Longest tail #primeHeads reads ahead; a longer one is read by the task cache's own iterator. */
@@ -439,8 +443,8 @@ export class LevelHistoryStore implements HistoryStore {
     // A head dropped meanwhile may have been written first (a task that completed and was evicted):
     // this read may be older than the history, so the page's heads load as usual (test: level-store).
     if (drops !== this.#drops) return;
-    // The tails the task cache reads next, for the second getMany: [task, from, key offset].
-    const tails: [string, number, number][] = [];
+    // The tails the task cache reads next, for the second getMany: [task, from, key offset, last event].
+    const tails: [string, number, number, HistoryEvent][] = [];
     const tailKeys: Buffer[] = [];
     for (let i = 0; i < todo.length; i++) {
       const [rawLease, rawLast, rawNext, rawSnapshot] = [raws[4 * i], raws[4 * i + 1], raws[4 * i + 2], raws[4 * i + 3]];
@@ -456,8 +460,8 @@ export class LevelHistoryStore implements HistoryStore {
         this.#snapshotHints.set(taskId, rawSnapshot);
         const from = (rawSnapshot !== undefined && rawSnapshot.length >= 4 ? rawSnapshot.readUInt32BE(0) : 0) + 1;
         if (from <= e.eventId && e.eventId - from < TAIL_HINT_EVENTS) {
-          tails.push([taskId, from, tailKeys.length]);
-          for (let id = from; id <= e.eventId; id++) tailKeys.push(eventKey(taskId, id, taskKeys[i]!.eventPrefix));
+          tails.push([taskId, from, tailKeys.length, e]);
+          for (let id = from; id < e.eventId; id++) tailKeys.push(eventKey(taskId, id, taskKeys[i]!.eventPrefix));
         }
       } catch {
         // Unreadable: left for #loadHead, which reports it where it is needed.
@@ -465,16 +469,17 @@ export class LevelHistoryStore implements HistoryStore {
     }
     if (tails.length === 0) return;
     const cuts = this.#cuts;
-    const tailRaws = await this.#db.getMany(tailKeys);
+    const tailRaws = tailKeys.length === 0 ? [] : await this.#db.getMany(tailKeys);
     // Appends move the head past the tail read (checked below); a cut or delete leaves no trace there.
     if (cuts !== this.#cuts) return;
     for (let i = 0; i < tails.length; i++) {
-      const [taskId, from, at] = tails[i]!;
+      const [taskId, from, at, last] = tails[i]!;
       const end = i + 1 < tails.length ? tails[i + 1]![2] : tailKeys.length;
       const values = tailRaws.slice(at, end);
       // A hole (a compaction cut behind the snapshot): the task cache's own read sorts it out.
-      if (values.every((v) => v !== undefined) && this.#heads.get(taskId)?.pending.lastEventId === from + values.length - 1) {
-        this.#tailHints.set(taskId, { from, keys: tailKeys.slice(at, end), values: values as Buffer[] });
+      // Unmoved head: nothing was appended after `last` (read by the first getMany) meanwhile.
+      if (values.every((v) => v !== undefined) && this.#heads.get(taskId)?.pending.lastEventId === last.eventId) {
+        this.#tailHints.set(taskId, { from, keys: tailKeys.slice(at, end), values: values as Buffer[], last });
       }
     }
   }
@@ -674,8 +679,10 @@ export class LevelHistoryStore implements HistoryStore {
     const hint = this.#tailHints.get(taskId);
     if (hint) this.#tailHints.delete(taskId);
     let events: HistoryEvent[];
-    if (hint && hint.from === from && to === MAX_EVENT_ID && limit >= hint.values.length) {
+    if (hint && hint.from === from && to === MAX_EVENT_ID && limit > hint.values.length) {
+      // The hinted events and the last one: limit ≥ values + 1.
       events = hint.values.map((v, i) => this.#decode(taskId, hint.keys[i]!, v));
+      events.push(hint.last);
     } else {
       events = (await this.#readKnown(taskId, from, to, limit)) ?? (await this.#readRange(taskId, from, to, limit));
     }

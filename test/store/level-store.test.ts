@@ -188,18 +188,33 @@ describe('LevelHistoryStore on disk', () => {
 
     store = new LevelHistoryStore(dir.path);
     await store.open();
+    const claimReads = vi.spyOn(Level.prototype, 'getMany');
     const batch = await store.claimDueWork({ now: t, instance: 'new-1', limit: 10 });
     expect(batch.tasks.map((d) => d.taskId)).toEqual(['a', 'b', 'c', 'd', 'e', 'long']);
+    // No record is read twice: the last event, read to check the summary, is not read again with the tail.
+    const keysRead = claimReads.mock.calls.flatMap(([keys]) => (keys as Buffer[]).map((k) => k.toString('hex')));
+    expect(new Set(keysRead).size).toBe(keysRead.length);
+    claimReads.mockRestore();
     const iterator = vi.spyOn(Level.prototype, 'iterator');
     try {
       const ids = async (id: string, from?: number) => (await store.readEvents(id, from === undefined ? {} : { fromEventId: from })).map((e) => e.eventId);
-      // What the task cache reads next: the tail after the snapshot, or the whole short history.
-      expect((await store.getSnapshot('a'))!.eventId).toBe(3);
-      expect(await ids('a', 4)).toEqual([4]);
-      expect(await ids('b')).toEqual([1, 2, 3, 4]);
-      expect(iterator).not.toHaveBeenCalled();
-      // Once taken, or another range: read from disk, by keys (the loaded head bounds the span).
+      // What the task cache reads next: the tail after the snapshot, or the whole short history,
+      // read with the heads (the last event, which the head was read from, decoded once): no read now.
       const getMany = vi.spyOn(Level.prototype, 'getMany');
+      expect((await store.getSnapshot('a'))!.eventId).toBe(3);
+      const hintedA = await store.readEvents('a', { fromEventId: 4 });
+      const hintedB = await store.readEvents('b');
+      expect(hintedA.map((e) => e.eventId)).toEqual([4]);
+      expect(hintedB.map((e) => e.eventId)).toEqual([1, 2, 3, 4]);
+      expect(iterator).not.toHaveBeenCalled();
+      expect(getMany).not.toHaveBeenCalled();
+      // A limit below the hinted tail (its events and the last): read from disk, the limit kept.
+      expect((await store.readEvents('e', { limit: 3 })).map((e) => e.eventId)).toEqual([1, 2, 3]);
+      iterator.mockClear();
+      // Once taken, or another range: read from disk, by keys (the loaded head bounds the span).
+      expect(await store.readEvents('a', { fromEventId: 4 })).toEqual(hintedA);
+      expect(await store.readEvents('b')).toEqual(hintedB);
+      getMany.mockClear();
       expect(await ids('b')).toEqual([1, 2, 3, 4]);
       expect(await ids('e', 2)).toEqual([2, 3, 4]);
       expect(getMany).toHaveBeenCalledTimes(2);
