@@ -10,6 +10,10 @@ import { Engine } from '../../src/runtime/engine.js';
 import { silentLogger } from '../../src/logger.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
+import { systemClock } from '../../src/runtime/clock.js';
+import type { Runtime } from '../../src/runtime/runtime.js';
+import { TaskCache } from '../../src/runtime/task-cache.js';
+import { historyBuilder } from '../../src/testing/history-builder.js';
 
 const engines: Engine[] = [];
 afterEach(async () => {
@@ -41,4 +45,22 @@ it('a tiny task cache under churn never re-runs a running turn', async () => {
   expect(results.map((r) => r.output)).toEqual(ids.map((_, i) => i + 1));
   expect([...runs.values()].every((n) => n === 1)).toBe(true);
   expect(runs.size).toBe(ids.length);
+});
+
+it('entries loaded in one macrotask are all unpinned by the next, and only then evictable', async () => {
+  const store = new MemoryHistoryStore();
+  await store.open();
+  for (const id of ['a', 'b', 'c', 'd']) {
+    const events = historyBuilder(id).created().input(1).build();
+    await store.append(id, events, { expectedLastEventId: 0, generation: 1 });
+  }
+  const rt = { store, maxCached: 2, log: silentLogger, workflows: new Map(), clock: systemClock } as unknown as Runtime;
+  const cache = new TaskCache(rt);
+  // Pinned until the next macrotask: none of the three can be evicted by a load meanwhile.
+  await Promise.all(['a', 'b', 'c'].map((id) => cache.load(id)));
+  expect(['a', 'b', 'c'].map((id) => cache.get(id) !== undefined)).toEqual([true, true, true]);
+  await new Promise((r) => setImmediate(r));
+  // Unpinned (one immediate for all three): loading another evicts the oldest idle ones.
+  await cache.load('d');
+  expect(['a', 'b', 'c', 'd'].map((id) => cache.get(id) !== undefined)).toEqual([false, false, true, true]);
 });
