@@ -100,6 +100,8 @@ export class Activation {
     this.limiter = new LocalLimiter(this.#o.flowLimits, this.#o.clock);
     await Promise.all([...this.#p.cache.entries()].map((t) => t.chain.catch(() => undefined)));
     for (const t of this.#p.cache.entries()) {
+      // An error (and its stack) only for an entry someone waits on: shutting down with 10,000 cached tasks built 10,000.
+      if (t.waiters.size === 0 && t.turnWaiters.length === 0) continue;
       this.#p.results.rejectAll(t, this.#p.results.deferred(t.id, t.state?.turn ?? 0, 'the engine shut down before the turn ended; the next engine recovers it'));
     }
     this.#p.cache.clear();
