@@ -95,10 +95,11 @@ export interface PostgresStoreOptions {
   preparedStatements?: boolean;
   /**
    * At most one notifying transaction per this many ms per store (default 10): the notices of
-   * appends committed meanwhile go together in the next one, so a burst of appends (a turn's
-   * steps) costs one per interval, not one per append; the first after a quiet spell goes at once.
-   * Other engines hear of an append up to this much later. 0: each goes as soon as the one before
-   * it is out (docs/scale-out.md#notify).
+   * appends committed meanwhile go together in the next one; the first after a quiet spell goes
+   * at once. Other engines hear of an append up to this much later, and of one that holds only
+   * recorded steps and checkpoints up to ten times this (unless another notice goes sooner), so a
+   * turn's steps cost one notifying transaction per 100 ms, not one per step. 0: each goes as
+   * soon as the one before it is out (docs/scale-out.md#notify).
    */
   noticeIntervalMs?: number;
   /**
@@ -127,6 +128,17 @@ const stderrLogger: StoreLogger = {
 const CONTENTION = new Set(['23505', '40P01', '40001']);
 /** Distinct causes of a batch fallback warned about, at most (then no more warnings). */
 const FALLBACK_CAUSES_KEPT = 100;
+
+/**
+ * Events only the running turn's own engine acts on (recorded steps, checkpoints): an append of
+ * nothing else is a routine notice, which may wait ten intervals for company (postgres-notifier.ts).
+ */
+const ROUTINE_EVENTS: ReadonlySet<HistoryEvent['type']> = new Set(['StepCompleted', 'Checkpointed']);
+
+function routine(events: readonly HistoryEvent[]): boolean {
+  for (const e of events) if (!ROUTINE_EVENTS.has(e.type)) return false;
+  return true;
+}
 
 /** The default `noticeIntervalMs`. */
 const NOTICE_INTERVAL_MS = 10;
@@ -521,7 +533,7 @@ export class PostgresHistoryStore implements HistoryStore {
         const { next, leaseMs } = it.plan;
         this.#remember(it.taskId, { ...next, lease: leaseMs !== undefined ? { ...next.lease!, expiresAt: now + leaseMs } : next.lease });
         this.appendPaths.oneStatement++;
-        this.#notifier!.add(it.taskId, next.lastEventId);
+        this.#notifier!.add(it.taskId, next.lastEventId, routine(it.events));
         it.entry.resolve({ lastEventId: next.lastEventId, summary: { ...next.summary! } });
       }
     } else {
@@ -545,7 +557,7 @@ export class PostgresHistoryStore implements HistoryStore {
     const entries2 = rest;
     results.forEach((r, i) => {
       if (r instanceof Error) return entries2[i]!.reject(r);
-      this.#notifier!.add(entries2[i]!.taskId, r.lastEventId);
+      this.#notifier!.add(entries2[i]!.taskId, r.lastEventId, routine(entries2[i]!.events));
       entries2[i]!.resolve(r);
     });
   }
@@ -569,7 +581,7 @@ export class PostgresHistoryStore implements HistoryStore {
     await Promise.all(
       entries.map(async (e) => {
         const landed = lost ? await this.#landed(e).catch(() => undefined) : undefined;
-        if (landed) this.#notifier!.add(e.taskId, landed.lastEventId);
+        if (landed) this.#notifier!.add(e.taskId, landed.lastEventId, routine(e.events));
         return landed ?? this.#appendOne(e);
       }).map((p, i) => p.then(entries[i]!.resolve, entries[i]!.reject)),
     );
@@ -705,7 +717,7 @@ export class PostgresHistoryStore implements HistoryStore {
     const plan = planCas(a.taskId, this.#heads.get(a.taskId), a.events, a.options, a.callerNow);
     const written = plan ? await this.#casAppend(a, plan, sync) : undefined;
     const out = written ?? (await this.#lockedAppend(a, sync));
-    this.#notifier!.add(a.taskId, out.lastEventId);
+    this.#notifier!.add(a.taskId, out.lastEventId, routine(a.events));
     return out;
   }
 

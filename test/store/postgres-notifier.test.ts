@@ -43,6 +43,32 @@ it('sends the first notice at once and the next ones together, one interval afte
   expect(n.sent).toBe(3);
 });
 
+it('a routine notice waits ten intervals for company; an urgent one or a drain sends it sooner', async () => {
+  const { n, sent } = notifier(100);
+  n.add('a', 1, true); // the first after a quiet spell: at once, routine or not
+  await vi.advanceTimersByTimeAsync(0);
+  n.add('a', 2, true);
+  n.add('a', 3, true);
+  await vi.advanceTimersByTimeAsync(999);
+  expect(sent).toHaveLength(1);
+  await vi.advanceTimersByTimeAsync(1);
+  expect(sent.map(ids)).toEqual([['1:a'], ['3:a']]);
+  // Routine notices waiting: an urgent one (a turn's end) goes one interval after the last send, with them.
+  n.add('a', 4, true);
+  await vi.advanceTimersByTimeAsync(30);
+  n.add('b', 9);
+  await vi.advanceTimersByTimeAsync(69);
+  expect(sent).toHaveLength(2);
+  await vi.advanceTimersByTimeAsync(1);
+  expect(sent.map(ids)[2]).toEqual(['4:a', '9:b']);
+  // A drain does not wait ten intervals.
+  n.add('a', 5, true);
+  const drained = n.drain();
+  await vi.advanceTimersByTimeAsync(100);
+  await drained;
+  expect(sent.map(ids)[3]).toEqual(['5:a']);
+});
+
 it('with interval 0 sends each notice as soon as the one before it is out', async () => {
   const { n, sent } = notifier(0);
   n.add('a', 1);
