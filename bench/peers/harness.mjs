@@ -17,7 +17,8 @@
  * at least REPLAY_ROUND_MS, timed together, so a sub-millisecond replay is not measured by a
  * round shorter than one garbage collection.
  *
- * PEERS_WORKLOADS=replay,single (names as in WORKLOADS) runs only those workloads.
+ * PEERS_WORKLOADS=replay,single (names as in WORKLOADS) runs only those workloads. Each result
+ * also lists `cpuShare`: per round, this process's CPU time over the round's wall time.
  */
 import { performance } from 'node:perf_hooks';
 
@@ -112,9 +113,8 @@ const WORKLOADS = {
       }
       return { value: ((now() - t0) * 1000) / n, events };
     },
-    warm: async (a) => {
-      for (let i = 0; i < 5; i++) await a.replay100();
-    },
+    // As long as a round: five replays left the first round to pay the JIT's tier-up (2–3× the others).
+    warm: (a) => WORKLOADS.replay.round(a),
   },
 };
 
@@ -129,10 +129,17 @@ export async function runPeer(name) {
     for (const [key, w] of active) await w.warm(a, convs);
     const rounds = Object.fromEntries(active.map(([key]) => [key, []]));
     const extra = {};
+    const cpuShare = {};
     for (let r = 0; r < ROUNDS; r++) {
       for (const [key, w] of active) {
         globalThis.gc?.();
+        const c0 = process.cpuUsage();
+        const t0 = now();
         const v = await w.round(a, convs);
+        // This process's CPU over the round's wall time: well below 1, the round mostly waited (for
+        // a core on a loaded machine, or for a server's work, which runs in another process).
+        const c = process.cpuUsage(c0);
+        (cpuShare[key] ??= []).push((c.user + c.system) / 1000 / (now() - t0));
         if (typeof v === 'object') {
           rounds[key].push(v.value);
           extra[key] = v;
@@ -140,7 +147,7 @@ export async function runPeer(name) {
       }
     }
     for (const [key, xs] of Object.entries(rounds)) {
-      results[key] = { median: median(xs), spread: Math.max(...xs) / Math.min(...xs), rounds: xs, ...(extra[key]?.events ? { events: extra[key].events } : {}) };
+      results[key] = { median: median(xs), spread: Math.max(...xs) / Math.min(...xs), rounds: xs, cpuShare: cpuShare[key], ...(extra[key]?.events ? { events: extra[key].events } : {}) };
     }
   } finally {
     await a.close();
