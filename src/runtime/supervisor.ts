@@ -51,10 +51,13 @@ export class Supervisor {
       if (t.active !== active || active.finalized || !this.#rt.open) return;
       if (t.state!.openTurn?.marker) return;
       const now = this.#rt.clock.now();
-      const grace = t.state!.policy.graceMs;
-      await this.#appender.append(t, [{ type: 'TimeoutCancelRequested', turn: active.turn, at: now, graceUntil: now + grace }]);
-      this.cancelAttempt(active, 'timeout', `deadline ${new Date(t.state!.openTurn!.deadline).toISOString()} reached`);
-      active.timers.push(this.#rt.clock.setTimer(() => void this.hardCap(t, active, 'timeout'), grace));
+      const deadline = t.state!.openTurn!.deadline;
+      // Tier 3 is at deadline + grace (docs/isolation.md), not grace after this marker: a deadline
+      // timer that fired late or a slow marker append would push the kill later by as much.
+      const graceUntil = Math.max(now, deadline + t.state!.policy.graceMs);
+      await this.#appender.append(t, [{ type: 'TimeoutCancelRequested', turn: active.turn, at: now, graceUntil }]);
+      this.cancelAttempt(active, 'timeout', `deadline ${new Date(deadline).toISOString()} reached`);
+      active.timers.push(this.#rt.clock.setTimer(() => void this.hardCap(t, active, 'timeout'), Math.max(0, graceUntil - this.#rt.clock.now())));
     }).catch((err) => logFailure(this.#rt.log, 'timeout marker failed', { taskId: t.id }, err));
   }
 
