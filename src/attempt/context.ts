@@ -28,46 +28,7 @@ let runningStep: StepScope | undefined;
 async function stepScope(): Promise<StepScope> {
   const builtin = (process as { getBuiltinModule?: (id: string) => unknown }).getBuiltinModule;
   const hooks = builtin ? (builtin('node:async_hooks') as typeof import('node:async_hooks')) : await import('node:async_hooks');
-  if (!runningStep) {
-    runningStep = new hooks.AsyncLocalStorage();
-    // Where AsyncLocalStorage is built on async hooks (Node 20, and later Nodes without
-    // AsyncContextFrame), an enabled one makes every promise of the process call into hooks.
-    toggleScope = typeof (runningStep as { _propagate?: unknown })._propagate === 'function';
-  }
-  return runningStep;
-}
-/** Step fns running now, in every task of this process. */
-let fnsRunning = 0;
-/** Disable the scope when no step fn runs (hook-based AsyncLocalStorage only). */
-let toggleScope = false;
-
-/**
- * Runs a step's fn in the scope, and disables the scope once no step's fn is running: its async
- * hooks made every promise of the engine's own record path call into them (callgrind, 1,000
- * sequential durable steps: ~294k main-thread instructions a step with the scope always on,
- * ~112k without it). Inside a fn, and in everything it awaits, the scope is on.
- */
-function runInScope<T>(scope: StepScope, store: { ctx: object; seq: number }, f: () => T | PromiseLike<T>): T | PromiseLike<T> {
-  fnsRunning++;
-  let out: T | PromiseLike<T>;
-  try {
-    out = scope.run(store, f);
-  } catch (err) {
-    leaveScope(scope);
-    throw err;
-  }
-  if (out !== null && (typeof out === 'object' || typeof out === 'function') && typeof (out as PromiseLike<T>).then === 'function') {
-    return Promise.resolve(out).finally(() => leaveScope(scope));
-  }
-  leaveScope(scope);
-  return out;
-}
-function leaveScope(scope: StepScope): void {
-  if (--fnsRunning === 0 && toggleScope) scope.disable();
-}
-/** @internal For tests: whether the step scope is on now (its own flag where it has hooks to turn off). */
-export function stepScopeOn(): boolean {
-  return toggleScope ? (runningStep as unknown as { enabled?: boolean }).enabled === true : fnsRunning > 0;
+  return (runningStep ??= new hooks.AsyncLocalStorage());
 }
 // node:crypto is nineteen internal modules (~15 ms of CPU in a cold worker process) that only
 // idempotencyKey() needs: taken at its first call through getBuiltinModule (Node ≥ 20.16);
@@ -253,7 +214,7 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     let value: T;
     for (let attempt = 1; ; attempt++) {
       try {
-        value = await runInScope(scope, { ctx: this, seq }, () => (timeoutMs === undefined ? fn(this.signal) : this.#withTimeout(name, fn, timeoutMs)));
+        value = await scope.run({ ctx: this, seq }, () => (timeoutMs === undefined ? fn(this.signal) : this.#withTimeout(name, fn, timeoutMs)));
         break;
       } catch (err) {
         if (attempt >= policy.maxAttempts || !isRetryable(err, policy) || this.signal.aborted) return fail(err);
