@@ -38,6 +38,11 @@ export interface ReadOptions {
   fromEventId?: number;
   /** Last event id to return (inclusive), default the end. */
   toEventId?: number;
+  /**
+   * At most this many events. A store returns exactly `min(limit, events in the range)`: a read
+   * shorter than its limit means the range has no more (the engine loads a history in pages and
+   * stops at the first short one; the contract suite checks it).
+   */
   limit?: number;
 }
 

@@ -133,6 +133,18 @@ export function storeContract(api: ContractTestApi, name: string, factory: () =>
         expect(ids(await store.readEvents('t1', { limit: 0 }))).toEqual([]);
       });
 
+      it('a limited read returns the whole range up to the limit: only a page shorter than the limit is the end', async () => {
+        // The engine loads a history in pages of 2,048 and stops at the first short page.
+        await store.append('paged', [created(1)], { expectedLastEventId: 0, generation: 1 });
+        let last = 1;
+        while (last < 2_500) last = (await store.append('paged', steps(last + 1, 500), { expectedLastEventId: last, generation: 1 })).lastEventId;
+        const first = await store.readEvents('paged', { fromEventId: 1, limit: 2_048 });
+        expect(first.length).toBe(2_048);
+        expect(first[2_047]!.eventId).toBe(2_048);
+        const rest = await store.readEvents('paged', { fromEventId: 2_049, limit: 2_048 });
+        expect(rest.map((e) => e.eventId)).toEqual(Array.from({ length: last - 2_048 }, (_, i) => i + 2_049));
+      });
+
       it('iterates a long history in order, across pages', async () => {
         await store.append('long', [created(1)], { expectedLastEventId: 0, generation: 1 });
         let last = 1;
