@@ -99,7 +99,8 @@ export function withFullStates(taskId: string, events: readonly HistoryEvent[]):
 // Field by field, not `{ ...from }`: a spread over TaskState's optional-field variants is
 // megamorphic in V8 (µs per fold, the engine's top cost). A new field must be added here;
 // the incremental-equals-full fold property test fails if one is dropped.
-function cloneState(from: TaskState, copy = true): TaskState {
+/** @internal Exported for its field-list test (test/replay/clone-state.test.ts). */
+export function cloneState(from: TaskState, copy = true): TaskState {
   const s: TaskState = {
     taskId: from.taskId,
     workflow: from.workflow,
