@@ -4,7 +4,8 @@
  * arrive as frames, are validated here, and go through the same TurnHost as inline turns.
  */
 import { availableParallelism } from 'node:os';
-import { existsSync, realpathSync, statSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { existsSync, readFileSync, realpathSync } from 'node:fs';
 import { dirname, isAbsolute, join, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { FencedError, PayloadTooLargeError, TurnlogError, invalidArgument } from '../errors.js';
@@ -96,28 +97,36 @@ export const WORKER_RUNTIME = 'worker-runtime.js';
 /** The unbundled worker entry that tsc emits (the bundle's input). */
 export const WORKER_ENTRY = 'child-main.js';
 
+/** The bundle's build stamp: the SHA-256 of every module it carries, as the bundling step read it. */
+export const WORKER_RUNTIME_INPUTS = 'worker-runtime.inputs.json';
+
 /**
  * @internal The worker entry in the first of `dirs` that has one: the bundled runtime (one file
- * to load instead of fourteen, ~20–50 ms less per cold worker), or child-main.js when there is
- * no bundle or it is older than child-main.js (tsc ran without the bundling step).
+ * to load instead of fourteen, ~20–50 ms less per cold worker), or child-main.js when the bundle
+ * is missing or stale: its build stamp is missing, or a module it carries no longer has the bytes
+ * it was bundled from (tsc ran without the bundling step, or a module was patched after the
+ * build). Content, not mtimes: a copied dist/ stays bundled, an edited one never runs old code.
  */
 export function pickChildEntry(dirs: readonly string[]): string | undefined {
   for (const dir of dirs) {
     const entry = join(dir, WORKER_ENTRY);
     const bundle = join(dir, WORKER_RUNTIME);
-    const entryAt = mtime(entry);
-    const bundleAt = mtime(bundle);
-    if (bundleAt !== undefined && (entryAt === undefined || bundleAt >= entryAt)) return bundle;
-    if (entryAt !== undefined) return entry;
+    const hasEntry = existsSync(entry);
+    if (existsSync(bundle) && (!hasEntry || bundleCurrent(dir))) return bundle;
+    if (hasEntry) return entry;
   }
   return undefined;
 }
 
-function mtime(path: string): number | undefined {
+/** Whether every module the bundle in `dir` carries still has the bytes its stamp names. */
+function bundleCurrent(dir: string): boolean {
   try {
-    return statSync(path).mtimeMs;
+    const stamp = JSON.parse(readFileSync(join(dir, WORKER_RUNTIME_INPUTS), 'utf8')) as { inputs?: Record<string, string> };
+    const inputs = Object.entries(stamp.inputs ?? {});
+    if (inputs.length === 0) return false;
+    return inputs.every(([file, hash]) => createHash('sha256').update(readFileSync(resolve(dir, file))).digest('hex') === hash);
   } catch {
-    return undefined;
+    return false;
   }
 }
 

@@ -1,13 +1,14 @@
 // The bundled worker runtime (scripts/bundle-worker.mjs, run by `npm run build`): which entry a
 // process executor starts, the fallback to the unbundled child-main.js, and what crosses between
 // the bundle and the workflows module. Real workers on the compiled fixtures: build first.
-import { mkdirSync, readFileSync, utimesSync, writeFileSync } from 'node:fs';
+import { createHash } from 'node:crypto';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Engine } from '../../src/runtime/engine.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
-import { ProcessExecutor, WORKER_ENTRY, WORKER_RUNTIME, pickChildEntry } from '../../src/executor/process-executor.js';
+import { ProcessExecutor, WORKER_ENTRY, WORKER_RUNTIME, WORKER_RUNTIME_INPUTS, pickChildEntry } from '../../src/executor/process-executor.js';
 import { silentLogger } from '../../src/logger.js';
 import { echo } from '../fixtures/workflows/echo.js';
 import { realms } from '../fixtures/workflows/realms.js';
@@ -31,29 +32,45 @@ async function realmsEngine(childEntry: string): Promise<Engine> {
 }
 
 describe('pickChildEntry', () => {
-  it('takes the bundle, unless it is missing or older than child-main.js; then the next directory', async () => {
+  it('takes the bundle while every module its stamp names has the bytes it was built from; else child-main.js; then the next directory', async () => {
     const tmp = await makeTmpDir('turnlog-entry-');
     cleanups.push(() => tmp.remove());
-    const dir = (name: string, files: Record<string, number>) => {
+    const sha = (text: string) => createHash('sha256').update(text).digest('hex');
+    /** A directory with `files`; `stamp` names the modules (and their text) the bundle was built from. */
+    const dir = (name: string, files: Record<string, string>, stamp?: Record<string, string>) => {
       const d = join(tmp.path, name);
       mkdirSync(d);
-      for (const [f, at] of Object.entries(files)) {
-        writeFileSync(join(d, f), '');
-        utimesSync(join(d, f), at, at);
-      }
+      for (const [f, text] of Object.entries(files)) writeFileSync(join(d, f), text);
+      if (stamp) writeFileSync(join(d, WORKER_RUNTIME_INPUTS), JSON.stringify({ inputs: Object.fromEntries(Object.entries(stamp).map(([f, t]) => [f, sha(t)])) }));
       return d;
     };
-    const both = dir('both', { [WORKER_ENTRY]: 1000, [WORKER_RUNTIME]: 1001 });
-    const stale = dir('stale', { [WORKER_ENTRY]: 1001, [WORKER_RUNTIME]: 1000 });
-    const plain = dir('plain', { [WORKER_ENTRY]: 1000 });
-    const bundleOnly = dir('bundle-only', { [WORKER_RUNTIME]: 1000 });
+    const built = { [WORKER_ENTRY]: 'main v1', 'protocol.js': 'protocol v1' };
+    const both = dir('both', { ...built, [WORKER_RUNTIME]: 'bundle' }, built);
+    // tsc ran again without the bundling step: child-main.js changed.
+    const stale = dir('stale', { ...built, [WORKER_ENTRY]: 'main v2', [WORKER_RUNTIME]: 'bundle' }, built);
+    // A module the bundle carries was patched after the build (patch-package, a hand edit).
+    const patched = dir('patched', { ...built, 'protocol.js': 'protocol v1, patched', [WORKER_RUNTIME]: 'bundle' }, built);
+    const unstamped = dir('unstamped', { ...built, [WORKER_RUNTIME]: 'bundle' });
+    const plain = dir('plain', built);
+    const bundleOnly = dir('bundle-only', { [WORKER_RUNTIME]: 'bundle' });
     const empty = dir('empty', {});
     expect(pickChildEntry([both])).toBe(join(both, WORKER_RUNTIME));
     expect(pickChildEntry([stale])).toBe(join(stale, WORKER_ENTRY));
+    expect(pickChildEntry([patched])).toBe(join(patched, WORKER_ENTRY));
+    expect(pickChildEntry([unstamped])).toBe(join(unstamped, WORKER_ENTRY));
     expect(pickChildEntry([plain])).toBe(join(plain, WORKER_ENTRY));
     expect(pickChildEntry([bundleOnly])).toBe(join(bundleOnly, WORKER_RUNTIME));
     expect(pickChildEntry([empty, both])).toBe(join(both, WORKER_RUNTIME));
     expect(pickChildEntry([empty])).toBeUndefined();
+  });
+
+  it('the build stamps the bundle with every module it carries (the built dist/ picks its bundle)', () => {
+    const stamp = JSON.parse(readFileSync(join(EXECUTOR_DIST, WORKER_RUNTIME_INPUTS), 'utf8')) as { inputs: Record<string, string> };
+    expect(Object.keys(stamp.inputs)).toContain(WORKER_ENTRY);
+    expect(Object.keys(stamp.inputs)).toContain('protocol.js');
+    // The modules shared with the workflows module are not carried, so not stamped.
+    expect(Object.keys(stamp.inputs).some((f) => f.endsWith('errors.js') || f.endsWith('failure.js'))).toBe(false);
+    expect(pickChildEntry([EXECUTOR_DIST])).toBe(join(EXECUTOR_DIST, WORKER_RUNTIME));
   });
 });
 
