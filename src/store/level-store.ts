@@ -192,8 +192,7 @@ export class LevelHistoryStore implements HistoryStore {
       },
       (tasks) => {
         // The failed batch may have been partly applied in memory only: reload from disk.
-        this.#drops++;
-        for (const t of tasks) this.#heads.delete(t);
+        for (const t of tasks) this.#dropHead(t);
       },
     );
   }
@@ -359,13 +358,16 @@ export class LevelHistoryStore implements HistoryStore {
       },
       (err: unknown) => {
         done();
-        if (this.#heads.get(taskId) === entry) {
-          this.#drops++;
-          this.#heads.delete(taskId);
-        }
+        if (this.#heads.get(taskId) === entry) this.#dropHead(taskId);
         throw err;
       },
     );
+  }
+
+  /** Drops a task's cached head; a claim's page read across it is not primed (#drops). */
+  #dropHead(taskId: string): void {
+    this.#drops++;
+    this.#heads.delete(taskId);
   }
 
   /**
@@ -379,10 +381,7 @@ export class LevelHistoryStore implements HistoryStore {
     const target = Math.floor(this.#maxHeads * 0.9);
     for (const [id, h] of this.#heads) {
       if (this.#heads.size <= target) break;
-      if (h.ready === null && h.waiters === 0 && h.pending === h.durable && h.durable.summary?.status === 'completed') {
-        this.#drops++;
-        this.#heads.delete(id);
-      }
+      if (h.ready === null && h.waiters === 0 && h.pending === h.durable && h.durable.summary?.status === 'completed') this.#dropHead(id);
     }
     // Mostly live tasks: walk again only after another tenth of the bound has been added.
     this.#evictAt = Math.max(this.#maxHeads, this.#heads.size + Math.ceil(this.#maxHeads / 10));
@@ -615,12 +614,8 @@ export class LevelHistoryStore implements HistoryStore {
         if (taskIdOfKey(key) === taskId) ops.push({ type: 'del', key });
       }
     }
-    this.#drops++;
-    this.#heads.delete(taskId);
-    await this.#committer.submit(taskId, ops, this.#sync, () => {
-      this.#drops++;
-      this.#heads.delete(taskId);
-    });
+    this.#dropHead(taskId);
+    await this.#committer.submit(taskId, ops, this.#sync, () => this.#dropHead(taskId));
   }
 
   #deleteWithHead(taskId: string): Promise<void> {
@@ -643,10 +638,7 @@ export class LevelHistoryStore implements HistoryStore {
         h.durable = EMPTY_HEAD;
         // Nothing is stored under the id now: keep no head for it unless a write is queued (a
         // purged task's empty head would otherwise stay for the life of the process, unbounded).
-        if (h.pending === EMPTY_HEAD && h.ready === null && this.#heads.get(taskId) === h) {
-          this.#drops++;
-          this.#heads.delete(taskId);
-        }
+        if (h.pending === EMPTY_HEAD && h.ready === null && this.#heads.get(taskId) === h) this.#dropHead(taskId);
       });
     });
   }
