@@ -423,7 +423,7 @@ export class PostgresHistoryStore implements HistoryStore {
           broken = e;
         });
         const code = (err as { code?: unknown }).code;
-        if (attempt < 4 && (code === '23505' || code === '40P01' || code === '40001')) continue;
+        if (attempt < 4 && CONTENTION.has(String(code))) continue;
         throw unavailable(err, this.location, 'a write');
       } finally {
         client.release(broken);
@@ -554,11 +554,11 @@ export class PostgresHistoryStore implements HistoryStore {
       // each append goes again alone, and reports its own outcome (after a lost COMMIT reply, landed).
       return this.#alone(rest, isConnectionLoss(err));
     }
-    const entries2 = rest;
     results.forEach((r, i) => {
-      if (r instanceof Error) return entries2[i]!.reject(r);
-      this.#notifier!.add(entries2[i]!.taskId, r.lastEventId, routine(entries2[i]!.events));
-      entries2[i]!.resolve(r);
+      const e = rest[i]!;
+      if (r instanceof Error) return e.reject(r);
+      this.#notifier!.add(e.taskId, r.lastEventId, routine(e.events));
+      e.resolve(r);
     });
   }
 
@@ -602,8 +602,7 @@ export class PostgresHistoryStore implements HistoryStore {
       return [new Set(row.ok), Number(row.now)];
     } catch (err) {
       if (isConnectionLoss(err)) broken = err as Error;
-      const code = (err as { code?: unknown }).code;
-      if (code === '23505' || code === '40P01' || code === '40001') throw err;
+      if (CONTENTION.has(String((err as { code?: unknown }).code))) throw err;
       throw unavailable(err, this.location, 'a write');
     } finally {
       client.release(broken);
