@@ -4,9 +4,8 @@
  * arrive as frames, are validated here, and go through the same TurnHost as inline turns.
  */
 import { availableParallelism } from 'node:os';
-import { createHash } from 'node:crypto';
-import { existsSync, readFileSync, realpathSync } from 'node:fs';
-import { dirname, isAbsolute, join, resolve } from 'node:path';
+import { existsSync, realpathSync } from 'node:fs';
+import { isAbsolute, resolve } from 'node:path';
 import { fileURLToPath, pathToFileURL } from 'node:url';
 import { FencedError, PayloadTooLargeError, TurnlogError, invalidArgument } from '../errors.js';
 import type { FailureInfo, WorkflowKind } from '../history/events.js';
@@ -18,6 +17,7 @@ import type { Workflow } from '../workflow/define-workflow.js';
 import { workflowMap } from '../workflow/workflow-source.js';
 import type { AttemptHandle, Executor, Reservation } from './executor.js';
 import { HEARTBEAT_INTERVAL_MS, MAX_FRAME_BYTES, WorkerProtocolError, encodeEngineMessage, type WorkerMessage } from './protocol.js';
+import { defaultChildEntry } from './worker-entry.js';
 import { WorkerPool, type Acquired, type WorkerListener, type WorkerProcess } from './worker-pool.js';
 
 export interface ProcessExecutorOptions {
@@ -90,53 +90,6 @@ function isEntryScript(path: string): boolean {
   } catch {
     return false;
   }
-}
-
-/** The worker runtime bundled into one file by `npm run build` (scripts/bundle-worker.mjs). */
-export const WORKER_RUNTIME = 'worker-runtime.js';
-/** The unbundled worker entry that tsc emits (the bundle's input). */
-export const WORKER_ENTRY = 'child-main.js';
-
-/** The bundle's build stamp: the SHA-256 of every module it carries, as the bundling step read it. */
-export const WORKER_RUNTIME_INPUTS = 'worker-runtime.inputs.json';
-
-/**
- * @internal The worker entry in the first of `dirs` that has one: the bundled runtime (one file
- * to load instead of fourteen, ~20–50 ms less per cold worker), or child-main.js when the bundle
- * is missing or stale: its build stamp is missing, or a module it carries no longer has the bytes
- * it was bundled from (tsc ran without the bundling step, or a module was patched after the
- * build). Content, not mtimes: a copied dist/ stays bundled, an edited one never runs old code.
- */
-export function pickChildEntry(dirs: readonly string[]): string | undefined {
-  for (const dir of dirs) {
-    const entry = join(dir, WORKER_ENTRY);
-    const bundle = join(dir, WORKER_RUNTIME);
-    const hasEntry = existsSync(entry);
-    if (existsSync(bundle) && (!hasEntry || bundleCurrent(dir))) return bundle;
-    if (hasEntry) return entry;
-  }
-  return undefined;
-}
-
-/** Whether every module the bundle in `dir` carries still has the bytes its stamp names. */
-function bundleCurrent(dir: string): boolean {
-  try {
-    const stamp = JSON.parse(readFileSync(join(dir, WORKER_RUNTIME_INPUTS), 'utf8')) as { inputs?: Record<string, string> };
-    const inputs = Object.entries(stamp.inputs ?? {});
-    if (inputs.length === 0) return false;
-    return inputs.every(([file, hash]) => createHash('sha256').update(readFileSync(resolve(dir, file))).digest('hex') === hash);
-  } catch {
-    return false;
-  }
-}
-
-function defaultChildEntry(): string {
-  const here = dirname(fileURLToPath(import.meta.url));
-  // Running from TypeScript sources (vitest, tsx): the worker runs the built entry in dist/.
-  const compiled = join(here, '..', '..', 'dist', 'src', 'executor');
-  const entry = pickChildEntry([here, compiled]);
-  if (entry) return entry;
-  throw invalidArgument(`The worker entry (${WORKER_RUNTIME} or ${WORKER_ENTRY}) was found neither in ${here} nor in ${compiled}. Build turnlog (npm run build) or pass childEntry.`);
 }
 
 /**
