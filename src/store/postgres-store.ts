@@ -5,9 +5,9 @@
  * database's clock (docs/decisions.md, docs/scale-out.md).
  */
 import { createHash } from 'node:crypto';
-import { ConcurrencyError, HistoryCorruptError, TurnlogError, invalidArgument } from '../errors.js';
+import { ConcurrencyError, TurnlogError, invalidArgument } from '../errors.js';
 import { decodeEvent, encodeEvent } from '../history/codec.js';
-import { checkRefBytes, externalize, resolveAll } from './payload-refs.js';
+import { externalize } from './payload-refs.js';
 import { isLaterCut } from './task-head.js';
 import type { HistoryEvent, Lease, TaskSummary } from '../history/events.js';
 import type { LeaseRequest } from '../history/lease.js';
@@ -33,7 +33,7 @@ import { claimDue, claimOrphans, recoverableSql, releaseDue, type ClaimedOrphan,
 import { acquireSlot, releaseSlot, renewSlots } from './postgres-limits.js';
 
 export { recoverableSql, type ClaimedOrphan, type OrphanClaim } from './postgres-claims.js';
-import { decodeCursor, encodeCursor, pageLimit, iterateInPages, readBounds } from './paging.js';
+import { iterateInPages } from './paging.js';
 import { Batcher } from './batcher.js';
 import { PgListener, noticeChannel } from './postgres-listener.js';
 import { Notifier } from './postgres-notifier.js';
@@ -41,78 +41,17 @@ import { batchKey, casBatchSql, casBatchValues, casSql, casStatement, planCas, t
 import { CONNECTION_TRIES, ClockFrame, DB_NOW, LEASE_UPSERT, asBuffer, guard, isConnectionLoss, loadPg, quoteLiteral, redact, toLease, toSummary, unavailable, type LeaseRow, type SummaryRow } from './postgres-rows.js';
 
 export { isConnectionLoss, quoteLiteral } from './postgres-rows.js';
-import { appliedVersions, migrate, migrationGap, quoteSchema, unknownMigrationsError, type SqlClient } from './postgres-migrations.js';
-import { applyAppend, applyClaim, applyRelease, applyRenew, withMark, type TaskHead } from './task-head.js';
+import { appliedVersions, migrate, migrationGap, unknownMigrationsError, type SqlClient } from './postgres-migrations.js';
+import { applyAppend, applyClaim, applyRelease, applyRenew, type TaskHead } from './task-head.js';
+import { CONTENTION, PgStoreContext } from './postgres-context.js';
+import { corruptMarks, databaseNow, getLease, getSnapshot, getSummary, listTasks, readEvents, sizeBytes } from './postgres-reads.js';
+import type { PgPoolLike, PostgresStoreOptions, StoreLogger } from './postgres-options.js';
+
+export type { PgClientLike, PgPoolLike, PostgresStoreOptions, StoreLogger } from './postgres-options.js';
 
 /** A `pg` client's prepared-statement form of query (a `name` is parsed once per connection). */
 interface PreparingClient {
   query(config: { name?: string | undefined; text: string; values: unknown[] }): Promise<{ rows: any[] }>;
-}
-
-/** The `pg` PoolClient surface this store uses. */
-export interface PgClientLike extends SqlClient {
-  release(err?: Error | boolean): void;
-}
-
-/** The `pg` Pool surface this store uses; pass your own `pg.Pool` as `pool`. */
-export interface PgPoolLike {
-  connect(): Promise<PgClientLike>;
-  query(text: string, values?: unknown[]): Promise<{ rows: any[]; rowCount: number | null }>;
-  end(): Promise<void>;
-}
-
-/** Options of {@link createPostgresStore}. Give `connectionString` or `pool`. */
-export interface PostgresStoreOptions {
-  /** `postgres://user@host:5432/db`; the store creates (and ends) its own pool. */
-  connectionString?: string;
-  /** A `pg.Pool` you own; the store never ends it. */
-  pool?: PgPoolLike;
-  /** PostgreSQL schema holding the tables (default `turnlog`). */
-  schema?: string;
-  /** Pool size when the store creates the pool (default 10); ignored with `pool`. */
-  max?: number;
-  /** Run pending migrations on open (default true). False: fail unless the schema is current. */
-  migrate?: boolean;
-  /**
-   * Every connection read-only (`default_transaction_read_only`), for inspection (default false).
-   * Only when the store creates the pool; configure your own `pool` yourself.
-   */
-  readOnly?: boolean;
-  /** Durable commit before an append resolves (default true); false is `synchronous_commit = off`. */
-  sync?: boolean;
-  /** Payloads above this many bytes are stored once per task by hash (table `payloads`); default off. */
-  payloadRefBytes?: number;
-  /**
-   * Group commit across tasks (default true): appends to different tasks that arrive while
-   * earlier ones are being written share one transaction and one commit (docs/scale-out.md#group-commit).
-   */
-  groupCommit?: boolean;
-  /**
-   * Appends as named prepared statements, parsed and planned once per connection (default true;
-   * about half the server CPU of an append). False behind a pooler that cannot carry them
-   * (PgBouncer before 1.21 in transaction mode; docs/scale-out.md#connections).
-   */
-  preparedStatements?: boolean;
-  /**
-   * At most one notifying transaction per this many ms per store (default 10): the notices of
-   * appends committed meanwhile go together in the next one; the first after a quiet spell goes
-   * at once. Other engines hear of an append up to this much later, and of one that holds only
-   * recorded steps and checkpoints up to ten times this (unless another notice goes sooner), so a
-   * turn's steps cost one notifying transaction per 100 ms, not one per step. 0: each goes as
-   * soon as the one before it is out (docs/scale-out.md#notify).
-   */
-  noticeIntervalMs?: number;
-  /**
-   * Where the store's warnings go (default: stderr, as the engine's default logger). It warns
-   * once per cause when a group commit's batch statement fails other than by a lost connection
-   * or contention, and its appends fall back to the locked path (docs/scale-out.md#group-commit).
-   */
-  logger?: StoreLogger;
-}
-
-/** Where a store's warnings go; an engine's `Logger` fits. */
-export interface StoreLogger {
-  warn(message: string, fields?: Record<string, unknown>): void;
 }
 
 /** The default: stderr, one line, as the engine's default logger writes a warning. */
@@ -121,11 +60,6 @@ const stderrLogger: StoreLogger = {
     console.error(`[turnlog] warn ${message}${Object.entries(fields ?? {}).map(([k, v]) => ` ${k}=${v instanceof Error ? v.message : String(v)}`).join('')}`),
 };
 
-/**
- * Errors of the batch statement that are contention, not faults: a concurrent creator's row
- * (unique violation), a deadlock or serialization failure. Its appends take the locked path quietly.
- */
-const CONTENTION = new Set(['23505', '40P01', '40001']);
 /** Distinct causes of a batch fallback warned about, at most (then no more warnings). */
 const FALLBACK_CAUSES_KEPT = 100;
 
@@ -154,22 +88,10 @@ interface PendingAppend {
   reject(err: unknown): void;
 }
 
-
-/** Heads kept for the one-statement append (a few MB at most). */
-const HEADS_KEPT = 10_000;
-
 const SUMMARY_UPSERT = ` ON CONFLICT (task_id) DO UPDATE SET workflow = EXCLUDED.workflow, kind = EXCLUDED.kind,
   status = EXCLUDED.status, outcome = EXCLUDED.outcome, last_event_id = EXCLUDED.last_event_id,
   max_generation = EXCLUDED.max_generation, turn = EXCLUDED.turn, queued = EXCLUDED.queued,
   last_input_id = EXCLUDED.last_input_id, created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at`;
-/** A task's head read under row locks, with the database's clock at that moment. */
-interface LockedHead {
-  head: TaskHead;
-  /** The database clock, ms since the epoch. */
-  dbNow: number;
-  exists: boolean;
-  hasLease: boolean;
-}
 
 /**
  * Creates (does not open) a PostgreSQL history store. `pg` is loaded on `open()`.
@@ -217,30 +139,18 @@ export class PostgresHistoryStore implements HistoryStore {
   readonly supports: StoreSupports;
   /** The PostgreSQL schema holding the tables. */
   readonly schema: string;
+  /** The private state every part of the store shares (postgres-context.ts). */
+  readonly #ctx: PgStoreContext;
   readonly #s: string;
-  readonly #options: PostgresStoreOptions;
-  readonly #refBytes: number | undefined;
-  #pool: PgPoolLike | undefined;
   #ownsPool = false;
-  #state: 'new' | 'opening' | 'open' | 'closed' = 'new';
   #opening: Promise<void> | null = null;
   #appliedOnOpen: number[] = [];
-  /** Per task, the tail of this store's writes: one process's writes to a task run in call order. */
-  readonly #queues = new Map<string, Promise<unknown>>();
   /** Group commit across tasks (`groupCommit`, default on). */
   readonly #batcher: Batcher<PendingAppend> | undefined;
   /** The LISTEN connection, made on the first `watch()`. */
   #listener: PgListener | undefined;
   /** The NOTIFY channel of this schema (docs/scale-out.md#notify). */
   readonly channel: string;
-  /** Sends the notices of committed appends, many per transaction (postgres-notifier.ts). */
-  #notifier: Notifier | undefined;
-  /**
-   * The head this store last saw of each task it wrote (lease times on the database clock): the
-   * one-statement append expects it (postgres-append.ts). Only a hint: a stale head costs the
-   * locked path, never a wrong write. Least recently written first, at most HEADS_KEPT.
-   */
-  readonly #heads = new Map<string, TaskHead>();
   /** The one-statement append's text and prepared-statement name per shape key (postgres-append.ts). */
   readonly #casStatements = new Map<number, { name: string | undefined; text: string }>();
   /** Appends written by the one-statement path and by the locked path, for the benchmark and tests. */
@@ -254,8 +164,10 @@ export class PostgresHistoryStore implements HistoryStore {
     if (!options || (options.connectionString === undefined) === (options.pool === undefined)) {
       throw invalidArgument('createPostgresStore needs exactly one of connectionString or pool.');
     }
-    this.schema = options.schema ?? 'turnlog';
-    this.#s = quoteSchema(this.schema);
+    this.#ctx = new PgStoreContext(options);
+    this.schema = this.#ctx.schema;
+    this.#s = this.#ctx.s;
+    this.location = this.#ctx.location;
     this.channel = noticeChannel(this.schema);
     this.supports = { exclusive: false, watch: true, claim: true, groupCommit: options.groupCommit !== false, flowLimits: true };
     if (options.groupCommit !== false) {
@@ -264,19 +176,16 @@ export class PostgresHistoryStore implements HistoryStore {
       // (docs/decisions.md); two, so one batch waiting on a row lock does not stall every append.
       this.#batcher = new Batcher((entries) => this.#appendBatch(entries), Math.max(1, Math.min(2, Math.floor((options.max ?? 10) / 2))));
     }
-    this.#options = options;
-    this.#refBytes = checkRefBytes(options.payloadRefBytes);
     const ni = options.noticeIntervalMs;
     if (ni !== undefined && !(typeof ni === 'number' && ni >= 0 && ni <= 60_000)) {
       throw invalidArgument(`createPostgresStore noticeIntervalMs ${String(ni)} must be a number of ms from 0 to 60000 (default ${NOTICE_INTERVAL_MS}).`);
     }
-    this.location = `${options.connectionString ? redact(options.connectionString) : 'postgres (pool)'}#${this.schema}`;
   }
 
   open(): Promise<void> {
-    if (this.#state === 'open') return Promise.resolve();
+    if (this.#ctx.state === 'open') return Promise.resolve();
     if (this.#opening) return this.#opening;
-    this.#state = 'opening';
+    this.#ctx.state = 'opening';
     this.#opening = this.#doOpen().finally(() => {
       this.#opening = null;
     });
@@ -284,15 +193,15 @@ export class PostgresHistoryStore implements HistoryStore {
   }
 
   async #doOpen(): Promise<void> {
-    let pool = this.#options.pool;
+    let pool = this.#ctx.options.pool;
     if (!pool) {
       const pg = await loadPg();
       const config: Record<string, unknown> = {
-        connectionString: this.#options.connectionString,
-        max: this.#options.max ?? 10,
+        connectionString: this.#ctx.options.connectionString,
+        max: this.#ctx.options.max ?? 10,
         connectionTimeoutMillis: 10_000,
       };
-      if (this.#options.readOnly) config['options'] = '-c default_transaction_read_only=on';
+      if (this.#ctx.options.readOnly) config['options'] = '-c default_transaction_read_only=on';
       pool = new pg.Pool(config) as PgPoolLike;
       // An idle client's error (server restart) must not crash the process; the next query reports it.
       (pool as unknown as { on(e: string, f: () => void): void }).on('error', () => undefined);
@@ -303,15 +212,15 @@ export class PostgresHistoryStore implements HistoryStore {
     // makes pg emit 'error' on the client, which would otherwise be an uncaught exception that
     // kills the process. The failure still reaches the caller through the query that uses it.
     (pool as unknown as { on?(e: string, f: (c: object) => void): void }).on?.('connect', guard);
-    this.#pool = pool;
-    this.#notifier = new Notifier(() => pool.connect(), this.channel, this.#options.noticeIntervalMs ?? NOTICE_INTERVAL_MS);
+    this.#ctx.pool = pool;
+    this.#ctx.notifier = new Notifier(() => pool.connect(), this.channel, this.#ctx.options.noticeIntervalMs ?? NOTICE_INTERVAL_MS);
     try {
-      if (this.#options.migrate === false) await this.#checkSchema();
+      if (this.#ctx.options.migrate === false) await this.#checkSchema();
       else this.#appliedOnOpen = await this.migrate();
     } catch (err) {
-      this.#state = 'closed';
+      this.#ctx.state = 'closed';
       if (this.#ownsPool) await pool.end().catch(() => undefined);
-      this.#pool = undefined;
+      this.#ctx.pool = undefined;
       if (err instanceof TurnlogError) throw err;
       throw new TurnlogError(
         'TURNLOG_STORE_OPEN',
@@ -319,7 +228,7 @@ export class PostgresHistoryStore implements HistoryStore {
         { cause: err },
       );
     }
-    this.#state = 'open';
+    this.#ctx.state = 'open';
   }
 
   /**
@@ -327,8 +236,8 @@ export class PostgresHistoryStore implements HistoryStore {
    * Returns the versions applied now. `open()` calls it unless `migrate: false`.
    */
   async migrate(): Promise<number[]> {
-    const pool = this.#pool;
-    if (!pool) throw this.#closedError();
+    const pool = this.#ctx.pool;
+    if (!pool) throw this.#ctx.closedError();
     const client = await pool.connect();
     guard(client);
     try {
@@ -344,7 +253,7 @@ export class PostgresHistoryStore implements HistoryStore {
   }
 
   async #checkSchema(): Promise<void> {
-    const client = await this.#pool!.connect();
+    const client = await this.#ctx.pool!.connect();
     guard(client);
     try {
       const gap = migrationGap((await appliedVersions(client, this.schema)) ?? []);
@@ -362,152 +271,49 @@ export class PostgresHistoryStore implements HistoryStore {
 
   async close(): Promise<void> {
     if (this.#opening) await this.#opening.catch(() => undefined);
-    if (this.#state !== 'open') return;
+    if (this.#ctx.state !== 'open') return;
     // Writes already called finish first, as the Level store drains its group commit.
-    await Promise.all([...this.#queues.values()]);
-    await this.#notifier?.drain();
-    this.#state = 'closed';
-    this.#heads.clear();
+    await Promise.all([...this.#ctx.queues.values()]);
+    await this.#ctx.notifier?.drain();
+    this.#ctx.state = 'closed';
+    this.#ctx.heads.clear();
     await this.#listener?.stop();
     this.#listener = undefined;
-    const pool = this.#pool;
-    this.#pool = undefined;
+    const pool = this.#ctx.pool;
+    this.#ctx.pool = undefined;
     if (pool && this.#ownsPool) await pool.end();
-  }
-
-  #closedError(): TurnlogError {
-    return new TurnlogError('TURNLOG_STORE_CLOSED', `Store ${this.location} is not open. Call open() first, and do not use a store after close().`);
-  }
-
-  #checkedPool(): PgPoolLike {
-    if (this.#state !== 'open' || !this.#pool) throw this.#closedError();
-    return this.#pool;
-  }
-
-  /**
-   * Runs `fn` in one transaction. A unique violation means a concurrent creator won the
-   * insert race: retry, so the loser re-reads the head and fails with the contract's error.
-   */
-  async #tx<T>(fn: (c: PgClientLike) => Promise<T>, sync = true): Promise<T> {
-    const pool = this.#checkedPool();
-    for (let attempt = 1; ; attempt++) {
-      const client = await pool.connect().catch((err: unknown) => {
-        throw unavailable(err, this.location, 'a write');
-      });
-      guard(client);
-      let broken: Error | undefined;
-      // BEGIN rides with the transaction's first statement when that one has no parameters
-      // (#lockHead): a multi-statement simple query, one round trip fewer per write.
-      let begin: string | undefined = sync ? 'BEGIN;' : 'BEGIN; SET LOCAL synchronous_commit TO off;';
-      const tx: PgClientLike = {
-        query: async (text, values) => {
-          const first = begin;
-          begin = undefined;
-          if (first === undefined) return client.query(text, values);
-          if (values !== undefined && values.length > 0) {
-            await client.query(first);
-            return client.query(text, values);
-          }
-          const res = (await client.query(first + text)) as unknown;
-          return (Array.isArray(res) ? res[res.length - 1] : res) as Awaited<ReturnType<PgClientLike['query']>>;
-        },
-        release: () => undefined,
-      };
-      try {
-        const out = await fn(tx);
-        if (begin !== undefined) return out; // fn wrote nothing: no transaction was opened
-        await client.query('COMMIT');
-        return out;
-      } catch (err) {
-        await client.query('ROLLBACK').catch((e: Error) => {
-          broken = e;
-        });
-        const code = (err as { code?: unknown }).code;
-        if (attempt < 4 && CONTENTION.has(String(code))) continue;
-        throw unavailable(err, this.location, 'a write');
-      } finally {
-        client.release(broken);
-      }
-    }
-  }
-
-  /** Remembers `head` as the task's (lease times on the database clock), or forgets the task. */
-  #remember(taskId: string, head: TaskHead | undefined): void {
-    this.#heads.delete(taskId);
-    if (!head) return;
-    this.#heads.set(taskId, head);
-    if (this.#heads.size > HEADS_KEPT) this.#heads.delete(this.#heads.keys().next().value!);
-  }
-
-  /**
-   * Runs a write to `taskId` after this store's earlier writes to it, so pipelined appends
-   * (not awaited) land in call order as on the Level store; other tasks run in parallel.
-   */
-  #serial<T>(taskId: string, fn: () => Promise<T>): Promise<T> {
-    const prev = this.#queues.get(taskId);
-    const run = prev ? prev.then(fn, fn) : fn();
-    const tail = run.catch(() => undefined);
-    this.#queues.set(taskId, tail);
-    void tail.then(() => {
-      if (this.#queues.get(taskId) === tail) this.#queues.delete(taskId);
-    });
-    return run;
-  }
-
-  /** Locks the task's summary then lease row (always this order) and reads the database clock. */
-  async #lockHead(c: SqlClient, taskId: string): Promise<LockedHead> {
-    // The id as a literal (no parameters), so #tx can send BEGIN in the same round trip.
-    const id = quoteLiteral(taskId);
-    const res = await c.query(
-      `WITH s AS (SELECT * FROM ${this.#s}.summaries WHERE task_id = ${id} FOR UPDATE),
-            l AS (SELECT owner, instance, generation, expires_at FROM ${this.#s}.leases WHERE task_id = ${id} FOR UPDATE)
-       SELECT (SELECT row_to_json(s) FROM s) AS s, (SELECT row_to_json(l) FROM l) AS l, ${DB_NOW} AS now`,
-    );
-    const row = res.rows[0] as { s: SummaryRow | null; l: LeaseRow | null; now: number };
-    const summary = row.s ? toSummary(row.s) : undefined;
-    return {
-      dbNow: Number(row.now),
-      exists: row.s !== null,
-      hasLease: row.l !== null,
-      head: {
-        lastEventId: row.s ? Number(row.s.last_event_id) : 0,
-        maxGeneration: row.s ? Number(row.s.max_generation) : 0,
-        lease: row.l ? toLease(row.l) : undefined,
-        summary,
-      },
-    };
   }
 
   // ---------------------------------------------------------------------------------------------
   // Writes
 
   async append(taskId: string, events: readonly HistoryEvent[], options: AppendOptions): Promise<AppendResult> {
-    this.#checkedPool();
+    this.#ctx.checkedPool();
     checkTaskId(taskId);
     // Validate shape before taking a connection (applyAppend repeats it under the lock).
     if (!Array.isArray(events) || events.length === 0) throw invalidArgument(`Task ${taskId}: append needs at least one event.`);
     let callerNow = 0;
     for (const e of events) if (e.time > callerNow) callerNow = e.time;
     const batcher = this.#batcher;
-    if (!batcher) return this.#serial(taskId, () => this.#appendOne({ taskId, events, options, callerNow }));
-    return this.#serial(taskId, () => new Promise<AppendResult>((resolve, reject) => batcher.submit({ taskId, events, options, callerNow, resolve, reject })));
+    if (!batcher) return this.#ctx.serial(taskId, () => this.#appendOne({ taskId, events, options, callerNow }));
+    return this.#ctx.serial(taskId, () => new Promise<AppendResult>((resolve, reject) => batcher.submit({ taskId, events, options, callerNow, resolve, reject })));
   }
 
   /** Writes a batch of appends to distinct tasks (the per-task queue keeps one in flight per task). */
   async #appendBatch(entries: PendingAppend[]): Promise<void> {
-    const sync = entries.some((e) => e.options.sync ?? this.#options.sync ?? true);
+    const sync = entries.some((e) => e.options.sync ?? this.#ctx.options.sync ?? true);
     // Appends whose head this store knows go in one statement (postgres-append.ts); the others,
     // and those whose head moved, take the locked batch.
     const items: (CasItem & { entry: PendingAppend })[] = [];
     let rest: PendingAppend[] = [];
     for (const e of entries) {
-      const plan = entries.length > 1 ? planCas(e.taskId, this.#heads.get(e.taskId), e.events, e.options, e.callerNow) : undefined;
+      const plan = entries.length > 1 ? planCas(e.taskId, this.#ctx.heads.get(e.taskId), e.events, e.options, e.callerNow) : undefined;
       if (!plan) {
         rest.push(e);
         continue;
       }
       const blobs = new Map<string, Uint8Array>();
-      const bytes = e.events.map((x) => encodeEvent(externalize(x, this.#refBytes, blobs)));
+      const bytes = e.events.map((x) => encodeEvent(externalize(x, this.#ctx.refBytes, blobs)));
       items.push({ taskId: e.taskId, plan, events: e.events, bytes, blobs, entry: e });
     }
     if (items.length > 1) {
@@ -516,7 +322,7 @@ export class PostgresHistoryStore implements HistoryStore {
       try {
         [written, now] = await this.#casBatch(items, sync);
       } catch (err) {
-        for (const it of items) this.#remember(it.taskId, undefined);
+        for (const it of items) this.#ctx.remember(it.taskId, undefined);
         if (isConnectionLoss(err)) return this.#alone(items.map((it) => it.entry), true);
         // Contention (a concurrent creator's row, a deadlock): the locked batch decides. Anything
         // else is a fault (a server setting such as statement_timeout, a bug): the locked batch
@@ -526,14 +332,14 @@ export class PostgresHistoryStore implements HistoryStore {
       }
       for (const it of items) {
         if (!written.has(it.taskId)) {
-          this.#remember(it.taskId, undefined);
+          this.#ctx.remember(it.taskId, undefined);
           rest.push(it.entry);
           continue;
         }
         const { next, leaseMs } = it.plan;
-        this.#remember(it.taskId, { ...next, lease: leaseMs !== undefined ? { ...next.lease!, expiresAt: now + leaseMs } : next.lease });
+        this.#ctx.remember(it.taskId, { ...next, lease: leaseMs !== undefined ? { ...next.lease!, expiresAt: now + leaseMs } : next.lease });
         this.appendPaths.oneStatement++;
-        this.#notifier!.add(it.taskId, next.lastEventId, routine(it.events));
+        this.#ctx.notifier!.add(it.taskId, next.lastEventId, routine(it.events));
         it.entry.resolve({ lastEventId: next.lastEventId, summary: { ...next.summary! } });
       }
     } else {
@@ -546,10 +352,10 @@ export class PostgresHistoryStore implements HistoryStore {
     }
     let results: (AppendResult | Error)[];
     try {
-      results = await this.#tx((c) => this.#writeBatch(c, rest), sync);
+      results = await this.#ctx.tx((c) => this.#writeBatch(c, rest), sync);
       this.appendPaths.locked += rest.length;
     } catch (err) {
-      for (const e of rest) this.#remember(e.taskId, undefined);
+      for (const e of rest) this.#ctx.remember(e.taskId, undefined);
       // The batch failed as a whole (a lost connection, a deadlock that outlived the retries):
       // each append goes again alone, and reports its own outcome (after a lost COMMIT reply, landed).
       return this.#alone(rest, isConnectionLoss(err));
@@ -557,7 +363,7 @@ export class PostgresHistoryStore implements HistoryStore {
     results.forEach((r, i) => {
       const e = rest[i]!;
       if (r instanceof Error) return e.reject(r);
-      this.#notifier!.add(e.taskId, r.lastEventId, routine(e.events));
+      this.#ctx.notifier!.add(e.taskId, r.lastEventId, routine(e.events));
       e.resolve(r);
     });
   }
@@ -569,7 +375,7 @@ export class PostgresHistoryStore implements HistoryStore {
     const cause = `${sqlstate}: ${(err as Error)?.message ?? String(err)}`;
     if (this.#fallbackCauses.has(cause) || this.#fallbackCauses.size >= FALLBACK_CAUSES_KEPT) return;
     this.#fallbackCauses.add(cause);
-    (this.#options.logger ?? stderrLogger).warn('a group commit statement failed; its appends took the locked path (warned once per cause)', {
+    (this.#ctx.options.logger ?? stderrLogger).warn('a group commit statement failed; its appends took the locked path (warned once per cause)', {
       store: this.location,
       sqlstate,
       error: err,
@@ -581,7 +387,7 @@ export class PostgresHistoryStore implements HistoryStore {
     await Promise.all(
       entries.map(async (e) => {
         const landed = lost ? await this.#landed(e).catch(() => undefined) : undefined;
-        if (landed) this.#notifier!.add(e.taskId, landed.lastEventId, routine(e.events));
+        if (landed) this.#ctx.notifier!.add(e.taskId, landed.lastEventId, routine(e.events));
         return landed ?? this.#appendOne(e);
       }).map((p, i) => p.then(entries[i]!.resolve, entries[i]!.reject)),
     );
@@ -590,7 +396,7 @@ export class PostgresHistoryStore implements HistoryStore {
   /** The batch statement: the tasks it wrote (their heads held) and the database's now. */
   async #casBatch(items: CasItem[], sync: boolean): Promise<[Set<string>, number]> {
     const st = this.#casStatement(batchKey(!sync), () => casBatchSql(this.#s, !sync));
-    const client = await this.#checkedPool().connect().catch((err: unknown) => {
+    const client = await this.#ctx.checkedPool().connect().catch((err: unknown) => {
       throw unavailable(err, this.location, 'a write');
     });
     guard(client);
@@ -643,11 +449,11 @@ export class PostgresHistoryStore implements HistoryStore {
       try {
         next = applyAppend(e.taskId, clock.headToCaller(head), e.events, e.options, true);
       } catch (err) {
-        this.#remember(e.taskId, head);
+        this.#ctx.remember(e.taskId, head);
         out.push(err as Error);
         continue;
       }
-      this.#remember(e.taskId, { ...next, lease: e.options.lease ? clock.leaseToDb(next.lease!) : head.lease });
+      this.#ctx.remember(e.taskId, { ...next, lease: e.options.lease ? clock.leaseToDb(next.lease!) : head.lease });
       for (const x of e.events) {
         ev[0].push(e.taskId);
         ev[1].push(x.eventId);
@@ -701,7 +507,7 @@ export class PostgresHistoryStore implements HistoryStore {
   /** The result of `a` if its events are stored exactly (a commit whose reply was lost), else undefined. */
   async #landed(a: Omit<PendingAppend, 'resolve' | 'reject'>): Promise<AppendResult | undefined> {
     const from = a.options.expectedLastEventId + 1;
-    const rows = await this.#query(`SELECT data FROM ${this.#s}.events WHERE task_id = $1 AND event_id BETWEEN $2 AND $3 ORDER BY event_id`, [a.taskId, from, from + a.events.length - 1]);
+    const rows = await this.#ctx.query(`SELECT data FROM ${this.#s}.events WHERE task_id = $1 AND event_id BETWEEN $2 AND $3 ORDER BY event_id`, [a.taskId, from, from + a.events.length - 1]);
     if (rows.length !== a.events.length || !rows.every((r: { data: Buffer }, i) => asBuffer(encodeEvent(a.events[i]!)).equals(r.data))) return undefined;
     const summary = await this.getSummary(a.taskId);
     return summary ? { lastEventId: from + a.events.length - 1, summary } : undefined;
@@ -712,11 +518,11 @@ export class PostgresHistoryStore implements HistoryStore {
    * (postgres-append.ts), else the locked transaction, which decides on the head it reads.
    */
   async #appendOnce(a: Omit<PendingAppend, 'resolve' | 'reject'>): Promise<AppendResult> {
-    const sync = a.options.sync ?? this.#options.sync ?? true;
-    const plan = planCas(a.taskId, this.#heads.get(a.taskId), a.events, a.options, a.callerNow);
+    const sync = a.options.sync ?? this.#ctx.options.sync ?? true;
+    const plan = planCas(a.taskId, this.#ctx.heads.get(a.taskId), a.events, a.options, a.callerNow);
     const written = plan ? await this.#casAppend(a, plan, sync) : undefined;
     const out = written ?? (await this.#lockedAppend(a, sync));
-    this.#notifier!.add(a.taskId, out.lastEventId, routine(a.events));
+    this.#ctx.notifier!.add(a.taskId, out.lastEventId, routine(a.events));
     return out;
   }
 
@@ -724,10 +530,10 @@ export class PostgresHistoryStore implements HistoryStore {
   async #casAppend(a: Omit<PendingAppend, 'resolve' | 'reject'>, plan: CasPlan, sync: boolean): Promise<AppendResult | undefined> {
     const { taskId, events } = a;
     const blobs = new Map<string, Uint8Array>();
-    const bytes = events.map((e) => encodeEvent(externalize(e, this.#refBytes, blobs)));
+    const bytes = events.map((e) => encodeEvent(externalize(e, this.#ctx.refBytes, blobs)));
     const { shape, key, values } = casStatement(taskId, plan, events, bytes, blobs, !sync);
     const st = this.#casStatement(key, () => casSql(this.#s, shape));
-    const client = await this.#checkedPool().connect().catch((err: unknown) => {
+    const client = await this.#ctx.checkedPool().connect().catch((err: unknown) => {
       throw unavailable(err, this.location, 'a write');
     });
     guard(client);
@@ -736,15 +542,15 @@ export class PostgresHistoryStore implements HistoryStore {
       const res = await (client as unknown as PreparingClient).query({ name: st.name, text: st.text, values });
       const row = res.rows[0] as { ok: boolean; now: string | number };
       if (!row.ok) {
-        this.#remember(taskId, undefined);
+        this.#ctx.remember(taskId, undefined);
         return undefined;
       }
       const { next, leaseMs } = plan;
-      this.#remember(taskId, { ...next, lease: leaseMs !== undefined ? { ...next.lease!, expiresAt: Number(row.now) + leaseMs } : next.lease });
+      this.#ctx.remember(taskId, { ...next, lease: leaseMs !== undefined ? { ...next.lease!, expiresAt: Number(row.now) + leaseMs } : next.lease });
       this.appendPaths.oneStatement++;
       return { lastEventId: next.lastEventId, summary: { ...next.summary! } };
     } catch (err) {
-      this.#remember(taskId, undefined);
+      this.#ctx.remember(taskId, undefined);
       // A concurrent creator's row or events: the locked path decides against them.
       if ((err as { code?: unknown }).code === '23505') return undefined;
       if (isConnectionLoss(err)) broken = err as Error;
@@ -762,7 +568,7 @@ export class PostgresHistoryStore implements HistoryStore {
     let st = this.#casStatements.get(key);
     if (st === undefined) {
       const t = text();
-      st = { name: this.#options.preparedStatements === false ? undefined : `turnlog_append_${createHash('sha256').update(t).digest('hex').slice(0, 24)}`, text: t };
+      st = { name: this.#ctx.options.preparedStatements === false ? undefined : `turnlog_append_${createHash('sha256').update(t).digest('hex').slice(0, 24)}`, text: t };
       this.#casStatements.set(key, st);
     }
     return st;
@@ -773,21 +579,21 @@ export class PostgresHistoryStore implements HistoryStore {
     const { taskId, events, options, callerNow } = a;
     this.appendPaths.locked++;
     let refused = false;
-    return this.#tx(async (c) => {
-      const locked = await this.#lockHead(c, taskId);
+    return this.#ctx.tx(async (c) => {
+      const locked = await this.#ctx.lockHead(c, taskId);
       const clock = new ClockFrame(locked.dbNow, callerNow);
       let next: TaskHead;
       try {
         next = applyAppend(taskId, clock.headToCaller(locked.head), events, options, true);
       } catch (err) {
         refused = true;
-        this.#remember(taskId, locked.head);
+        this.#ctx.remember(taskId, locked.head);
         throw err;
       }
-      this.#remember(taskId, { ...next, lease: options.lease ? clock.leaseToDb(next.lease!) : locked.head.lease });
+      this.#ctx.remember(taskId, { ...next, lease: options.lease ? clock.leaseToDb(next.lease!) : locked.head.lease });
       const ids = events.map((e) => e.eventId);
       const blobs = new Map<string, Uint8Array>();
-      const bytes = events.map((e) => asBuffer(encodeEvent(externalize(e, this.#refBytes, blobs))));
+      const bytes = events.map((e) => asBuffer(encodeEvent(externalize(e, this.#ctx.refBytes, blobs))));
       if (blobs.size > 0) {
         await c.query(
           `INSERT INTO ${this.#s}.payloads (task_id, hash, data) SELECT $1, * FROM unnest($2::text[], $3::bytea[]) ON CONFLICT DO NOTHING`,
@@ -814,7 +620,7 @@ export class PostgresHistoryStore implements HistoryStore {
       return { lastEventId: next.lastEventId, summary: { ...s } };
     }, sync).catch((err: unknown) => {
       // Refused by the rules: the head read stands. Anything else: the head is unknown.
-      if (!refused) this.#remember(taskId, undefined);
+      if (!refused) this.#ctx.remember(taskId, undefined);
       throw this.#raceError(err, taskId, options.expectedLastEventId);
     });
   }
@@ -835,18 +641,18 @@ export class PostgresHistoryStore implements HistoryStore {
 
   /** Runs a lease rule under the row locks with the caller's `now` rebased onto the database clock. */
   async #leaseOp(taskId: string, now: number, rule: (head: TaskHead) => Lease | undefined): Promise<Lease | undefined> {
-    this.#checkedPool();
+    this.#ctx.checkedPool();
     checkTaskId(taskId);
-    return this.#serial(taskId, () => this.#tx(async (c) => {
-      const locked = await this.#lockHead(c, taskId);
+    return this.#ctx.serial(taskId, () => this.#ctx.tx(async (c) => {
+      const locked = await this.#ctx.lockHead(c, taskId);
       const clock = new ClockFrame(locked.dbNow, now);
       // The head read stands (a stale one only costs an append the locked path).
-      this.#remember(taskId, locked.head);
+      this.#ctx.remember(taskId, locked.head);
       const next = rule(clock.headToCaller(locked.head));
       if (!next) return undefined;
       const stored = clock.leaseToDb(next);
       await this.#putLease(c, taskId, stored, locked.hasLease);
-      this.#remember(taskId, { ...locked.head, lease: stored });
+      this.#ctx.remember(taskId, { ...locked.head, lease: stored });
       return stored;
     }));
   }
@@ -864,9 +670,9 @@ export class PostgresHistoryStore implements HistoryStore {
   }
 
   async putSnapshot(taskId: string, snapshot: StoredSnapshot): Promise<void> {
-    this.#checkedPool();
+    this.#ctx.checkedPool();
     checkTaskId(taskId);
-    await this.#serial(taskId, () => this.#tx(async (c) => {
+    await this.#ctx.serial(taskId, () => this.#ctx.tx(async (c) => {
       const res = await c.query(`SELECT last_event_id FROM ${this.#s}.summaries WHERE task_id = $1 FOR SHARE`, [taskId]);
       const last = res.rows.length ? Number(res.rows[0].last_event_id) : 0;
       if (!Number.isInteger(snapshot.eventId) || snapshot.eventId < 1 || snapshot.eventId > last) {
@@ -883,26 +689,26 @@ export class PostgresHistoryStore implements HistoryStore {
   }
 
   async deleteTask(taskId: string): Promise<void> {
-    this.#checkedPool();
+    this.#ctx.checkedPool();
     checkTaskId(taskId);
-    this.#remember(taskId, undefined);
-    await this.#serial(taskId, () => this.#tx(async (c) => {
-      await this.#lockHead(c, taskId);
+    this.#ctx.remember(taskId, undefined);
+    await this.#ctx.serial(taskId, () => this.#ctx.tx(async (c) => {
+      await this.#ctx.lockHead(c, taskId);
       await this.#deleteIds(c, [taskId]);
     }));
   }
 
   async #deleteIds(c: SqlClient, ids: string[]): Promise<void> {
-    for (const id of ids) this.#remember(id, undefined);
+    for (const id of ids) this.#ctx.remember(id, undefined);
     for (const table of ['events', 'payloads', 'snapshots', 'leases', 'summaries', 'corrupt_marks', 'due_claims']) {
       await c.query(`DELETE FROM ${this.#s}.${table} WHERE task_id = ANY($1::text[])`, [ids]);
     }
   }
 
   async purgeCompleted(olderThanMs: number, now: number): Promise<string[]> {
-    this.#checkedPool();
+    this.#ctx.checkedPool();
     // updatedAt is the engine's event time, so retention compares it with the caller's clock.
-    return this.#tx(async (c) => {
+    return this.#ctx.tx(async (c) => {
       const res = await c.query(
         // A task the engine isolated as corrupt is kept for inspection, whatever its age.
         `SELECT task_id FROM ${this.#s}.summaries s WHERE status = 'completed' AND updated_at <= $1
@@ -917,59 +723,19 @@ export class PostgresHistoryStore implements HistoryStore {
   }
 
   // ---------------------------------------------------------------------------------------------
-  // Reads: single statements, so they never block writers and see committed data only.
+  // Reads (postgres-reads.ts): single statements, so they never block writers and see committed data only.
 
-  /**
-   * One statement on a guarded client (not `pool.query`, whose one-shot error listener leaves a
-   * second connection error of a terminated session unheard: an uncaught exception under
-   * `pg_terminate_backend`, test: runtime/postgres-failures).
-   */
-  async #query(text: string, values: unknown[], what = 'a read'): Promise<any[]> {
-    const pool = this.#checkedPool();
-    const client = await pool.connect().catch((err: unknown) => {
-      throw unavailable(err, this.location, what);
-    });
-    guard(client);
-    let broken: Error | undefined;
-    try {
-      return (await client.query(text, values)).rows;
-    } catch (err) {
-      if (isConnectionLoss(err)) broken = err as Error;
-      throw unavailable(err, this.location, what);
-    } finally {
-      client.release(broken);
-    }
-  }
-
-  async readEvents(taskId: string, options: ReadOptions = {}): Promise<HistoryEvent[]> {
-    this.#checkedPool();
-    checkTaskId(taskId);
-    const { from, to, limit } = readBounds(options);
-    if (limit === 0 || from > to) return [];
-    const rows = await this.#query(
-      `SELECT event_id, data FROM ${this.#s}.events WHERE task_id = $1 AND event_id BETWEEN $2 AND $3 ORDER BY event_id${Number.isFinite(limit) ? ' LIMIT $4' : ''}`,
-      Number.isFinite(limit) ? [taskId, from, to, limit] : [taskId, from, to],
-    );
-    const events = rows.map((r: { event_id: string; data: Buffer }) => {
-      const name = `${this.location} events(${JSON.stringify(taskId)}, ${r.event_id})`;
-      // A plain Uint8Array view makes protobufjs return Uint8Array bytes fields, as the types say.
-      const e = decodeEvent(new Uint8Array(r.data.buffer, r.data.byteOffset, r.data.byteLength), taskId, name);
-      if (e.eventId !== Number(r.event_id)) throw new HistoryCorruptError(name, `holds event ${e.eventId}`);
-      return e;
-    });
-    return resolveAll(taskId, events, async (hash) => {
-      const [row] = await this.#query(`SELECT data FROM ${this.#s}.payloads WHERE task_id = $1 AND hash = $2`, [taskId, hash]);
-      return row ? new Uint8Array((row.data as Buffer).buffer, (row.data as Buffer).byteOffset, (row.data as Buffer).byteLength) : undefined;
-    });
+  readEvents(taskId: string, options: ReadOptions = {}): Promise<HistoryEvent[]> {
+    return readEvents(this.#ctx, taskId, options);
   }
 
   /** Compaction: event 2 becomes `compacted`, events 3..throughEventId go, in one transaction. */
   async compactHistory(taskId: string, compacted: HistoryEvent): Promise<void> {
-    this.#checkedPool();
+    this.#ctx.checkedPool();
     checkTaskId(taskId);
     if (compacted.type !== 'HistoryCompacted' || compacted.eventId !== 2) throw invalidArgument(`Task ${taskId}: compactHistory takes a HistoryCompacted event 2.`);
-    await this.#serial(taskId, () => this.#tx(async (c) => {
-      await this.#lockHead(c, taskId);
+    await this.#ctx.serial(taskId, () => this.#ctx.tx(async (c) => {
+      await this.#ctx.lockHead(c, taskId);
       // A later cut already written (another engine's) stands (level-store.ts).
       const cur = await c.query(`SELECT data FROM ${this.#s}.events WHERE task_id = $1 AND event_id = 2`, [taskId]);
       const row = cur.rows[0] as { data: Buffer } | undefined;
@@ -983,82 +749,28 @@ export class PostgresHistoryStore implements HistoryStore {
     return iterateInPages((o) => this.readEvents(taskId, o), options);
   }
 
-  async getSummary(taskId: string): Promise<TaskSummary | undefined> {
-    this.#checkedPool();
-    checkTaskId(taskId);
-    const rows = await this.#query(`SELECT row_to_json(s) AS s FROM ${this.#s}.summaries s WHERE task_id = $1`, [taskId]);
-    return rows.length ? toSummary(rows[0].s as SummaryRow) : undefined;
+  getSummary(taskId: string): Promise<TaskSummary | undefined> {
+    return getSummary(this.#ctx, taskId);
   }
 
   /** The lease with `expiresAt` on the database clock (ms since the epoch). */
-  async getLease(taskId: string): Promise<Lease | undefined> {
-    this.#checkedPool();
-    checkTaskId(taskId);
-    const rows = await this.#query(`SELECT owner, instance, generation, expires_at FROM ${this.#s}.leases WHERE task_id = $1`, [taskId]);
-    return rows.length ? toLease(rows[0] as LeaseRow) : undefined;
+  getLease(taskId: string): Promise<Lease | undefined> {
+    return getLease(this.#ctx, taskId);
   }
 
-  async getSnapshot(taskId: string): Promise<StoredSnapshot | undefined> {
-    this.#checkedPool();
-    checkTaskId(taskId);
-    const rows = await this.#query(`SELECT event_id, data FROM ${this.#s}.snapshots WHERE task_id = $1`, [taskId]);
-    if (!rows.length) return undefined;
-    return { eventId: Number(rows[0].event_id), data: new Uint8Array(rows[0].data as Buffer) };
+  getSnapshot(taskId: string): Promise<StoredSnapshot | undefined> {
+    return getSnapshot(this.#ctx, taskId);
   }
 
-  async listTasks(options: ListOptions = {}): Promise<TaskPage> {
-    this.#checkedPool();
-    const limit = pageLimit(options.limit);
-    const { status, workflow } = options;
-    // Same orders as the Level store's indexes: status alone lists by workflow, then id.
-    const byWorkflow = status !== undefined && workflow === undefined;
-    const where: string[] = [];
-    const values: unknown[] = [];
-    if (status !== undefined) where.push(`status = $${values.push(status)}`);
-    if (workflow !== undefined) where.push(`workflow = $${values.push(workflow)}`);
-    if (options.cursor !== undefined) {
-      const key = this.#cursorKey(options.cursor, status, workflow);
-      if (byWorkflow) where.push(`(workflow, task_id) > ($${values.push(key[0])}, $${values.push(key[1])})`);
-      else where.push(`task_id > $${values.push(key[0])}`);
-    }
-    const rows = await this.#query(
-      `SELECT row_to_json(s) AS s FROM ${this.#s}.summaries s ${where.length ? 'WHERE ' + where.join(' AND ') : ''}
-       ORDER BY ${byWorkflow ? 'workflow, task_id' : 'task_id'} LIMIT $${values.push(limit + 1)}`,
-      values,
-    );
-    let tasks = rows.slice(0, limit).map((r: { s: SummaryRow }) => toSummary(r.s));
-    if (tasks.length) {
-      const marks = await this.#marks(tasks.map((t) => t.taskId));
-      if (marks.size) tasks = tasks.map((t) => withMark(t, marks.get(t.taskId)));
-    }
-    const page: TaskPage = { tasks };
-    if (rows.length > limit) {
-      const last = tasks[tasks.length - 1]!;
-      const key = byWorkflow ? [last.workflow, last.taskId] : [last.taskId];
-      page.next = encodeCursor(JSON.stringify([status ?? null, workflow ?? null, ...key]));
-    }
-    return page;
-  }
-
-  #cursorKey(cursor: string, status: string | undefined, workflow: string | undefined): string[] {
-    let parsed: unknown;
-    try {
-      parsed = JSON.parse(decodeCursor(cursor));
-    } catch {
-      parsed = undefined;
-    }
-    const a = parsed as unknown[];
-    if (!Array.isArray(a) || a[0] !== (status ?? null) || a[1] !== (workflow ?? null) || a.length < 3 || !a.slice(2).every((k) => typeof k === 'string')) {
-      throw invalidArgument(`List cursor ${cursor} belongs to another filter. Pass the same status and workflow as the page that returned it.`);
-    }
-    return a.slice(2) as string[];
+  listTasks(options: ListOptions = {}): Promise<TaskPage> {
+    return listTasks(this.#ctx, options);
   }
 
   async markCorrupt(mark: CorruptMark): Promise<void> {
-    this.#checkedPool();
+    this.#ctx.checkedPool();
     checkTaskId(mark.taskId);
     // Not through the task's rows: reading them may be what fails. Only this row is written.
-    await this.#query(
+    await this.#ctx.query(
       `INSERT INTO ${this.#s}.corrupt_marks (task_id, key, code, message, time) VALUES ($1, $2, $3, $4, $5)
        ON CONFLICT (task_id) DO UPDATE SET key = EXCLUDED.key, code = EXCLUDED.code, message = EXCLUDED.message, time = EXCLUDED.time`,
       [mark.taskId, mark.key, mark.code, mark.message, mark.time],
@@ -1067,17 +779,8 @@ export class PostgresHistoryStore implements HistoryStore {
   }
 
   async listCorrupt(): Promise<CorruptMark[]> {
-    this.#checkedPool();
-    return [...(await this.#marks()).values()];
-  }
-
-  /** Corrupt marks by task id (of `ids`, or all), in task-id byte order. */
-  async #marks(ids?: string[]): Promise<Map<string, CorruptMark>> {
-    const rows = await this.#query(
-      `SELECT task_id, key, code, message, time FROM ${this.#s}.corrupt_marks${ids ? ' WHERE task_id = ANY($1::text[])' : ''} ORDER BY task_id`,
-      ids ? [ids] : [],
-    );
-    return new Map(rows.map((r: { task_id: string; key: string; code: string; message: string; time: number }) => [r.task_id, { taskId: r.task_id, key: r.key, code: r.code, message: r.message, time: Number(r.time) }]));
+    this.#ctx.checkedPool();
+    return [...(await corruptMarks(this.#ctx)).values()];
   }
 
   /**
@@ -1087,29 +790,29 @@ export class PostgresHistoryStore implements HistoryStore {
    */
   async claimDueWork(request: ClaimRequest): Promise<DueBatch> {
     checkClaim(request);
-    return this.#tx((c) => claimDue(c, this.#s, request));
+    return this.#ctx.tx((c) => claimDue(c, this.#s, request));
   }
 
   acquireSlot(request: SlotRequest): Promise<SlotAnswer> {
-    return this.#tx((c) => acquireSlot(c, this.#s, request));
+    return this.#ctx.tx((c) => acquireSlot(c, this.#s, request));
   }
 
   async releaseSlot(limit: string, slotId: string): Promise<void> {
-    await this.#tx((c) => releaseSlot(c, this.#s, limit, slotId));
+    await this.#ctx.tx((c) => releaseSlot(c, this.#s, limit, slotId));
   }
 
   async renewSlots(instance: string, slotIds: readonly string[], leaseMs: number): Promise<void> {
-    if (slotIds.length > 0) await this.#tx((c) => renewSlots(c, this.#s, instance, slotIds, leaseMs));
+    if (slotIds.length > 0) await this.#ctx.tx((c) => renewSlots(c, this.#s, instance, slotIds, leaseMs));
   }
 
   async releaseDueWork(taskIds: readonly string[], instance: string): Promise<void> {
-    this.#checkedPool();
+    this.#ctx.checkedPool();
     for (const id of taskIds) checkTaskId(id);
-    await this.#tx((c) => releaseDue(c, this.#s, taskIds, instance));
+    await this.#ctx.tx((c) => releaseDue(c, this.#s, taskIds, instance));
   }
 
   async listRecoverable(_now: number, _instance: string): Promise<string[]> {
-    const rows = await this.#query(recoverableSql(this.#s), []);
+    const rows = await this.#ctx.query(recoverableSql(this.#s), []);
     return rows.map((r: { task_id: string }) => r.task_id);
   }
 
@@ -1118,7 +821,7 @@ export class PostgresHistoryStore implements HistoryStore {
    * one connection taken from the pool for good; it reconnects, then reports `resync`).
    */
   watch(listener: (notice: AppendNotice) => void): () => void {
-    const pool = this.#checkedPool();
+    const pool = this.#ctx.checkedPool();
     this.#listener ??= new PgListener(() => pool.connect(), this.channel);
     return this.#listener.subscribe(listener);
   }
@@ -1135,11 +838,11 @@ export class PostgresHistoryStore implements HistoryStore {
    * get disjoint tasks, each with this instance's lease (generation + 1) and the one it replaced.
    */
   async claimOrphans(request: OrphanClaim): Promise<ClaimedOrphan[]> {
-    this.#checkedPool();
+    this.#ctx.checkedPool();
     if (!Number.isInteger(request.limit) || request.limit < 1) {
       throw invalidArgument(`claimOrphans limit ${String(request.limit)} must be a positive integer.`);
     }
-    return this.#tx((c) => claimOrphans(c, this.#s, request));
+    return this.#ctx.tx((c) => claimOrphans(c, this.#s, request));
   }
 
   /** Group-commit counters: batches written and appends in them (0 and 0 with `groupCommit: false`). */
@@ -1154,7 +857,7 @@ export class PostgresHistoryStore implements HistoryStore {
 
   /** Notifying transactions sent (each carries the notices of every append committed before it). */
   notifyTransactions(): number {
-    return this.#notifier?.sent ?? 0;
+    return this.#ctx.notifier?.sent ?? 0;
   }
 
   /** How many times the LISTEN connection has connected (1, then one more per reconnect). */
@@ -1163,18 +866,12 @@ export class PostgresHistoryStore implements HistoryStore {
   }
 
   /** Bytes the store's tables use on the server, with indexes and TOAST (`turnlog stats`). */
-  async sizeBytes(): Promise<number> {
-    const rows = await this.#query(
-      `SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::float8 AS n FROM pg_class c
-       JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relkind = 'r'`,
-      [this.schema],
-    );
-    return Number(rows[0].n);
+  sizeBytes(): Promise<number> {
+    return sizeBytes(this.#ctx);
   }
 
   /** The database clock, ms since the epoch (what lease expiry is measured against). */
-  async databaseNow(): Promise<number> {
-    const rows = await this.#query(`SELECT ${DB_NOW} AS now`, []);
-    return Number(rows[0].now);
+  databaseNow(): Promise<number> {
+    return databaseNow(this.#ctx);
   }
 }
