@@ -8,8 +8,10 @@ import { dirname, join, resolve } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { invalidArgument } from '../errors.js';
 
-/** The worker runtime bundled into one file by `npm run build` (scripts/bundle-worker.mjs). */
-export const WORKER_RUNTIME = 'worker-runtime.js';
+/** The bundled worker runtime's entry (worker-runtime.cts): compiles the bundle with its code cache. */
+export const WORKER_RUNTIME = 'worker-runtime.cjs';
+/** The worker runtime bundled into one script by `npm run build` (scripts/bundle-worker.mjs). */
+export const WORKER_RUNTIME_BUNDLE = 'worker-runtime-bundle.cjs';
 /** The unbundled worker entry that tsc emits (the bundle's input). */
 export const WORKER_ENTRY = 'child-main.js';
 
@@ -18,17 +20,17 @@ export const WORKER_RUNTIME_INPUTS = 'worker-runtime.inputs.json';
 
 /**
  * @internal The worker entry in the first of `dirs` that has one: the bundled runtime (one file
- * to load instead of fourteen, ~20–50 ms less per cold worker), or child-main.js when the bundle
- * is missing or stale: its build stamp is missing, or a module it carries no longer has the bytes
+ * to load instead of fourteen, ~20–50 ms less per cold worker, compiled from a code cache), or
+ * child-main.js when the bundle is missing or stale: its build stamp is missing, or a module it carries no longer has the bytes
  * it was bundled from (tsc ran without the bundling step, or a module was patched after the
  * build). Content, not mtimes: a copied dist/ stays bundled, an edited one never runs old code.
  */
 export function pickChildEntry(dirs: readonly string[]): string | undefined {
   for (const dir of dirs) {
     const entry = join(dir, WORKER_ENTRY);
-    const bundle = join(dir, WORKER_RUNTIME);
+    const runtime = join(dir, WORKER_RUNTIME);
     const hasEntry = existsSync(entry);
-    if (existsSync(bundle) && (!hasEntry || bundleCurrent(dir))) return bundle;
+    if (existsSync(runtime) && existsSync(join(dir, WORKER_RUNTIME_BUNDLE)) && (!hasEntry || bundleCurrent(dir))) return runtime;
     if (hasEntry) return entry;
   }
   return undefined;

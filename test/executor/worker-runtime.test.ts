@@ -1,15 +1,16 @@
 // The bundled worker runtime (scripts/bundle-worker.mjs, run by `npm run build`): which entry a
-// process executor starts, the fallback to the unbundled child-main.js, and what crosses between
-// the bundle and the workflows module. Real workers on the compiled fixtures: build first.
+// process executor starts, the fallback to the unbundled child-main.js, its code cache, and what
+// crosses between the bundle and the workflows module. Real workers on the compiled fixtures: build first.
+import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
-import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
+import { copyFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Engine } from '../../src/runtime/engine.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
 import { ProcessExecutor } from '../../src/executor/process-executor.js';
-import { WORKER_ENTRY, WORKER_RUNTIME, WORKER_RUNTIME_INPUTS, pickChildEntry } from '../../src/executor/worker-entry.js';
+import { WORKER_ENTRY, WORKER_RUNTIME, WORKER_RUNTIME_BUNDLE, WORKER_RUNTIME_INPUTS, pickChildEntry } from '../../src/executor/worker-entry.js';
 import { silentLogger } from '../../src/logger.js';
 import { echo } from '../fixtures/workflows/echo.js';
 import { realms } from '../fixtures/workflows/realms.js';
@@ -46,19 +47,23 @@ describe('pickChildEntry', () => {
       return d;
     };
     const built = { [WORKER_ENTRY]: 'main v1', 'protocol.js': 'protocol v1' };
-    const both = dir('both', { ...built, [WORKER_RUNTIME]: 'bundle' }, built);
+    const bundled = { [WORKER_RUNTIME]: 'entry', [WORKER_RUNTIME_BUNDLE]: 'bundle' };
+    const both = dir('both', { ...built, ...bundled }, built);
     // tsc ran again without the bundling step: child-main.js changed.
-    const stale = dir('stale', { ...built, [WORKER_ENTRY]: 'main v2', [WORKER_RUNTIME]: 'bundle' }, built);
+    const stale = dir('stale', { ...built, [WORKER_ENTRY]: 'main v2', ...bundled }, built);
     // A module the bundle carries was patched after the build (patch-package, a hand edit).
-    const patched = dir('patched', { ...built, 'protocol.js': 'protocol v1, patched', [WORKER_RUNTIME]: 'bundle' }, built);
-    const unstamped = dir('unstamped', { ...built, [WORKER_RUNTIME]: 'bundle' });
+    const patched = dir('patched', { ...built, 'protocol.js': 'protocol v1, patched', ...bundled }, built);
+    const unstamped = dir('unstamped', { ...built, ...bundled });
+    // tsc emits the entry (worker-runtime.cts); the bundling step never ran.
+    const entryOnly = dir('entry-only', { ...built, [WORKER_RUNTIME]: 'entry' }, built);
     const plain = dir('plain', built);
-    const bundleOnly = dir('bundle-only', { [WORKER_RUNTIME]: 'bundle' });
+    const bundleOnly = dir('bundle-only', bundled);
     const empty = dir('empty', {});
     expect(pickChildEntry([both])).toBe(join(both, WORKER_RUNTIME));
     expect(pickChildEntry([stale])).toBe(join(stale, WORKER_ENTRY));
     expect(pickChildEntry([patched])).toBe(join(patched, WORKER_ENTRY));
     expect(pickChildEntry([unstamped])).toBe(join(unstamped, WORKER_ENTRY));
+    expect(pickChildEntry([entryOnly])).toBe(join(entryOnly, WORKER_ENTRY));
     expect(pickChildEntry([plain])).toBe(join(plain, WORKER_ENTRY));
     expect(pickChildEntry([bundleOnly])).toBe(join(bundleOnly, WORKER_RUNTIME));
     expect(pickChildEntry([empty, both])).toBe(join(both, WORKER_RUNTIME));
@@ -76,12 +81,48 @@ describe('pickChildEntry', () => {
 });
 
 describe('the built worker runtime', () => {
-  it('imports only node: built-ins and the modules it shares with workflows modules', () => {
-    const src = readFileSync(join(EXECUTOR_DIST, WORKER_RUNTIME), 'utf8');
-    const specs = [...src.matchAll(/^import\b[^;]*?from\s*"([^"]+)"/gm)].map((m) => m[1]!);
+  it('requires only node: built-ins and the modules it shares with workflows modules', () => {
+    const src = readFileSync(join(EXECUTOR_DIST, WORKER_RUNTIME_BUNDLE), 'utf8');
+    const specs = [...src.matchAll(/\brequire\("([^"]+)"\)/g)].map((m) => m[1]!);
     expect(specs.filter((s) => !s.startsWith('node:')).sort()).toEqual(['../errors.js', '../history/failure.js']);
     // node:crypto (nineteen internal modules) loads at the first ctx.idempotencyKey(), not at start.
     expect(specs).not.toContain('node:crypto');
+    // The bundle is a function body run by the entry: import() is the entry's, passed in.
+    expect(src).not.toMatch(/(?<![\w$])import\(/);
+  });
+
+  it('starts from the code cache the build made for this Node', () => {
+    // In a plain node (vitest's own flags could change V8's flag hash, which the cache checks).
+    const check = `const fs = require('node:fs'), vm = require('node:vm');
+      const cache = fs.readFileSync(process.argv[1]), n = cache.readUInt32LE(4);
+      const s = new vm.Script(cache.subarray(8, 8 + n).toString('utf8'), { cachedData: cache.subarray(8 + n) });
+      process.stdout.write(String(s.cachedDataRejected) + ' ' + (cache.toString('latin1', 8, 8 + n) === Buffer.concat([Buffer.from('(function (require, __import) {\\n'), fs.readFileSync(process.argv[2]), Buffer.from('\\n})')]).toString('latin1')));`;
+    const out = execFileSync(process.execPath, ['-e', check, join(EXECUTOR_DIST, 'worker-runtime-bundle.cache'), join(EXECUTOR_DIST, WORKER_RUNTIME_BUNDLE)], { encoding: 'utf8' });
+    expect(out).toBe('false true');
+  });
+
+  it('never runs a cache made from other bytes, even of the same length (V8 checks only the length)', async () => {
+    const tmp = await makeTmpDir('turnlog-cache-');
+    cleanups.push(() => tmp.remove());
+    // The built entry beside a bundle of our own; the shared modules are empty ES modules.
+    const dir = join(tmp.path, 'executor');
+    mkdirSync(dir);
+    mkdirSync(join(tmp.path, 'history'));
+    writeFileSync(join(tmp.path, 'package.json'), '{"type":"module"}');
+    writeFileSync(join(tmp.path, 'errors.js'), 'export {};');
+    writeFileSync(join(tmp.path, 'history/failure.js'), 'export {};');
+    copyFileSync(join(EXECUTOR_DIST, WORKER_RUNTIME), join(dir, WORKER_RUNTIME));
+    const cache = join(dir, 'worker-runtime-bundle.cache');
+    const run = (body: string, ...args: string[]) => {
+      writeFileSync(join(dir, WORKER_RUNTIME_BUNDLE), `require('node:fs').writeSync(1, '${body}');`);
+      return execFileSync(process.execPath, [join(dir, WORKER_RUNTIME), ...args], { encoding: 'utf8' });
+    };
+    expect(run('body A', `--code-cache-out=${cache}`)).toBe('body A');
+    expect(existsSync(cache)).toBe(true);
+    expect(run('body A')).toBe('body A');
+    expect(run('body B')).toBe('body B');
+    writeFileSync(cache, 'not a cache');
+    expect(run('corrupt cache')).toBe('corrupt cache');
   });
 
   // /proc/<pid>/cmdline names the entry a worker runs (Linux only).

@@ -62,7 +62,7 @@ describe('npm pack → npm install → import and run', () => {
   });
 
   it('ships the built entry points, LICENSE and the sources the source maps name', () => {
-    for (const f of ['LICENSE', 'dist/src/index.js', 'dist/src/index.d.ts', 'dist/src/workflow/index.js', 'dist/src/testing/index.js', 'dist/src/cli/main.js', 'dist/src/executor/worker-runtime.js', 'dist/src/executor/worker-runtime.inputs.json']) {
+    for (const f of ['LICENSE', 'dist/src/index.js', 'dist/src/index.d.ts', 'dist/src/workflow/index.js', 'dist/src/testing/index.js', 'dist/src/cli/main.js', 'dist/src/executor/worker-runtime.cjs', 'dist/src/executor/worker-runtime-bundle.cjs', 'dist/src/executor/worker-runtime-bundle.cache', 'dist/src/executor/worker-runtime.inputs.json']) {
       expect(existsSync(join(installed, f)), f).toBe(true);
     }
     const maps = walk(join(installed, 'dist')).filter((f) => f.endsWith('.map'));
