@@ -1,6 +1,7 @@
 /**
- * The stream hub: per task, a bounded ring of live items (chunks, steps starting, gaps) and the
- * recent events this engine appended; readers merge them with the history, in offset order.
+ * The stream hub: per task, a bounded ring of live items (chunks, steps starting, gaps) and,
+ * while a reader is attached, the recent events this engine appended; readers merge them with
+ * the history, in offset order.
  * Writers never wait: a full ring drops its oldest live item and a reader behind it gets a gap.
  * I/O only through its {@link StreamSource} (the engine's store and clock). docs/streaming.md.
  */
@@ -86,11 +87,15 @@ class TaskLog {
   /** The event the next live item follows, and how many live items followed it so far. */
   lastEvent = 0;
   n = 0;
-  /** Events this engine appended, contiguous, newest last (at most `cap`). */
+  /**
+   * Events this engine appended while a reader was attached, contiguous, newest last (at most
+   * 2 × `cap`). Only a cache: a reader's first read, and any read it does not cover, goes to the store.
+   */
   events: HistoryEvent[] = [];
   /** Bumped by every append and output: a reader that saw the same version has nothing new. */
   version = 0;
-  wake = new Set<() => void>();
+  /** Readers waiting for the next bump; made by the first wait (most tasks are never read). */
+  wake: Set<() => void> | undefined;
   readers = 0;
   constructor(cap: number) {
     this.live = new Ring(cap);
@@ -116,10 +121,19 @@ export class StreamHub {
   appended(taskId: string, events: readonly HistoryEvent[]): void {
     const log = this.#logs.get(taskId);
     if (!log || events.length === 0) return; // nobody streams this task: nothing to keep
+    // No reader: keep no events (a reader's first read goes to the store), so a task that only
+    // started steps holds its live items, not its history (profile: 100 new tasks in flight).
+    if (log.readers === 0) {
+      if (log.events.length) log.events = [];
+      log.version++;
+      return;
+    }
     const last = log.events[log.events.length - 1];
     if (last && last.eventId + 1 !== events[0]!.eventId) log.events = []; // a hole: the store has it
-    log.events.push(...events);
-    if (log.events.length > this.#cap) log.events.splice(0, log.events.length - this.#cap);
+    for (const e of events) log.events.push(e);
+    // Trimmed to `cap` once twice as long: O(1) an append, where a splice on every append of a
+    // full cache moved `cap` elements each time.
+    if (log.events.length > 2 * this.#cap) log.events = log.events.slice(-this.#cap);
     this.#bump(log);
   }
 
@@ -238,18 +252,19 @@ export class StreamHub {
 
   #bump(log: TaskLog): void {
     log.version++;
-    for (const w of [...log.wake]) w();
+    if (log.wake?.size) for (const w of [...log.wake]) w();
   }
 
   #wait(log: TaskLog, pollMs: number | undefined, signal: AbortSignal | undefined): Promise<void> {
     return new Promise<void>((resolve) => {
+      const wake = (log.wake ??= new Set());
       const done = (): void => {
-        log.wake.delete(done);
+        wake.delete(done);
         timer?.cancel();
         signal?.removeEventListener('abort', done);
         resolve();
       };
-      log.wake.add(done);
+      wake.add(done);
       const timer = pollMs === undefined ? undefined : this.#src.setTimer(done, pollMs);
       signal?.addEventListener('abort', done, { once: true });
     });

@@ -3,6 +3,7 @@
 import { describe, expect, it } from 'vitest';
 import { StreamHub, type StreamSource } from '../../src/stream/hub.js';
 import type { StreamItem } from '../../src/stream/items.js';
+import type { HistoryEvent } from '../../src/history/events.js';
 
 const source: StreamSource = {
   readEvents: async () => [],
@@ -71,5 +72,82 @@ describe('StreamHub', () => {
     const hub = new StreamHub(source, { bufferItems: 3 });
     for (let seq = 1; seq <= 7; seq++) stepStarted(hub, 't', seq);
     expect(await kept(hub, 't')).toEqual(['gap', 'step-started s5', 'step-started s6', 'step-started s7']);
+  });
+});
+
+describe('StreamHub appended events', () => {
+  /** A store of StepCompleted events that counts its reads. */
+  function storeSource(): { source: StreamSource; events: HistoryEvent[]; reads: number[] } {
+    const events: HistoryEvent[] = [];
+    const reads: number[] = [];
+    return {
+      events,
+      reads,
+      source: {
+        ...source,
+        readEvents: async (_taskId, from) => {
+          reads.push(from);
+          return events.filter((e) => e.eventId >= from);
+        },
+      },
+    };
+  }
+  const step = (eventId: number): HistoryEvent => ({ type: 'StepCompleted', eventId, generation: 1, time: eventId, turn: 1, seq: eventId, name: `s${eventId}` }) as HistoryEvent;
+
+  async function take(reader: AsyncGenerator<StreamItem>, n: number): Promise<string[]> {
+    const out: string[] = [];
+    while (out.length < n) out.push((await reader.next()).value!.offset);
+    return out;
+  }
+
+  it('keeps no events of a task nobody reads: a later reader reads them from the store, with the live items between', async () => {
+    const { source: src, events, reads } = storeSource();
+    const hub = new StreamHub(src);
+    hub.output('t', 0, 1, 1, { kind: 'step-started', seq: 1, name: 's1' }, 0); // the task has a log now
+    for (let id = 1; id <= 3; id++) {
+      events.push(step(id));
+      hub.appended('t', [step(id)]);
+    }
+    const stop = new AbortController();
+    const reader = hub.read('t', { signal: stop.signal });
+    expect(await take(reader, 4)).toEqual(['0.1', '1', '2', '3']);
+    expect(reads).toEqual([1]);
+    // With a reader attached, appends are kept: the next ones come without a store read.
+    const next = take(reader, 2);
+    for (let id = 4; id <= 5; id++) {
+      events.push(step(id));
+      hub.appended('t', [step(id)]);
+    }
+    expect(await next).toEqual(['4', '5']);
+    expect(reads).toEqual([1]);
+    stop.abort();
+    await reader.return(undefined);
+  });
+
+  it('a reader behind the trimmed cache of appended events reads the rest from the store, in order, once each', async () => {
+    const { source: src, events, reads } = storeSource();
+    const hub = new StreamHub(src, { bufferItems: 3 });
+    const stop = new AbortController();
+    const reader = hub.read('t', { signal: stop.signal });
+    const first = reader.next(); // attaches the reader; nothing stored yet
+    await new Promise((r) => setTimeout(r, 0));
+    events.push(step(1));
+    hub.appended('t', [step(1)]);
+    expect((await first).value!.offset).toBe('1');
+    // 20 appends while the reader waits: the cache (at most 2 × 3) no longer reaches back to 2.
+    for (let id = 2; id <= 21; id++) {
+      events.push(step(id));
+      hub.appended('t', [step(id)]);
+    }
+    expect(await take(reader, 20)).toEqual(Array.from({ length: 20 }, (_, i) => String(i + 2)));
+    expect(reads).toEqual([1, 2]);
+    // Caught up: kept appends serve it again.
+    const next = take(reader, 1);
+    events.push(step(22));
+    hub.appended('t', [step(22)]);
+    expect(await next).toEqual(['22']);
+    expect(reads).toEqual([1, 2]);
+    stop.abort();
+    await reader.return(undefined);
   });
 });
