@@ -39,24 +39,38 @@ export async function claimDue(c: SqlClient, s: string, request: ClaimRequest): 
   const [phase, after] = parseCursor(request.cursor);
   const want = (r: DueReason) => request.reasons === undefined || request.reasons.includes(r);
   const retention = request.retentionMs === undefined || !want('retention') ? null : request.now - request.retentionMs;
-  const rows = (
-    await c.query(
-      `SELECT s.task_id, ${PHASE} AS phase
-         FROM ${s}.summaries s
-         LEFT JOIN ${s}.leases l ON l.task_id = s.task_id
-         LEFT JOIN ${s}.due_claims c ON c.task_id = s.task_id
-        WHERE ((s.status = 'in_progress' AND $5::boolean AND (l.task_id IS NULL OR l.expires_at <= ${DB_NOW}))
-               OR (s.status = 'pending' AND $6::boolean)
-               OR (s.status = 'suspended' AND s.queued > 0 AND $7::boolean)
-               OR ($1::bigint IS NOT NULL AND s.status = 'completed' AND s.updated_at <= $1::bigint
-                   AND NOT EXISTS (SELECT 1 FROM ${s}.corrupt_marks m WHERE m.task_id = s.task_id)))
-          AND (c.task_id IS NULL OR c.expires_at <= ${DB_NOW} OR c.instance = $8)
-          AND (${PHASE}, s.task_id) > ($2::int, $3::text COLLATE "C")
-        ORDER BY 2, s.task_id LIMIT $4
+  const claimable = `(c.task_id IS NULL OR c.expires_at <= ${DB_NOW} OR c.instance = $2)`;
+  let rows: { task_id: string; phase: number }[] = [];
+  if (phase < 3) {
+    rows = (
+      await c.query(
+        `SELECT s.task_id, ${PHASE} AS phase
+           FROM ${s}.summaries s
+           LEFT JOIN ${s}.leases l ON l.task_id = s.task_id
+           LEFT JOIN ${s}.due_claims c ON c.task_id = s.task_id
+          WHERE ((s.status = 'in_progress' AND $5::boolean AND (l.task_id IS NULL OR l.expires_at <= ${DB_NOW}))
+                 OR (s.status = 'pending' AND $6::boolean)
+                 OR (s.status = 'suspended' AND s.queued > 0 AND $7::boolean))
+            AND ${claimable}
+            AND (${PHASE}, s.task_id) > ($1::int, $3::text COLLATE "C")
+          ORDER BY 2, s.task_id LIMIT $4
+          FOR UPDATE OF s SKIP LOCKED`,
+        [phase, request.instance, after, request.limit + 1, want('in-progress'), want('pending'), want('queued')],
+      )
+    ).rows;
+  }
+  // Retention (phase 3) reads completions (migration 6), not a summaries index on updated_at.
+  if (retention !== null && rows.length <= request.limit) {
+    const more = await c.query(
+      `${retainedSql(s)}
+          AND NOT EXISTS (SELECT 1 FROM ${s}.due_claims c WHERE c.task_id = s.task_id AND NOT ${claimable})
+          AND ($3::text IS NULL OR s.task_id > $3::text COLLATE "C")
+        ORDER BY s.task_id LIMIT $4
         FOR UPDATE OF s SKIP LOCKED`,
-      [retention, phase, after, request.limit + 1, want('in-progress'), want('pending'), want('queued'), request.instance],
-    )
-  ).rows as { task_id: string; phase: number }[];
+      [retention, request.instance, phase === 3 ? after : null, request.limit + 1 - rows.length],
+    );
+    for (const r of more.rows as { task_id: string }[]) rows.push({ task_id: r.task_id, phase: 3 });
+  }
   const page = rows.slice(0, request.limit);
   const batch: DueBatch = { tasks: [] };
   if (page.length > 0) {
@@ -131,6 +145,17 @@ export async function claimOrphans(c: SqlClient, s: string, request: OrphanClaim
     );
   }
   return out;
+}
+
+/**
+ * Completed tasks last updated at or before `$1` (engine time) and not marked corrupt: what
+ * retention deletes. Index-backed by completions (migration 6); the summary row is re-checked
+ * under the caller's `FOR UPDATE OF s`. Callers append their own conditions and order.
+ */
+export function retainedSql(s: string): string {
+  return `SELECT s.task_id FROM ${s}.completions d JOIN ${s}.summaries s ON s.task_id = d.task_id
+       WHERE d.updated_at <= $1::bigint AND s.status = 'completed' AND s.updated_at <= $1::bigint
+         AND NOT EXISTS (SELECT 1 FROM ${s}.corrupt_marks m WHERE m.task_id = s.task_id)`;
 }
 
 /**

@@ -116,6 +116,41 @@ export const MIGRATIONS: readonly Migration[] = [
       COMMENT ON COLUMN ${s}.due_claims.expires_at IS 'milliseconds since the epoch on the database clock';
     `,
   },
+  {
+    version: 6,
+    name: 'completions for retention; summaries updated in place (HOT)',
+    // Retention reads completions (written by triggers only when a row is or was completed), so
+    // updated_at leaves every summaries index and a step's update is HOT (docs/scale-out.md#schema).
+    // The triggers exist before the back-fill: writers wait for the lock, none slips between the two.
+    sql: (s) => `
+      CREATE TABLE ${s}.completions (
+        task_id text COLLATE "C" PRIMARY KEY,
+        updated_at bigint NOT NULL
+      );
+      COMMENT ON TABLE ${s}.completions IS 'task_id and updated_at of every summary whose status is completed, kept by triggers on summaries';
+      CREATE INDEX completions_updated ON ${s}.completions (updated_at);
+      CREATE FUNCTION ${s}.summaries_track_completion() RETURNS trigger LANGUAGE plpgsql AS $fn$
+      BEGIN
+        IF TG_OP <> 'INSERT' AND (TG_OP = 'DELETE' OR NEW.status <> 'completed') THEN
+          DELETE FROM ${s}.completions WHERE task_id = OLD.task_id;
+        END IF;
+        IF TG_OP <> 'DELETE' AND NEW.status = 'completed' THEN
+          INSERT INTO ${s}.completions (task_id, updated_at) VALUES (NEW.task_id, NEW.updated_at)
+            ON CONFLICT (task_id) DO UPDATE SET updated_at = EXCLUDED.updated_at;
+        END IF;
+        RETURN NULL;
+      END
+      $fn$;
+      CREATE TRIGGER summaries_completion_insert AFTER INSERT ON ${s}.summaries
+        FOR EACH ROW WHEN (NEW.status = 'completed') EXECUTE FUNCTION ${s}.summaries_track_completion();
+      CREATE TRIGGER summaries_completion_update AFTER UPDATE ON ${s}.summaries
+        FOR EACH ROW WHEN (NEW.status = 'completed' OR OLD.status = 'completed') EXECUTE FUNCTION ${s}.summaries_track_completion();
+      CREATE TRIGGER summaries_completion_delete AFTER DELETE ON ${s}.summaries
+        FOR EACH ROW WHEN (OLD.status = 'completed') EXECUTE FUNCTION ${s}.summaries_track_completion();
+      INSERT INTO ${s}.completions (task_id, updated_at) SELECT task_id, updated_at FROM ${s}.summaries WHERE status = 'completed';
+      DROP INDEX ${s}.summaries_status_updated;
+    `,
+  },
 ];
 
 /** The schema version this build writes and reads: its highest migration (all of MIGRATIONS must be applied). */

@@ -29,7 +29,7 @@ import type {
 } from './history-store.js';
 import { checkTaskId } from './keys.js';
 import { checkClaim } from './due-work.js';
-import { claimDue, claimOrphans, recoverableSql, releaseDue, type ClaimedOrphan, type OrphanClaim } from './postgres-claims.js';
+import { claimDue, claimOrphans, recoverableSql, releaseDue, retainedSql, type ClaimedOrphan, type OrphanClaim } from './postgres-claims.js';
 import { acquireSlot, releaseSlot, renewSlots } from './postgres-limits.js';
 
 export { recoverableSql, type ClaimedOrphan, type OrphanClaim } from './postgres-claims.js';
@@ -711,9 +711,7 @@ export class PostgresHistoryStore implements HistoryStore {
     return this.#ctx.tx(async (c) => {
       const res = await c.query(
         // A task the engine isolated as corrupt is kept for inspection, whatever its age.
-        `SELECT task_id FROM ${this.#s}.summaries s WHERE status = 'completed' AND updated_at <= $1
-           AND NOT EXISTS (SELECT 1 FROM ${this.#s}.corrupt_marks m WHERE m.task_id = s.task_id)
-         ORDER BY task_id FOR UPDATE SKIP LOCKED`,
+        `${retainedSql(this.#s)} ORDER BY s.task_id FOR UPDATE OF s SKIP LOCKED`,
         [now - olderThanMs],
       );
       const ids = res.rows.map((r: { task_id: string }) => r.task_id);

@@ -1,0 +1,138 @@
+/**
+ * Migration 6 (docs/scale-out.md#schema): retention reads `completions`, kept by triggers on
+ * summaries, so `updated_at` is in no summaries index and a step's summary update is HOT.
+ */
+import { afterEach, beforeEach, expect, it } from 'vitest';
+import { retainedSql } from '../../src/store/postgres-claims.js';
+import { MIGRATIONS, migrate } from '../../src/store/postgres-migrations.js';
+import { createPostgresStore, type PostgresHistoryStore } from '../../src/store/postgres-store.js';
+import { PG_URL, describePg, dropSchema, uniqueSchema, withClient } from '../helpers/postgres.js';
+import { created, queued, started, step, steps, taskCompleted, turnCompleted } from './events.js';
+
+describePg('PostgreSQL completions (migration 6)', () => {
+  let schema: string;
+  const stores: PostgresHistoryStore[] = [];
+  const open = async () => {
+    const s = createPostgresStore({ connectionString: PG_URL, schema, max: 4 });
+    stores.push(s);
+    await s.open();
+    return s;
+  };
+  beforeEach(() => {
+    schema = uniqueSchema('turnlog_done');
+  });
+  afterEach(async () => {
+    for (const s of stores.splice(0)) await s.close();
+    await dropSchema(schema);
+  });
+
+  const sql = <T = any>(text: string, values?: unknown[]): Promise<T[]> => withClient(async (c) => (await c.query(text, values)).rows as T[]);
+  const completions = () => sql<{ task_id: string; updated_at: string }>(`SELECT task_id, updated_at FROM "${schema}".completions ORDER BY task_id`);
+
+  /** A schema at version 5 holding raw summaries: two old completed tasks (one marked corrupt), a recent one, and unfinished ones. */
+  async function atVersion5(): Promise<void> {
+    await withClient((c) => migrate(c as never, schema, MIGRATIONS.filter((m) => m.version <= 5)));
+    const row = (id: string, status: string, updated: number) =>
+      `('${id}', 'wf', 'one-shot', '${status}', ${status === 'completed' ? `'succeeded'` : 'NULL'}, 5, 1, 1, 0, NULL, 1, ${updated})`;
+    await sql(`INSERT INTO "${schema}".summaries VALUES ${[
+      row('done-old', 'completed', 10_000),
+      row('done-corrupt', 'completed', 10_000),
+      row('done-new', 'completed', 90_000),
+      row('running', 'in_progress', 1_000),
+      row('waiting', 'pending', 1_000),
+    ].join(', ')}`);
+    await sql(`INSERT INTO "${schema}".corrupt_marks VALUES ('done-corrupt', 'events/done-corrupt/2', 'TURNLOG_HISTORY_CORRUPT', 'garbled', 5)`);
+    expect(await sql(`SELECT 1 FROM pg_indexes WHERE schemaname = $1 AND indexname = 'summaries_status_updated'`, [schema])).toHaveLength(1);
+  }
+
+  it('back-fills the completed tasks of a version-5 schema; retention then purges exactly the old uncorrupted one', async () => {
+    await atVersion5();
+    const store = await open();
+    expect(await completions()).toEqual([
+      { task_id: 'done-corrupt', updated_at: '10000' },
+      { task_id: 'done-new', updated_at: '90000' },
+      { task_id: 'done-old', updated_at: '10000' },
+    ]);
+    expect(await sql(`SELECT 1 FROM pg_indexes WHERE schemaname = $1 AND indexname = 'summaries_status_updated'`, [schema])).toEqual([]);
+    const claimed = await store.claimDueWork({ now: 100_000, instance: 'me', limit: 10, retentionMs: 50_000 });
+    expect(claimed.tasks).toEqual([
+      { taskId: 'running', reason: 'in-progress' },
+      { taskId: 'waiting', reason: 'pending' },
+      { taskId: 'done-old', reason: 'retention' },
+    ]);
+    // The retention phase pages on its own cursor too.
+    const first = await store.claimDueWork({ now: 100_000, instance: 'me', limit: 2, retentionMs: 1, reasons: ['retention'] });
+    expect(first.tasks.map((t) => t.taskId)).toEqual(['done-new', 'done-old']);
+    expect(first.next).toBeUndefined();
+    expect(await store.purgeCompleted(50_000, 100_000)).toEqual(['done-old']);
+    expect(await completions()).toEqual([
+      { task_id: 'done-corrupt', updated_at: '10000' },
+      { task_id: 'done-new', updated_at: '90000' },
+    ]);
+    expect((await store.listTasks()).tasks.map((t) => t.taskId)).toEqual(['done-corrupt', 'done-new', 'running', 'waiting']);
+  });
+
+  it('two engines opening a version-5 schema at once: both open, migration 6 applies once, the back-fill once', async () => {
+    await atVersion5();
+    await Promise.all([open(), open()]);
+    expect(await sql(`SELECT version FROM "${schema}".schema_migrations WHERE version = 6`)).toHaveLength(1);
+    expect((await completions()).map((r) => r.task_id)).toEqual(['done-corrupt', 'done-new', 'done-old']);
+  });
+
+  it('a task that completes gets its row; deleting or purging it leaves none behind; a later update keeps the time', async () => {
+    const store = await open();
+    const finish = async (id: string, time: number) => {
+      await store.append(id, [created(1), queued(2, 'in-1')], { expectedLastEventId: 0, generation: 1 });
+      await store.append(id, [started(3, 1), ...steps(4, 3)], { expectedLastEventId: 2, generation: 1 });
+      expect((await completions()).map((r) => r.task_id)).not.toContain(id);
+      await store.append(id, [turnCompleted(7, 1), taskCompleted(8, { time })], { expectedLastEventId: 6, generation: 1 });
+    };
+    await finish('a', 10_000);
+    await finish('b', 20_000);
+    await finish('c', 90_000);
+    expect(await completions()).toEqual([
+      { task_id: 'a', updated_at: '10000' },
+      { task_id: 'b', updated_at: '20000' },
+      { task_id: 'c', updated_at: '90000' },
+    ]);
+    await store.deleteTask('a');
+    expect(await store.purgeCompleted(50_000, 100_000)).toEqual(['b']);
+    expect(await completions()).toEqual([{ task_id: 'c', updated_at: '90000' }]);
+    // A row that leaves `completed` (only a raw write can) takes its completion with it.
+    await sql(`UPDATE "${schema}".summaries SET status = 'suspended' WHERE task_id = 'c'`);
+    expect(await completions()).toEqual([]);
+    await sql(`UPDATE "${schema}".summaries SET status = 'completed', updated_at = 95000 WHERE task_id = 'c'`);
+    expect(await completions()).toEqual([{ task_id: 'c', updated_at: '95000' }]);
+  });
+
+  it('retention is index-backed: a range of the completions index on updated_at, then the summaries key', async () => {
+    await open();
+    // 5,000 completed tasks (the triggers write their completions), 50 of them past retention.
+    await sql(`INSERT INTO "${schema}".summaries SELECT 't' || i, 'wf', 'one-shot', 'completed', 'succeeded', 5, 1, 1, 0, NULL, 1, i * 10 FROM generate_series(1, 5000) i`);
+    await sql(`ANALYZE "${schema}".summaries, "${schema}".completions`);
+    const text = `${retainedSql(`"${schema}"`)} ORDER BY s.task_id LIMIT 10 FOR UPDATE OF s SKIP LOCKED`.replaceAll('$1', '500');
+    // At this size a sequential scan of summaries is cheaper; told to avoid one, it takes the indexes.
+    const plan = await withClient(async (c) => {
+      await c.query('SET enable_seqscan = off');
+      return (await c.query(`EXPLAIN ${text}`)).rows.map((x: { 'QUERY PLAN': string }) => x['QUERY PLAN']).join('\n');
+    });
+    expect(plan).toContain('completions_updated');
+    expect(plan).toContain('summaries_pkey');
+    expect(plan).not.toContain('Seq Scan');
+  });
+
+  it('step appends of an in-progress task update its summary in place (HOT)', async () => {
+    const store = await open();
+    await store.append('t', [created(1), queued(2, 'in-1'), started(3, 1)], { expectedLastEventId: 0, generation: 1 });
+    const STEPS = 40;
+    for (let i = 0; i < STEPS; i++) await store.append('t', [step(4 + i, i + 1)], { expectedLastEventId: 3 + i, generation: 1 });
+    await store.close();
+    // A backend flushes its table statistics when it exits; the pool closed its connections.
+    const stat = async () =>
+      (await sql<{ upd: number; hot: number }>(`SELECT n_tup_upd::int AS upd, n_tup_hot_upd::int AS hot FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'summaries'`, [schema]))[0]!;
+    for (let tries = 0; (await stat()).upd < STEPS && tries < 150; tries++) await new Promise((r) => setTimeout(r, 100));
+    const { upd, hot } = await stat();
+    expect(upd).toBe(STEPS);
+    expect(hot).toBe(STEPS);
+  });
+});
