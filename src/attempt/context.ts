@@ -89,8 +89,12 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
   /** Patch ids answered in this attempt, and how (one answer per id). */
   #patches = new Map<string, Promise<boolean>>();
   // Records land in seq order even when steps run in parallel: each call reserves its slot
-  // when it is made, and its record waits for the slot before it (test: parallel steps).
-  #recordTail: Promise<void> = Promise.resolve();
+  // when it is made, and its record waits until every slot before it is released (test: parallel
+  // steps). Counters, not a promise chain: a sequential record issues its write at once.
+  #reserved = 0;
+  #released = 0;
+  /** Records waiting for their slot's turn, by slot number. */
+  #slotWaiters = new Map<number, () => void>();
 
   constructor(spec: TurnSpec, host: TurnHost, converter: PayloadConverter, initialState: (() => S) | undefined) {
     this.#spec = spec;
@@ -214,7 +218,9 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     let value: T;
     for (let attempt = 1; ; attempt++) {
       try {
-        value = await scope.run({ ctx: this, seq }, () => (timeoutMs === undefined ? fn(this.signal) : this.#withTimeout(name, fn, timeoutMs)));
+        const out = scope.run({ ctx: this, seq }, () => (timeoutMs === undefined ? fn(this.signal) : this.#withTimeout(name, fn, timeoutMs)));
+        // A fn that returned a plain value is not awaited: two promises less, each one running the scope's hooks.
+        value = isThenable(out) ? await out : out;
         break;
       } catch (err) {
         if (attempt >= policy.maxAttempts || !isRetryable(err, policy) || this.signal.aborted) return fail(err);
@@ -488,30 +494,55 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     return { [EXIT]: true, reason };
   }
 
-  /** Reserves the next record slot; its `record` must be called exactly once. */
+  /**
+   * Reserves the next record slot; its `record` must be called exactly once. With no earlier slot
+   * open the write starts synchronously: no promise per record beyond the write's own (each one
+   * runs the step scope's async hooks, docs/performance.md).
+   */
   #reserve(): { record<T>(write: () => Promise<T>): Promise<T> } {
-    const before = this.#recordTail;
-    let release!: () => void;
-    this.#recordTail = new Promise<void>((r) => (release = r));
+    const slot = this.#reserved++;
     return {
-      record: async <T>(write: () => Promise<T>): Promise<T> => {
-        try {
-          await before;
-          this.#checkFenced();
-          return await write();
-        } catch (err) {
-          // The store could not take the record: the handler must not go on past it, nor record
-          // on top of the gap. Later records fail, and the attempt exits for recovery (runHandler).
-          if ((err as { code?: unknown } | null)?.code === 'TURNLOG_STORE_UNAVAILABLE') {
-            this.#storeLost ??= (err as Error).message;
-            this.fence(`the store could not record a call (${this.#storeLost})`);
-          }
-          throw err;
-        } finally {
-          release();
-        }
+      record: <T>(write: () => Promise<T>): Promise<T> => {
+        if (slot === this.#released) return this.#write(write);
+        return new Promise<void>((r) => this.#slotWaiters.set(slot, r)).then(() => this.#write(write));
       },
     };
+  }
+
+  /** Runs a slot's write, then releases the slot (whatever the outcome) to the next one. */
+  #write<T>(write: () => Promise<T>): Promise<T> {
+    let pending: Promise<T>;
+    try {
+      this.#checkFenced();
+      pending = write();
+    } catch (err) {
+      pending = Promise.reject(err);
+    }
+    return pending.then(
+      (v) => {
+        this.#release();
+        return v;
+      },
+      (err: unknown) => {
+        // The store could not take the record: the handler must not go on past it, nor record
+        // on top of the gap. Later records fail, and the attempt exits for recovery (runHandler).
+        if ((err as { code?: unknown } | null)?.code === 'TURNLOG_STORE_UNAVAILABLE') {
+          this.#storeLost ??= (err as Error).message;
+          this.fence(`the store could not record a call (${this.#storeLost})`);
+        }
+        this.#release();
+        throw err;
+      },
+    );
+  }
+
+  #release(): void {
+    const next = ++this.#released;
+    const waiter = this.#slotWaiters.get(next);
+    if (waiter) {
+      this.#slotWaiters.delete(next);
+      waiter();
+    }
   }
 
   #checkFenced(): void {
@@ -583,6 +614,10 @@ function retryable(err: unknown, policy: RetryPolicy): boolean {
   if (e.code === 'TURNLOG_FENCED' || e.code === 'TURNLOG_NON_DETERMINISM') return false;
   const type = typeof e.type === 'string' ? e.type : typeof e.name === 'string' ? e.name : '';
   return !policy.nonRetryableTypes.includes(type);
+}
+
+function isThenable<T>(v: T | PromiseLike<T>): v is PromiseLike<T> {
+  return (typeof v === 'object' || typeof v === 'function') && v !== null && typeof (v as { then?: unknown }).then === 'function';
 }
 
 function isSuspension(v: unknown): v is Suspension {

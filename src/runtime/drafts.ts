@@ -196,11 +196,14 @@ export function crashMessage(outcome: Extract<AttemptOutcome, { kind: 'crashed' 
   return encodesFailureText ? `${outcome.message}; stderr not stored (payload codecs encode failure text), see the engine's log` : `${outcome.message}; last stderr:\n${tail}`;
 }
 
+/** Each field's limit, named once: a key built per call (`${field}Bytes`) is a fresh string to look up on every step. */
+const LIMIT_OF = { stepResult: 'stepResultBytes', checkpoint: 'checkpointBytes', state: 'stateBytes', output: 'outputBytes' } as const;
+
 /** The handler's payload over its limit, as the error to record; undefined when it fits. */
-export function oversized(limits: Readonly<PayloadLimits>, field: 'stepResult' | 'checkpoint' | 'state' | 'output', p: Payload | undefined, subject: string): PayloadTooLargeError | undefined {
+export function oversized(limits: Readonly<PayloadLimits>, field: keyof typeof LIMIT_OF, p: Payload | undefined, subject: string): PayloadTooLargeError | undefined {
   if (!p) return undefined;
   const size = payloadSize(p);
-  const limit = limits[`${field}Bytes`];
+  const limit = limits[LIMIT_OF[field]];
   return size > limit ? new PayloadTooLargeError(field, size, limit, subject) : undefined;
 }
 

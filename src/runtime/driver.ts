@@ -323,39 +323,49 @@ export class Driver {
     };
     // A record does not depend on what a same-generation writer appended (a send, a withdraw): when
     // the re-read history still has this attempt's turn open, it goes on top instead of failing.
-    const record = async (t: LockedTask, drafts: () => Draft[]): Promise<void> => {
-      for (let races = 0; ; races++) {
-        try {
-          return await this.#appender.append(t, drafts());
-        } catch (err) {
-          if (races >= MAX_RACES || t.active !== active || !stillOurs(t, active, err)) return fenced(err);
-        }
+    // Promise chains, not async functions, on this path: every promise runs the step scope's
+    // async hooks, and a durable step's CPU is mostly this path (docs/performance.md).
+    const record = (t: LockedTask, drafts: () => Draft[], races = 0): Promise<void> => {
+      let appended: Promise<void>;
+      try {
+        appended = this.#appender.append(t, drafts());
+      } catch (err) {
+        appended = Promise.reject(err);
       }
+      return appended.catch((err: unknown) => {
+        if (races >= MAX_RACES || t.active !== active || !stillOurs(t, active, err)) return fenced(err);
+        return record(t, drafts, races + 1);
+      });
     };
     const at = `Task ${t.id}, turn ${active.turn}`;
+    const locked = <C extends CallRecord>(call: C): Promise<CallReplies[C['kind']]> =>
+      this.#cache.withLock(t, (t) => {
+        check();
+        const env: RecordEnv = {
+          turn: active.turn,
+          attempt: active.attempt,
+          at,
+          oversized: (field, p, subject) => oversized(this.#rt.limits, field, p, subject),
+          queue: () => dueInputs(t, this.#rt.clock.now()),
+          decode: this.#rt.codec?.decode ?? ((p) => p),
+          empty: () => this.#rt.converter.toPayload(undefined),
+          now: () => this.#rt.clock.now(),
+        };
+        const rec = callSpec(call.kind).append(call as never, env) as Recording<CallReplies[C['kind']]>;
+        if (rec.refused) throw (active.refused = rec.refused);
+        return record(t, rec.events).then(() => rec.reply());
+      });
     return {
-      record: async <C extends CallRecord>(call0: C) => {
-        // The step's fn is done: its flow-limit slot is free for the next step.
-        if (call0.kind === 'step') releaseGrant(active, call0.seq);
+      record: <C extends CallRecord>(call: C) => {
+        try {
+          // The step's fn is done: its flow-limit slot is free for the next step.
+          if (call.kind === 'step') releaseGrant(active, call.seq);
+        } catch (err) {
+          return Promise.reject(err);
+        }
         // Outside the parent's lock: creating a child locks the child, and a wait can be long.
-        const call = call0.kind === 'child' ? ((await this.#prepareChild(t.id, active, call0 as CallRecords['child'], check)) as C) : call0;
-        return this.#cache.withLock(t, async (t) => {
-          check();
-          const env: RecordEnv = {
-            turn: active.turn,
-            attempt: active.attempt,
-            at,
-            oversized: (field, p, subject) => oversized(this.#rt.limits, field, p, subject),
-            queue: () => dueInputs(t, this.#rt.clock.now()),
-            decode: this.#rt.codec?.decode ?? ((p) => p),
-            empty: () => this.#rt.converter.toPayload(undefined),
-            now: () => this.#rt.clock.now(),
-          };
-          const rec = callSpec(call.kind).append(call as never, env) as Recording<CallReplies[C['kind']]>;
-          if (rec.refused) throw (active.refused = rec.refused);
-          await record(t, rec.events);
-          return rec.reply();
-        });
+        if (call.kind === 'child') return this.#prepareChild(t.id, active, call as CallRecords['child'], check).then((c) => locked(c as C));
+        return locked(call);
       },
       acquire: async (limit, seq, signal) => {
         // A shared slot that may have expired in the store (renewals failed for leaseMs) stops the

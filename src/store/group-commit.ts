@@ -14,9 +14,9 @@ interface Entry {
   sync: boolean;
   /** The task whose cached head this write advances. */
   taskId: string;
-  /** Runs synchronously once the batch is durable, before the promise settles. */
-  commit: () => void;
-  resolve: () => void;
+  /** Runs synchronously once the batch is durable; the write's promise resolves with its value. */
+  commit: () => unknown;
+  resolve: (value: unknown) => void;
   reject: (err: unknown) => void;
 }
 
@@ -42,9 +42,10 @@ export class GroupCommitter {
     this.#onFailure = onFailure;
   }
 
-  submit(taskId: string, ops: BatchOp[], sync: boolean, commit: () => void): Promise<void> {
-    return new Promise<void>((resolve, reject) => {
-      const entry: Entry = { ops, sync, taskId, commit, resolve, reject };
+  /** Queues one atomic write; resolves with `commit`'s value, which runs once the write is durable. */
+  submit<T>(taskId: string, ops: BatchOp[], sync: boolean, commit: () => T): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      const entry: Entry = { ops, sync, taskId, commit, resolve: resolve as (value: unknown) => void, reject };
       this.writes++;
       if (this.#writing) this.#queue.push(entry);
       else this.#run([entry]);
@@ -93,8 +94,9 @@ export class GroupCommitter {
 
   #settle(entries: Entry[], err: unknown): void {
     let failed: Entry[] = [];
+    const values: unknown[] = [];
     if (err === undefined) {
-      for (const e of entries) e.commit();
+      for (const e of entries) values.push(e.commit());
     } else {
       // Queued writes were validated against heads that assumed this batch lands: they fail too.
       const tasks = new Set(entries.map((e) => e.taskId));
@@ -102,9 +104,9 @@ export class GroupCommitter {
       this.#queue = this.#queue.filter((e) => !tasks.has(e.taskId));
       this.#onFailure(tasks);
     }
-    for (const e of entries) {
-      if (err === undefined) e.resolve();
-      else e.reject(err);
+    for (let i = 0; i < entries.length; i++) {
+      if (err === undefined) entries[i]!.resolve(values[i]);
+      else entries[i]!.reject(err);
     }
     for (const e of failed) e.reject(err);
     // Still "writing" until the next tick: the callers just resolved submit their next writes

@@ -326,6 +326,35 @@ describe('steps', () => {
       [2, 'fast'],
     ]);
   });
+
+  it('records parallel steps in call order when they finish in reverse, a failed one among them', async () => {
+    const wf = defineWorkflow({
+      name: 'par3',
+      turn: async (ctx) => {
+        const gate = (ms: number) => new Promise((r) => setTimeout(r, ms));
+        const first = ctx.step('first', async () => (await gate(30), 'a'));
+        const second = ctx.step(
+          'second',
+          async () => {
+            await gate(15);
+            throw new Error('no');
+          },
+          { retry: { maxAttempts: 1 } },
+        ).catch(() => 'x');
+        const third = ctx.step('third', () => 'c');
+        return (await first) + (await second) + (await third);
+      },
+    });
+    const engine = await open({ workflows: [wf] });
+    const h = await engine.start(wf, null);
+    expect(await h.result()).toBe('axc');
+    const steps = (await h.history()).filter((e) => e.type === 'StepCompleted');
+    expect(steps.map((e) => (e.type === 'StepCompleted' ? [e.seq, e.name, e.failure ? 'failed' : 'ok'] : []))).toEqual([
+      [1, 'first', 'ok'],
+      [2, 'second', 'failed'],
+      [3, 'third', 'ok'],
+    ]);
+  });
 });
 
 describe('timeouts (inline, injected clock)', () => {
