@@ -5,8 +5,6 @@
  * database's clock (docs/decisions.md, docs/scale-out.md).
  */
 import { TurnlogError, invalidArgument } from '../errors.js';
-import { decodeEvent, encodeEvent } from '../history/codec.js';
-import { isLaterCut } from './task-head.js';
 import type { HistoryEvent, Lease, TaskSummary } from '../history/events.js';
 import type { LeaseRequest } from '../history/lease.js';
 import type {
@@ -27,23 +25,22 @@ import type {
 } from './history-store.js';
 import { checkTaskId } from './keys.js';
 import { checkClaim } from './due-work.js';
-import { claimDue, claimOrphans, recoverableSql, releaseDue, retainedSql, type ClaimedOrphan, type OrphanClaim } from './postgres-claims.js';
-import { acquireSlot, releaseSlot, renewSlots } from './postgres-limits.js';
-
-export { recoverableSql, type ClaimedOrphan, type OrphanClaim } from './postgres-claims.js';
 import { iterateInPages } from './paging.js';
-import { PgListener, noticeChannel } from './postgres-listener.js';
-import { Notifier } from './postgres-notifier.js';
-import { ClockFrame, LEASE_UPSERT, asBuffer, guard, loadPg, redact } from './postgres-rows.js';
-
-export { isConnectionLoss, quoteLiteral } from './postgres-rows.js';
-import { appliedVersions, migrate, migrationGap, unknownMigrationsError, type SqlClient } from './postgres-migrations.js';
-import { applyClaim, applyRelease, applyRenew, type TaskHead } from './task-head.js';
 import { PgStoreContext } from './postgres-context.js';
 import { PgAppender } from './postgres-appender.js';
 import { corruptMarks, databaseNow, getLease, getSnapshot, getSummary, listTasks, readEvents, sizeBytes } from './postgres-reads.js';
+import { claimLease, releaseLease, renewLease } from './postgres-leases.js';
+import { compactHistory, deleteTask, markCorrupt, purgeCompleted, putSnapshot } from './postgres-retention.js';
+import { claimDue, claimOrphans, recoverableSql, releaseDue, type ClaimedOrphan, type OrphanClaim } from './postgres-claims.js';
+import { acquireSlot, releaseSlot, renewSlots } from './postgres-limits.js';
+import { PgListener, noticeChannel } from './postgres-listener.js';
+import { Notifier } from './postgres-notifier.js';
+import { guard, loadPg, redact } from './postgres-rows.js';
+import { appliedVersions, migrate, migrationGap, unknownMigrationsError } from './postgres-migrations.js';
 import type { PgPoolLike, PostgresStoreOptions } from './postgres-options.js';
 
+export { recoverableSql, type ClaimedOrphan, type OrphanClaim } from './postgres-claims.js';
+export { isConnectionLoss, quoteLiteral } from './postgres-rows.js';
 export type { PgClientLike, PgPoolLike, PostgresStoreOptions, StoreLogger } from './postgres-options.js';
 
 /** The default `noticeIntervalMs`. */
@@ -236,99 +233,45 @@ export class PostgresHistoryStore implements HistoryStore {
   }
 
   // ---------------------------------------------------------------------------------------------
-  // Writes: appends in postgres-appender.ts
+  // Writes: appends (postgres-appender.ts), leases (postgres-leases.ts), snapshots and retention
+  // (postgres-retention.ts); each write to a task runs after this store's earlier ones to it.
 
   append(taskId: string, events: readonly HistoryEvent[], options: AppendOptions): Promise<AppendResult> {
     return this.#appender.append(taskId, events, options);
   }
 
-  /** Writes the lease row; insert-only when the transaction saw none (see append). */
-  async #putLease(c: SqlClient, taskId: string, l: Lease, exists: boolean): Promise<void> {
-    await c.query(
-      `INSERT INTO ${this.#s}.leases (task_id, owner, instance, generation, expires_at) VALUES ($1, $2, $3, $4, $5)${exists ? LEASE_UPSERT : ''}`,
-      [taskId, l.owner, l.instance, l.generation, l.expiresAt],
-    );
+  claimLease(taskId: string, request: LeaseRequest): Promise<Lease> {
+    return claimLease(this.#ctx, taskId, request);
   }
 
-  /** Runs a lease rule under the row locks with the caller's `now` rebased onto the database clock. */
-  async #leaseOp(taskId: string, now: number, rule: (head: TaskHead) => Lease | undefined): Promise<Lease | undefined> {
-    this.#ctx.checkedPool();
-    checkTaskId(taskId);
-    return this.#ctx.serial(taskId, () => this.#ctx.tx(async (c) => {
-      const locked = await this.#ctx.lockHead(c, taskId);
-      const clock = new ClockFrame(locked.dbNow, now);
-      // The head read stands (a stale one only costs an append the locked path).
-      this.#ctx.remember(taskId, locked.head);
-      const next = rule(clock.headToCaller(locked.head));
-      if (!next) return undefined;
-      const stored = clock.leaseToDb(next);
-      await this.#putLease(c, taskId, stored, locked.hasLease);
-      this.#ctx.remember(taskId, { ...locked.head, lease: stored });
-      return stored;
-    }));
+  renewLease(taskId: string, lease: Lease, durationMs: number, now: number): Promise<Lease> {
+    return renewLease(this.#ctx, taskId, lease, durationMs, now);
   }
 
-  async claimLease(taskId: string, request: LeaseRequest): Promise<Lease> {
-    return (await this.#leaseOp(taskId, request.now, (h) => applyClaim(taskId, h, request, true)))!;
+  releaseLease(taskId: string, lease: Lease, now: number): Promise<void> {
+    return releaseLease(this.#ctx, taskId, lease, now);
   }
 
-  async renewLease(taskId: string, lease: Lease, durationMs: number, now: number): Promise<Lease> {
-    return (await this.#leaseOp(taskId, now, (h) => applyRenew(taskId, h, lease, durationMs, now)))!;
+  putSnapshot(taskId: string, snapshot: StoredSnapshot): Promise<void> {
+    return putSnapshot(this.#ctx, taskId, snapshot);
   }
 
-  async releaseLease(taskId: string, lease: Lease, now: number): Promise<void> {
-    await this.#leaseOp(taskId, now, (h) => applyRelease(taskId, h, lease, now));
+  deleteTask(taskId: string): Promise<void> {
+    return deleteTask(this.#ctx, taskId);
   }
 
-  async putSnapshot(taskId: string, snapshot: StoredSnapshot): Promise<void> {
-    this.#ctx.checkedPool();
-    checkTaskId(taskId);
-    await this.#ctx.serial(taskId, () => this.#ctx.tx(async (c) => {
-      const res = await c.query(`SELECT last_event_id FROM ${this.#s}.summaries WHERE task_id = $1 FOR SHARE`, [taskId]);
-      const last = res.rows.length ? Number(res.rows[0].last_event_id) : 0;
-      if (!Number.isInteger(snapshot.eventId) || snapshot.eventId < 1 || snapshot.eventId > last) {
-        throw invalidArgument(
-          `Task ${taskId}: snapshot at event ${snapshot.eventId} is beyond the history (last event ${last}). Snapshot only appended events.`,
-        );
-      }
-      await c.query(
-        `INSERT INTO ${this.#s}.snapshots (task_id, event_id, data) VALUES ($1, $2, $3)
-         ON CONFLICT (task_id) DO UPDATE SET event_id = EXCLUDED.event_id, data = EXCLUDED.data`,
-        [taskId, snapshot.eventId, Buffer.from(snapshot.data)],
-      );
-    }));
+  /** Compaction: event 2 becomes `compacted`, events 3..throughEventId go, in one transaction. */
+  compactHistory(taskId: string, compacted: HistoryEvent): Promise<void> {
+    return compactHistory(this.#ctx, taskId, compacted);
   }
 
-  async deleteTask(taskId: string): Promise<void> {
-    this.#ctx.checkedPool();
-    checkTaskId(taskId);
-    this.#ctx.remember(taskId, undefined);
-    await this.#ctx.serial(taskId, () => this.#ctx.tx(async (c) => {
-      await this.#ctx.lockHead(c, taskId);
-      await this.#deleteIds(c, [taskId]);
-    }));
+  markCorrupt(mark: CorruptMark): Promise<void> {
+    return markCorrupt(this.#ctx, mark);
   }
 
-  async #deleteIds(c: SqlClient, ids: string[]): Promise<void> {
-    for (const id of ids) this.#ctx.remember(id, undefined);
-    for (const table of ['events', 'payloads', 'snapshots', 'leases', 'summaries', 'corrupt_marks', 'due_claims']) {
-      await c.query(`DELETE FROM ${this.#s}.${table} WHERE task_id = ANY($1::text[])`, [ids]);
-    }
-  }
-
-  async purgeCompleted(olderThanMs: number, now: number): Promise<string[]> {
-    this.#ctx.checkedPool();
-    // updatedAt is the engine's event time, so retention compares it with the caller's clock.
-    return this.#ctx.tx(async (c) => {
-      const res = await c.query(
-        // A task the engine isolated as corrupt is kept for inspection, whatever its age.
-        `${retainedSql(this.#s)} ORDER BY s.task_id FOR UPDATE OF s SKIP LOCKED`,
-        [now - olderThanMs],
-      );
-      const ids = res.rows.map((r: { task_id: string }) => r.task_id);
-      if (ids.length) await this.#deleteIds(c, ids);
-      return ids;
-    });
+  /** Retention: completed tasks older than `olderThanMs` before `now` (the caller's clock), never a corrupt one. */
+  purgeCompleted(olderThanMs: number, now: number): Promise<string[]> {
+    return purgeCompleted(this.#ctx, olderThanMs, now);
   }
 
   // ---------------------------------------------------------------------------------------------
@@ -336,22 +279,6 @@ export class PostgresHistoryStore implements HistoryStore {
 
   readEvents(taskId: string, options: ReadOptions = {}): Promise<HistoryEvent[]> {
     return readEvents(this.#ctx, taskId, options);
-  }
-
-  /** Compaction: event 2 becomes `compacted`, events 3..throughEventId go, in one transaction. */
-  async compactHistory(taskId: string, compacted: HistoryEvent): Promise<void> {
-    this.#ctx.checkedPool();
-    checkTaskId(taskId);
-    if (compacted.type !== 'HistoryCompacted' || compacted.eventId !== 2) throw invalidArgument(`Task ${taskId}: compactHistory takes a HistoryCompacted event 2.`);
-    await this.#ctx.serial(taskId, () => this.#ctx.tx(async (c) => {
-      await this.#ctx.lockHead(c, taskId);
-      // A later cut already written (another engine's) stands (level-store.ts).
-      const cur = await c.query(`SELECT data FROM ${this.#s}.events WHERE task_id = $1 AND event_id = 2`, [taskId]);
-      const row = cur.rows[0] as { data: Buffer } | undefined;
-      if (row && isLaterCut(decodeEvent(new Uint8Array(row.data.buffer, row.data.byteOffset, row.data.byteLength), taskId, `${this.location} events(${JSON.stringify(taskId)}, 2)`), compacted.throughEventId)) return;
-      await c.query(`UPDATE ${this.#s}.events SET data = $2 WHERE task_id = $1 AND event_id = 2`, [taskId, asBuffer(encodeEvent(compacted))]);
-      await c.query(`DELETE FROM ${this.#s}.events WHERE task_id = $1 AND event_id BETWEEN 3 AND $2`, [taskId, compacted.throughEventId]);
-    }));
   }
 
   iterateEvents(taskId: string, options: ReadOptions = {}): AsyncIterable<HistoryEvent> {
@@ -375,22 +302,23 @@ export class PostgresHistoryStore implements HistoryStore {
     return listTasks(this.#ctx, options);
   }
 
-  async markCorrupt(mark: CorruptMark): Promise<void> {
-    this.#ctx.checkedPool();
-    checkTaskId(mark.taskId);
-    // Not through the task's rows: reading them may be what fails. Only this row is written.
-    await this.#ctx.query(
-      `INSERT INTO ${this.#s}.corrupt_marks (task_id, key, code, message, time) VALUES ($1, $2, $3, $4, $5)
-       ON CONFLICT (task_id) DO UPDATE SET key = EXCLUDED.key, code = EXCLUDED.code, message = EXCLUDED.message, time = EXCLUDED.time`,
-      [mark.taskId, mark.key, mark.code, mark.message, mark.time],
-      'a write',
-    );
-  }
-
   async listCorrupt(): Promise<CorruptMark[]> {
     this.#ctx.checkedPool();
     return [...(await corruptMarks(this.#ctx)).values()];
   }
+
+  /** Bytes the store's tables use on the server, with indexes and TOAST (`turnlog stats`). */
+  sizeBytes(): Promise<number> {
+    return sizeBytes(this.#ctx);
+  }
+
+  /** The database clock, ms since the epoch (what lease expiry is measured against). */
+  databaseNow(): Promise<number> {
+    return databaseNow(this.#ctx);
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Claims (postgres-claims.ts) and flow limits (postgres-limits.ts), each one transaction.
 
   /**
    * A real claim (postgres-claims.ts): due tasks locked `FOR UPDATE SKIP LOCKED`, each claimed
@@ -426,6 +354,22 @@ export class PostgresHistoryStore implements HistoryStore {
   }
 
   /**
+   * Claims up to `limit` orphaned tasks (in progress, lease missing or expired on the database
+   * clock) for `instance`, `FOR UPDATE SKIP LOCKED` (postgres-claims.ts): engines claiming at once
+   * get disjoint tasks, each with this instance's lease (generation + 1) and the one it replaced.
+   */
+  async claimOrphans(request: OrphanClaim): Promise<ClaimedOrphan[]> {
+    this.#ctx.checkedPool();
+    if (!Number.isInteger(request.limit) || request.limit < 1) {
+      throw invalidArgument(`claimOrphans limit ${String(request.limit)} must be a positive integer.`);
+    }
+    return this.#ctx.tx((c) => claimOrphans(c, this.#s, request));
+  }
+
+  // ---------------------------------------------------------------------------------------------
+  // Notices (postgres-listener.ts, postgres-notifier.ts) and counters
+
+  /**
    * Calls `listener` after every append committed to this schema, by any engine (LISTEN/NOTIFY on
    * one connection taken from the pool for good; it reconnects, then reports `resync`).
    */
@@ -439,19 +383,6 @@ export class PostgresHistoryStore implements HistoryStore {
   async listening(): Promise<boolean> {
     await this.#listener?.ready();
     return this.#listener?.listening ?? false;
-  }
-
-  /**
-   * Claims up to `limit` orphaned tasks (in progress, lease missing or expired on the database
-   * clock) for `instance`, `FOR UPDATE SKIP LOCKED` (postgres-claims.ts): engines claiming at once
-   * get disjoint tasks, each with this instance's lease (generation + 1) and the one it replaced.
-   */
-  async claimOrphans(request: OrphanClaim): Promise<ClaimedOrphan[]> {
-    this.#ctx.checkedPool();
-    if (!Number.isInteger(request.limit) || request.limit < 1) {
-      throw invalidArgument(`claimOrphans limit ${String(request.limit)} must be a positive integer.`);
-    }
-    return this.#ctx.tx((c) => claimOrphans(c, this.#s, request));
   }
 
   /** Group-commit counters: batches written and appends in them (0 and 0 with `groupCommit: false`). */
@@ -472,15 +403,5 @@ export class PostgresHistoryStore implements HistoryStore {
   /** How many times the LISTEN connection has connected (1, then one more per reconnect). */
   listenerConnects(): number {
     return this.#listener?.connects ?? 0;
-  }
-
-  /** Bytes the store's tables use on the server, with indexes and TOAST (`turnlog stats`). */
-  sizeBytes(): Promise<number> {
-    return sizeBytes(this.#ctx);
-  }
-
-  /** The database clock, ms since the epoch (what lease expiry is measured against). */
-  databaseNow(): Promise<number> {
-    return databaseNow(this.#ctx);
   }
 }
