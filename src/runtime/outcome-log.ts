@@ -12,6 +12,9 @@ export interface OutcomeLogLine {
   fields: { taskId: string; workflow: string | undefined; turn: number; attempt: number; code: string } & Record<string, unknown>;
 }
 
+/** The event types {@link outcomeLogLines} logs (the cases of its switch). */
+const LOGGED: ReadonlySet<HistoryEvent['type']> = new Set(['TurnFailed', 'TurnTimedOut', 'TurnCancelled', 'WorkerCrashed', 'TurnExitedForRecovery']);
+
 /**
  * Log lines for the outcomes in `events`, appended to a task whose state was `before`.
  * Failed turns (including `NonDeterminismError` and exhausted recoveries) are errors; timeouts
@@ -19,12 +22,15 @@ export interface OutcomeLogLine {
  */
 export function outcomeLogLines(taskId: string, before: TaskState | undefined, events: readonly HistoryEvent[]): OutcomeLogLine[] {
   const lines: OutcomeLogLine[] = [];
+  // Most batches (every start, step and success) have no outcome to log: nothing is built for them.
+  if (!events.some((e) => LOGGED.has(e.type))) return lines;
   const workflow = before?.workflow;
   const attempt = before?.openTurn?.attempt ?? 0;
   // A kill is logged with the terminal it leads to (same batch), not as a second line.
   const killed = events.find((e) => e.type === 'WorkerKilled');
   const kill = killed?.type === 'WorkerKilled' ? { pid: killed.pid, signal: killed.signal } : {};
   for (const e of events) {
+    if (!LOGGED.has(e.type)) continue;
     const base = { taskId, workflow, turn: 'turn' in e ? e.turn : 0, attempt };
     switch (e.type) {
       case 'TurnFailed':

@@ -288,8 +288,14 @@ export class TaskCache {
    */
   withLock<T>(t: TaskEntry, fn: (task: LockedTask) => Promise<T>): Promise<T> {
     t.busy++;
-    const run = t.chain.then(() => fn(t as LockedTask)).finally(() => t.busy--);
-    t.chain = run.catch(() => undefined);
+    const run = t.chain.then(() => fn(t as LockedTask));
+    // The next holder waits on the release, which never rejects; it is `run`'s first reaction, so
+    // the count drops before the caller resumes. Two promises a hold, where `.finally` and a
+    // `.catch` made five (every promise costs the async hooks the step scope turns on).
+    t.chain = run.then(
+      () => void t.busy--,
+      () => void t.busy--,
+    );
     return run;
   }
 
