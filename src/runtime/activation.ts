@@ -80,7 +80,7 @@ export class Activation {
     await phase('recovery');
     // Recovery runs in the background: open returns at once and serves new work meanwhile
     // (docs/recovery.md "What Engine.open waits for"); `recovered()` waits for this pass.
-    const pass = this.#p.scanner.recover();
+    const pass = this.#p.scanner.pass();
     pass.catch((err: unknown) => this.#o.log.error('recovery at open failed; the periodic scan retries', { error: err }));
     this.recovery = pass;
   }

@@ -361,7 +361,11 @@ export class Engine implements TaskClient {
     return this.#p.streams.read(taskId, options);
   }
 
-  /** Runs one recovery pass now (it also runs at open and every `scanIntervalMs`). */
+  /**
+   * Runs a recovery pass that starts no earlier than this call, and resolves when it ends (a pass
+   * also runs at open and every `scanIntervalMs`). With a pass already in flight, one more runs
+   * after it, so what was sent or left running before the call is seen.
+   */
   async recover(): Promise<void> {
     return this.#p.scanner.recover();
   }

@@ -25,6 +25,8 @@ export class Scanner {
   readonly #driver: Driver;
   #timer: Timer | undefined;
   #scanning: Promise<void> | undefined;
+  /** The pass that follows the one in flight, for `recover()` calls made during it. */
+  #again: Promise<void> | undefined;
   /** The watcher's polling fallback (other engines' appends to tasks held here). */
   readonly #poll: () => Promise<void>;
 
@@ -35,10 +37,30 @@ export class Scanner {
     this.#poll = poll;
   }
 
-  /** Runs one recovery pass now, or joins the one in flight (it also runs at open and every `scanIntervalMs`). */
+  /**
+   * A recovery pass that starts no earlier than this call: `engine.recover()` after a send must
+   * see that send. With a pass in flight (it may have read the store before the call), one more
+   * pass runs after it, shared by every caller meanwhile (test: engine-recovery-background,
+   * "recover() during the open's pass").
+   */
   async recover(): Promise<void> {
     if (!this.#rt.open) return;
-    if (this.#scanning) return this.#scanning;
+    if (!this.#scanning) return this.#pass();
+    return (this.#again ??= this.#scanning
+      .catch(() => undefined)
+      .then(() => {
+        this.#again = undefined;
+        return this.#scanning ?? this.#pass();
+      }));
+  }
+
+  /** Runs one recovery pass now, or joins the one in flight (at open and every `scanIntervalMs`). */
+  pass(): Promise<void> {
+    if (!this.#rt.open) return Promise.resolve();
+    return this.#scanning ?? this.#pass();
+  }
+
+  #pass(): Promise<void> {
     this.#scanning = this.#recoverPass().finally(() => (this.#scanning = undefined));
     return this.#scanning;
   }
@@ -206,7 +228,7 @@ export class Scanner {
   arm(): void {
     if (this.#rt.scanIntervalMs <= 0) return;
     this.#timer = this.#rt.clock.setTimer(() => {
-      void this.recover()
+      void this.pass()
         .catch((err) => this.#rt.log.error('recovery scan failed', { error: err }))
         .finally(() => {
           if (this.#rt.open) this.arm();

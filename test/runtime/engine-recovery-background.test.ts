@@ -87,6 +87,41 @@ describe('recovery runs after Engine.open returns', () => {
     expect((await inner.readEvents('old')).filter((e) => e.type === 'TurnStarted')).toHaveLength(2);
   });
 
+  it('recover() during the open\'s pass runs another pass after it, which sees a task left running since the first read', async () => {
+    const inner = await crashed(['old']);
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    // The open's pass reads the due tasks, then waits: it has provably read the store before 'late' existed.
+    let first = true;
+    const store = new Proxy(inner, {
+      get(target, prop, receiver) {
+        if (prop === 'claimDueWork') {
+          return async (request: ClaimRequest): Promise<DueBatch> => {
+            const batch = await target.claimDueWork(request);
+            if (first) {
+              first = false;
+              await gate;
+            }
+            return batch;
+          };
+        }
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+      },
+    }) as HistoryStore;
+    const engine = await Engine.open({ store, workflows: [echo], logger: silentLogger, scanIntervalMs: 0 });
+    engines.push(engine);
+    const late = historyBuilder('late', { start: Date.now() }).created({ workflow: 'echo', kind: 'one-shot' }).input('later').turnStarted().build();
+    await inner.append('late', late, { expectedLastEventId: 0, generation: late[0]!.generation });
+    const pass = engine.recover();
+    release();
+    await pass;
+    // Joining the open's pass would have returned with 'late' untouched (one attempt).
+    expect((await inner.readEvents('late')).filter((e) => e.type === 'TurnStarted')).toHaveLength(2);
+    expect(await engine.task('late').result()).toBe('echo later');
+    expect(await engine.task('old').result()).toBe('echo before');
+  });
+
   it('a failed pass: open still returned, recovered() rejects with the error, and it is logged', async () => {
     const inner = await crashed(['old']);
     const errors: string[] = [];
