@@ -355,6 +355,53 @@ describe('steps', () => {
       [3, 'third', 'ok'],
     ]);
   });
+
+  it('a step fn may return a plain value, a promise subclass or a foreign thenable, throw at once, or return a value that throws when read: each is recorded as an awaited one was', async () => {
+    class Later<T> extends Promise<T> {}
+    let touchy = 0;
+    const wf = defineWorkflow({
+      name: 'returns',
+      retry: { maxAttempts: 2, initialIntervalMs: 1 },
+      turn: async (ctx) => {
+        const obj = { n: 1, nested: { s: 'x' } };
+        const plain = await ctx.step('plain', () => obj);
+        const sub = await ctx.step('subclass', () => Later.resolve('sub'));
+        const thenable = await ctx.step('thenable', () => ({ then: (ok: (v: string) => void) => ok('foreign') }) as unknown as Promise<string>);
+        const syncThrow = await ctx.step('sync-throw', (): string => {
+          throw new Error('at once');
+        }).catch((e: Error) => `caught ${e.message}`);
+        // `then` throws when read: the try fails (and is retried), as `await` of it failed.
+        const proxy = await ctx.step('then-throws', () => {
+          if (++touchy > 1) return 'second try';
+          return new Proxy({}, { get: () => { throw new Error('no reading me'); } }) as unknown as string;
+        });
+        // A value whose getter throws while it is encoded: the step fails with that error.
+        const getter = await ctx.step('getter-throws', () => ({ get bad(): string { throw new Error('getter'); } })).catch((e: Error) => `caught ${e.message}`);
+        return { plainIsCopy: plain !== obj, plain, sub, thenable, syncThrow, proxy, getter };
+      },
+    });
+    const engine = await open({ workflows: [wf] });
+    const h = await engine.start(wf, null);
+    expect(await h.result()).toEqual({
+      plainIsCopy: true,
+      plain: { n: 1, nested: { s: 'x' } },
+      sub: 'sub',
+      thenable: 'foreign',
+      syncThrow: 'caught at once',
+      proxy: 'second try',
+      getter: expect.stringContaining('(getter)'),
+    });
+    expect(touchy).toBe(2);
+    const steps = (await h.history()).filter((e) => e.type === 'StepCompleted');
+    expect(steps.map((e) => (e.type === 'StepCompleted' ? [e.seq, e.name, e.failure ? e.failure.message : 'ok'] : []))).toEqual([
+      [1, 'plain', 'ok'],
+      [2, 'subclass', 'ok'],
+      [3, 'thenable', 'ok'],
+      [4, 'sync-throw', 'at once'],
+      [5, 'then-throws', 'ok'],
+      [6, 'getter-throws', expect.stringContaining('(getter)')],
+    ]);
+  });
 });
 
 describe('timeouts (inline, injected clock)', () => {

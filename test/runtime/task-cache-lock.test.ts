@@ -34,3 +34,30 @@ it('holders run one at a time in order, a failed hold does not block the next, b
   expect(t.busy).toBe(0);
   expect(order).toEqual(['a in', 'a out', 'b in', 'b out', 'c in', 'c out']);
 });
+
+it('a holder that throws synchronously, or returns a plain value, holds and releases the lock like any other; each caller resumes with the count already down', async () => {
+  const cache = new TaskCache({} as Runtime);
+  const t = new TaskEntry('t');
+  const seen: string[] = [];
+  const sync = cache.withLock(t, (() => {
+    seen.push(`sync in ${t.busy}`);
+    throw new Error('sync throw');
+  }) as never);
+  const plain = cache.withLock(t, (() => {
+    seen.push(`plain in ${t.busy}`);
+    return 'plain';
+  }) as never);
+  const after = cache.withLock(t, async () => {
+    seen.push(`after in ${t.busy}`);
+    return 'after';
+  });
+  // Reactions attached at once, as a caller's await is: each runs after its hold's release.
+  sync.catch(() => seen.push(`sync caller ${t.busy}`));
+  void plain.then(() => seen.push(`plain caller ${t.busy}`));
+  void after.then(() => seen.push(`after caller ${t.busy}`));
+  expect(t.busy).toBe(3);
+  await expect(sync).rejects.toThrow('sync throw');
+  expect(await plain).toBe('plain');
+  expect(await after).toBe('after');
+  expect(seen).toEqual(['sync in 3', 'sync caller 2', 'plain in 2', 'plain caller 1', 'after in 1', 'after caller 0']);
+});

@@ -150,4 +150,50 @@ describe('StreamHub appended events', () => {
     stop.abort();
     await reader.return(undefined);
   });
+
+  it('two readers at different places, one leaving and a new one coming, an append seen by the store before the hub: each event once, the end once', async () => {
+    const { source: src, events, reads } = storeSource();
+    const hub = new StreamHub(src, { bufferItems: 4 });
+    const push = (id: number) => {
+      events.push(step(id));
+      hub.appended('t', [step(id)]);
+    };
+    hub.output('t', 0, 1, 1, { kind: 'step-started', seq: 1, name: 's1' }, 0);
+    for (let id = 1; id <= 2; id++) push(id); // nobody reads: nothing kept
+    const a = hub.read('t');
+    expect(await take(a, 3)).toEqual(['0.1', '1', '2']);
+    const stopB = new AbortController();
+    const b = hub.read('t', { from: '1', signal: stopB.signal });
+    expect(await take(b, 1)).toEqual(['2']); // from the store: its first read
+    for (let id = 3; id <= 5; id++) push(id);
+    expect(await take(a, 3)).toEqual(['3', '4', '5']);
+    // b leaves behind; a stays, so appends are still kept.
+    stopB.abort();
+    await b.return(undefined);
+    push(6);
+    expect(await take(a, 1)).toEqual(['6']);
+    expect(reads).toEqual([1, 1]);
+    // An event the store has and the hub is not yet told of: a reader coming now reads it from the
+    // store, and the notification that follows gives it to nobody twice.
+    events.push(step(7));
+    const c = hub.read('t', { from: '5' });
+    expect(await take(c, 2)).toEqual(['6', '7']);
+    hub.appended('t', [step(7)]);
+    expect(await take(a, 1)).toEqual(['7']);
+    const completed = { type: 'TaskCompleted', eventId: 8, generation: 1, time: 8, outcome: 'succeeded' } as unknown as HistoryEvent;
+    events.push(completed);
+    hub.appended('t', [completed]);
+    for (const r of [a, c]) {
+      const last = await r.next();
+      expect(last.value).toMatchObject({ kind: 'task-completed', offset: '8' });
+      expect(await r.next()).toEqual({ done: true, value: undefined });
+    }
+    expect(reads).toEqual([1, 1, 5]);
+    // Every reader gone: the next append is not kept, and a later reader reads the store.
+    push(9);
+    const d = hub.read('t', { from: '7' });
+    expect((await d.next()).value).toMatchObject({ kind: 'task-completed', offset: '8' });
+    expect(await d.next()).toEqual({ done: true, value: undefined });
+    expect(reads).toEqual([1, 1, 5, 7]);
+  });
 });
