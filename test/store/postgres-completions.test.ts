@@ -105,6 +105,81 @@ describePg('PostgreSQL completions (migration 6)', () => {
     expect(await completions()).toEqual([{ task_id: 'c', updated_at: '95000' }]);
   });
 
+  it('retention picks exactly what the summaries query before migration 6 picked, through re-completions, deletes and other instances\' claims', async () => {
+    const store = await open();
+    const S = `"${schema}"`;
+    // 120 tasks: completed at various times, unfinished ones, some marked corrupt.
+    const statuses = ['completed', 'completed', 'in_progress', 'pending', 'suspended', 'completed'];
+    const rows = Array.from({ length: 120 }, (_, i) => {
+      const status = statuses[i % statuses.length]!;
+      return `('t${String(i).padStart(3, '0')}', 'wf', 'one-shot', '${status}', ${status === 'completed' ? `'succeeded'` : 'NULL'}, 5, 1, 1, 0, NULL, 1, ${(i * 7919) % 100_000})`;
+    });
+    await sql(`INSERT INTO ${S}.summaries VALUES ${rows.join(', ')}`);
+    for (const id of ['t000', 't013', 't055']) await sql(`INSERT INTO ${S}.corrupt_marks VALUES ($1, 'k', 'TURNLOG_HISTORY_CORRUPT', 'garbled', 5)`, [id]);
+    // A completed task gets a new turn (no longer completed) and completes again, later or earlier;
+    // completed tasks are deleted; an unfinished one completes; a completed one is updated in place.
+    await sql(`UPDATE ${S}.summaries SET status = 'in_progress', outcome = NULL, updated_at = 99000 WHERE task_id IN ('t001', 't006', 't007')`);
+    await sql(`UPDATE ${S}.summaries SET status = 'completed', outcome = 'failed', updated_at = 99500 WHERE task_id = 't001'`);
+    await sql(`UPDATE ${S}.summaries SET status = 'completed', outcome = 'failed', updated_at = 100 WHERE task_id = 't006'`);
+    await sql(`DELETE FROM ${S}.summaries WHERE task_id IN ('t012', 't025')`);
+    await sql(`UPDATE ${S}.summaries SET status = 'completed', outcome = 'succeeded', updated_at = 200 WHERE task_id = 't002'`);
+    await sql(`UPDATE ${S}.summaries SET updated_at = 98000 WHERE task_id = 't018'`);
+    // The query retention ran before migration 6, straight on summaries.
+    const before = async (cutoff: number) =>
+      (
+        await sql<{ task_id: string }>(
+          `SELECT task_id FROM ${S}.summaries s WHERE status = 'completed' AND updated_at <= $1
+             AND NOT EXISTS (SELECT 1 FROM ${S}.corrupt_marks m WHERE m.task_id = s.task_id) ORDER BY task_id`,
+          [cutoff],
+        )
+      ).map((r) => r.task_id);
+    // completions mirrors the completed summaries exactly.
+    expect(await completions()).toEqual(
+      await sql(`SELECT task_id, updated_at::text FROM ${S}.summaries WHERE status = 'completed' ORDER BY task_id`),
+    );
+    const now = 100_000;
+    for (const retentionMs of [99_999, 60_000, 1]) {
+      const want = await before(now - retentionMs);
+      // The claim's retention phase, paged 7 at a time (other reasons off).
+      const got: string[] = [];
+      let cursor: string | undefined;
+      do {
+        const batch = await store.claimDueWork({ now, instance: 'me', limit: 7, retentionMs, reasons: ['retention'], ...(cursor ? { cursor } : {}) });
+        got.push(...batch.tasks.map((t) => t.taskId));
+        cursor = batch.next;
+      } while (cursor);
+      expect(got).toEqual(want);
+      await store.releaseDueWork(got, 'me');
+    }
+    // Every reason at once, paged 5 at a time across the phases: in progress, pending, then retention.
+    const ids = async (status: string) => (await sql<{ task_id: string }>(`SELECT task_id FROM ${S}.summaries WHERE status = $1 ORDER BY task_id`, [status])).map((r) => r.task_id);
+    const all: string[] = [];
+    let next: string | undefined;
+    do {
+      const batch = await store.claimDueWork({ now, instance: 'me', limit: 5, retentionMs: 60_000, ...(next ? { cursor: next } : {}) });
+      all.push(...batch.tasks.map((t) => `${t.reason} ${t.taskId}`));
+      next = batch.next;
+    } while (next);
+    expect(all).toEqual([
+      ...(await ids('in_progress')).map((id) => `in-progress ${id}`),
+      ...(await ids('pending')).map((id) => `pending ${id}`),
+      ...(await before(now - 60_000)).map((id) => `retention ${id}`),
+    ]);
+    await store.releaseDueWork(all.map((x) => x.split(' ')[1]!), 'me');
+    // Another instance's live claim hides its tasks from this one, as before.
+    const want = await before(now - 60_000);
+    const theirs = await store.claimDueWork({ now, instance: 'other', limit: 3, retentionMs: 60_000, reasons: ['retention'] });
+    expect(theirs.tasks.map((t) => t.taskId)).toEqual(want.slice(0, 3));
+    const mine = await store.claimDueWork({ now, instance: 'me', limit: 500, retentionMs: 60_000, reasons: ['retention'] });
+    expect(mine.tasks.map((t) => t.taskId)).toEqual(want.slice(3));
+    // The purge deletes exactly that set, and leaves completions in step with summaries.
+    expect(await store.purgeCompleted(60_000, now)).toEqual(want);
+    expect(await before(now - 60_000)).toEqual([]);
+    expect(await completions()).toEqual(
+      await sql(`SELECT task_id, updated_at::text FROM ${S}.summaries WHERE status = 'completed' ORDER BY task_id`),
+    );
+  });
+
   it('retention is index-backed: a range of the completions index on updated_at, then the summaries key', async () => {
     await open();
     // 5,000 completed tasks (the triggers write their completions), 50 of them past retention.
