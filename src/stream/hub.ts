@@ -96,6 +96,8 @@ class TaskLog {
   version = 0;
   /** Readers waiting for the next bump; made by the first wait (most tasks are never read). */
   wake: Set<() => void> | undefined;
+  /** A wake of the readers is scheduled (setImmediate). */
+  waking = false;
   readers = 0;
   constructor(cap: number) {
     this.live = new Ring(cap);
@@ -154,7 +156,10 @@ export class StreamHub {
   /** Ends every reader (engine shutdown) and keeps nothing. */
   close(): void {
     this.#closed = true;
-    for (const log of this.#logs.values()) this.#bump(log);
+    for (const log of this.#logs.values()) {
+      log.version++;
+      StreamHub.#wakeAll(log);
+    }
     this.#logs.clear();
   }
 
@@ -250,8 +255,24 @@ export class StreamHub {
     if (dropped) log.evictedTo = dropped.at;
   }
 
+  /**
+   * New items: readers are woken on the next turn of the event loop, once per bump burst, not in
+   * the writer's microtasks. A turn's next write is submitted before its readers run (their work
+   * overlaps the write's sync instead of delaying it), and a step's events and the chunks emitted
+   * after it reach a reader in one pass of its loop.
+   */
   #bump(log: TaskLog): void {
     log.version++;
+    if (log.wake?.size && !log.waking) {
+      log.waking = true;
+      setImmediate(() => {
+        log.waking = false;
+        StreamHub.#wakeAll(log);
+      });
+    }
+  }
+
+  static #wakeAll(log: TaskLog): void {
     if (log.wake?.size) for (const w of [...log.wake]) w();
   }
 

@@ -201,6 +201,49 @@ describe('task.stream() on an inline turn', () => {
     expect(offsetsIncrease(items)).toBe(true);
   });
 
+  it('a waiting reader is woken after the turn has moved on: a step\'s next record is submitted before the reader takes the step before it', async () => {
+    const go = gate();
+    const order: string[] = [];
+    const inner = new MemoryHistoryStore();
+    // Writes complete in a later turn of the event loop, as a disk's sync does.
+    const store = new Proxy(inner, {
+      get(target, prop, receiver) {
+        if (prop === 'append') {
+          return async (id: string, events: { type: string; name?: string }[], opts: unknown) => {
+            for (const e of events) order.push(`append ${e.type}${e.name ? ` ${e.name}` : ''}`);
+            await new Promise((resolve) => setImmediate(resolve));
+            return target.append(id, events as never, opts as never);
+          };
+        }
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+      },
+    });
+    const wf = defineWorkflow({
+      name: 'step-emit-step',
+      turn: async (ctx) => {
+        await go.promise;
+        await ctx.step('one', () => 1);
+        ctx.emit('a');
+        return ctx.step('two', () => 2);
+      },
+    });
+    const engine = await open({ store, workflows: [wf] });
+    const h = await engine.start(wf, null, { taskId: 'wake-order' });
+    const reading = readUntil(h.stream(), (i) => {
+      order.push(`item ${i.kind}${'name' in i ? ` ${i.name}` : ''}`);
+      // The reader is now waiting for live items: let the turn go on.
+      if (i.kind === 'turn-started') go.open();
+      return i.kind === 'task-completed';
+    });
+    await h.result();
+    await reading;
+    // Woken in the microtasks that resumed the turn, the reader took step one's items first and
+    // its work sat on the turn's path from one record to the next.
+    expect(order.indexOf('append StepCompleted two')).toBeGreaterThan(-1);
+    expect(order.indexOf('append StepCompleted two')).toBeLessThan(order.indexOf('item step-completed one'));
+  });
+
   it('ends when the signal aborts', async () => {
     const multi = defineWorkflow({ name: 'multi', kind: 'multi-turn', turn: async (ctx, x: string) => ctx.suspend('waiting', x) });
     const engine = await open({ workflows: [multi] });
