@@ -41,13 +41,10 @@ export class Streams {
     if (options.pollMs !== undefined && !(Number.isFinite(options.pollMs) && options.pollMs > 0)) {
       throw invalidArgument(`stream() pollMs must be a positive number of milliseconds, got ${String(options.pollMs)}.`);
     }
-    return this.#stream(taskId, options);
-  }
-
-  async *#stream(taskId: string, options: StreamOptions): AsyncGenerator<StreamItem, void, undefined> {
-    const t = await this.#cache.load(taskId);
-    if (!t.state) throw taskNotFound(taskId);
-    yield* this.#hub.read(taskId, options);
+    return this.#hub.read(taskId, options, async () => {
+      const t = await this.#cache.load(taskId);
+      if (!t.state) throw taskNotFound(taskId);
+    });
   }
 
   /** At quiesce: ends every reader and starts a new hub for the next activation. */

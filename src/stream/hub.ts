@@ -111,6 +111,8 @@ export class StreamHub {
   readonly #cap: number;
   readonly #maxTasks: number;
   readonly #logs = new Map<string, TaskLog>();
+  /** The key last moved to (or added at) the end of `#logs`. */
+  #newest: string | undefined;
   #closed = false;
 
   constructor(src: StreamSource, options: StreamHubOptions = {}) {
@@ -166,8 +168,12 @@ export class StreamHub {
   /**
    * Everything after `options.from`, in offset order, then live until the task completes, the
    * signal aborts or the hub closes. Throws TURNLOG_STREAM_OFFSET (first `next()`) for a bad offset.
+   * `before` runs first, at the first `next()`; what it throws ends the read.
    */
-  async *read(taskId: string, options: StreamOptions = {}): AsyncGenerator<StreamItem, void, undefined> {
+  async *read(taskId: string, options: StreamOptions = {}, before?: () => Promise<void>): AsyncGenerator<StreamItem, void, undefined> {
+    // The caller's check (the task exists) runs here, at the first next(): one generator per
+    // reader, where a generator delegating with yield* doubled every item's promise hops.
+    if (before) await before();
     let cursor = parseOffset(taskId, options.from);
     const pollMs = options.pollMs ?? DEFAULT_POLL_MS;
     const signal = options.signal;
@@ -299,12 +305,17 @@ export class StreamHub {
   #log(taskId: string): TaskLog {
     let log = this.#logs.get(taskId);
     if (log) {
-      this.#logs.delete(taskId);
-      this.#logs.set(taskId, log);
+      // Already the most recently used (a turn's run of chunks): no move.
+      if (this.#newest !== taskId) {
+        this.#logs.delete(taskId);
+        this.#logs.set(taskId, log);
+        this.#newest = taskId;
+      }
       return log;
     }
     log = new TaskLog(this.#cap);
     this.#logs.set(taskId, log);
+    this.#newest = taskId;
     if (this.#logs.size > this.#maxTasks) this.#trim();
     return log;
   }
