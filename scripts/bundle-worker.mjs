@@ -47,6 +47,9 @@ const result = await build({
     sourcemap: true,
     // The body of the function worker-runtime.cjs wraps it in: `require` and `__import` are its parameters.
     format: 'cjs',
+    // Strict, as the ES modules it is made of: rolldown's default ('auto') adds no "use strict" for
+    // ES module input, and the entry's function body would otherwise be sloppy code (test).
+    strict: true,
     // ASCII text: V8 keeps it one-byte, decoded and scanned faster than two-byte text.
     charset: 'ascii',
     codeSplitting: false,

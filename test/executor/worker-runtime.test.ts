@@ -5,6 +5,7 @@ import { execFileSync } from 'node:child_process';
 import { createHash } from 'node:crypto';
 import { copyFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { Script } from 'node:vm';
 import { fileURLToPath } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Engine } from '../../src/runtime/engine.js';
@@ -89,6 +90,15 @@ describe('the built worker runtime', () => {
     expect(specs).not.toContain('node:crypto');
     // The bundle is a function body run by the entry: import() is the entry's, passed in.
     expect(src).not.toMatch(/(?<![\w$])import\(/);
+  });
+
+  it('is strict code, as the ES modules it was bundled from were (the entry compiles it as a function body)', () => {
+    const src = readFileSync(join(EXECUTOR_DIST, WORKER_RUNTIME_BUNDLE), 'utf8');
+    // Compiled as the entry compiles it (worker-runtime.cts), not run: the script's value is the function.
+    const body = new Script(`(function (require, __import) {\n${src}\n})`).runInThisContext() as () => void;
+    // Only a strict function refuses to give its caller; a sloppy one gives null (and its code
+    // would fail silently where the modules it came from throw: a write to a frozen object).
+    expect(() => (body as unknown as { caller: unknown }).caller).toThrow(TypeError);
   });
 
   it('starts from the code cache the build made for this Node', () => {
