@@ -516,10 +516,16 @@ export class LevelHistoryStore implements HistoryStore {
       // applyAppend builds the lease as { owner, instance, generation, expiresAt }: encodeLease's bytes.
       if (options.lease) ops.push({ type: 'put', key: keys.lease, value: encodeLease(next.lease!) });
       h.pending = next;
-      return this.#committer.submit(taskId, ops, options.sync ?? this.#sync, () => {
-        h.durable = next;
-        return { lastEventId: next.lastEventId, summary: { ...summary } };
-      });
+      return this.#committer.submit(
+        taskId,
+        ops,
+        options.sync ?? this.#sync,
+        () => {
+          h.durable = next;
+          return { lastEventId: next.lastEventId, summary: { ...summary } };
+        },
+        true,
+      );
     }, options.fresh === true && options.expectedLastEventId === 0);
   }
 

@@ -81,6 +81,65 @@ describe('GroupCommitter', () => {
     await Promise.all(chains);
   });
 
+  it("a lone writer's next append goes out in its own continuation, not on the next tick", async () => {
+    const w = controlledWriter();
+    const gc = new GroupCommitter(w.write, () => undefined);
+    const p1 = gc.submit('a', [put('a1')], true, () => undefined, true);
+    // Queued while a1 is written, not an append: it waits, and rides with a's next append.
+    const lease = gc.submit('b', [put('b-lease')], true, () => undefined);
+    w.calls[0]!.resolve();
+    await p1;
+    expect(w.calls).toHaveLength(1); // the tick after the settle has not run yet
+    const snapshot = gc.submit('a', [put('a-snap')], true, () => undefined); // not an append: queued
+    expect(w.calls).toHaveLength(1);
+    const p2 = gc.submit('a', [put('a2')], true, () => undefined, true);
+    expect(keys(w.calls[1]!.ops)).toEqual(['b-lease', 'a-snap', 'a2']); // at once, in submission order
+    // Another append in the same tick waits for that batch: one batch in flight at a time.
+    const p3 = gc.submit('c', [put('c1')], true, () => undefined, true);
+    await turn();
+    expect(w.calls).toHaveLength(2);
+    w.calls[1]!.resolve();
+    await Promise.all([lease, snapshot, p2]);
+    await turn();
+    expect(keys(w.calls[2]!.ops)).toEqual(['c1']);
+    w.calls[2]!.resolve();
+    await p3;
+    await gc.drain();
+    expect({ writes: gc.writes, batches: gc.batches }).toEqual({ writes: 5, batches: 3 });
+  });
+
+  it("another task's append in that tick waits for the tick; the lone writer's takes it along", async () => {
+    const w = controlledWriter();
+    const gc = new GroupCommitter(w.write, () => undefined);
+    const p1 = gc.submit('a', [put('a1')], true, () => undefined, true);
+    w.calls[0]!.resolve();
+    await p1;
+    const b = gc.submit('b', [put('b1')], true, () => undefined, true);
+    expect(w.calls).toHaveLength(1);
+    const p2 = gc.submit('a', [put('a2')], true, () => undefined, true);
+    expect(keys(w.calls[1]!.ops)).toEqual(['b1', 'a2']);
+    w.calls[1]!.resolve();
+    await Promise.all([b, p2]);
+  });
+
+  it('after a batch of several writes, their next appends still wait for the tick and go out together', async () => {
+    const w = controlledWriter();
+    const gc = new GroupCommitter(w.write, () => undefined);
+    const first = gc.submit('a', [put('a1')], true, () => undefined, true);
+    const queued = ['b', 'c'].map((t) => gc.submit(t, [put(`${t}1`)], true, () => undefined, true));
+    w.calls[0]!.resolve();
+    await first;
+    // a's batch was lone: a's next append takes b1 and c1 along at once.
+    const again = ['a', 'b', 'c'].map((t, i) => (i === 0 ? gc.submit(t, [put(`${t}2`)], true, () => undefined, true) : queued[i - 1]!.then(() => gc.submit(t, [put(`${t}2`)], true, () => undefined, true))));
+    expect(keys(w.calls[1]!.ops)).toEqual(['b1', 'c1', 'a2']);
+    w.calls[1]!.resolve();
+    await turn();
+    // That batch had three writes: b2 and c2 joined one batch on the tick.
+    expect(keys(w.calls[2]!.ops)).toEqual(['b2', 'c2']);
+    w.calls[2]!.resolve();
+    await Promise.all(again);
+  });
+
   it('drain waits for queued batches', async () => {
     const w = controlledWriter();
     const gc = new GroupCommitter(w.write, () => undefined);
