@@ -3,6 +3,8 @@
  * function call and raw `level` sync writes measured in the same run.
  * Targets: a sequential durable step ≤ 1.2× one raw sync put; ≤ 1 sync write per step plus
  * 2 per turn; ≥ 8,000 one-step turns/s across 100 concurrent tasks with group commit.
+ * Measured warm: the step and turn paths run first on a non-durable store until the JIT has
+ * tiered them up (the cold figures are printed beside).
  */
 import { mkdtemp, rm } from 'node:fs/promises';
 import { tmpdir } from 'node:os';
@@ -64,6 +66,8 @@ export async function run(): Promise<void> {
     // speed drifts on shared machines, so each step block is compared with the raw block
     // measured right before it, and the median of those ratios is reported.
     const STEPS = 100;
+    const WARM_STEP_BLOCKS = 30; // of STEPS steps
+    const WARM_TURN_BLOCKS = 30; // of 100 one-step turns
     const many = defineWorkflow({
       name: 'many-steps',
       turn: async (ctx) => {
@@ -74,6 +78,29 @@ export async function run(): Promise<void> {
     });
     // Sequential one-step turns on one multi-turn task.
     const oneStep = defineWorkflow({ name: 'one-step', kind: 'multi-turn', turn: (ctx, x: number) => ctx.step('s', () => x + 1) });
+
+    // JIT warm-up on a non-durable store (the same code, no fsync): TurboFan tiers the step and
+    // turn paths up over ~2,500 steps and ~2,500 turns, and until then they cost 2-3x the
+    // CPU (docs/performance.md, "Where the time goes"). The cold and warm figures are printed.
+    const warm = await Engine.open({ store: new LevelHistoryStore(join(dir, 'warm'), { sync: false }), workflows: [many, oneStep], logger: silentLogger, scanIntervalMs: 0 });
+    const warmStepCpu: number[] = [];
+    for (let i = 0; i < WARM_STEP_BLOCKS; i++) {
+      const c = cpu();
+      await (await warm.start(many, null)).result();
+      warmStepCpu.push(((cpu() - c) * 1000) / STEPS);
+    }
+    const warmTurnCpu: number[] = [];
+    const wh = await warm.start(oneStep, 0, { taskId: 'warm' });
+    await wh.nextTurn();
+    for (let b = 0; b < WARM_TURN_BLOCKS; b++) {
+      const c = cpu();
+      for (let i = 0; i < 100; i++) {
+        await wh.send(i);
+        await wh.nextTurn();
+      }
+      warmTurnCpu.push(((cpu() - c) * 1000) / 100);
+    }
+    await warm.shutdown();
 
     const raw = await openRaw(dir);
     const level = new LevelHistoryStore(join(dir, 'engine'));
@@ -134,6 +161,9 @@ export async function run(): Promise<void> {
     await engine.shutdown();
     await raw.close();
 
+    const f0 = (xs: number[]) => xs[0]!.toFixed(0);
+    const fN = (xs: number[]) => xs[xs.length - 1]!.toFixed(0);
+    console.log(`JIT warm-up, non-durable store     process CPU per step ${f0(warmStepCpu)} µs (first ${STEPS}) -> ${fN(warmStepCpu)} µs (after ${WARM_STEP_BLOCKS * STEPS}); per one-step turn ${f0(warmTurnCpu)} -> ${fN(warmTurnCpu)} µs (first / last 100 of ${WARM_TURN_BLOCKS * 100})`);
     console.log(`raw level sync put                 ${rawMs.toFixed(3)} ms`);
     console.log(`bare async function call           ${bareUs.toFixed(3)} µs`);
     console.log(`durable step (sequential)          ${stepMs.toFixed(3)} ms; median of 9 paired blocks ${stepRatio.toFixed(2)}× raw sync put (target ≤ 1.2×)`);

@@ -9,7 +9,9 @@
  *   replay100()       replays a recorded 100-step history once; returns its event count
  *   close()
  *
- * Each workload runs once to warm up, then ROUNDS times one after another; a round's figure
+ * Each workload warms up (its warm-up repeated for at least WARM_MS: the JIT tiers a peer's code
+ * up over thousands of calls, turnlog's step path over ~2,500 steps, and rounds measured before
+ * that time a process's first seconds), then runs ROUNDS times one after another; a round's figure
  * is the median (latencies) or the rate of the round; the result is the median of the rounds
  * and the spread (slowest round / fastest). Every round of every workload starts from a
  * collected heap when the process runs with --expose-gc (run.mjs starts it so): no round pays
@@ -29,6 +31,7 @@ const CONVERSATIONS = 100;
 const TURNS = 1000; // per round, over the conversations
 const REPLAYS = 20; // 100-step histories replayed per round, at least
 const REPLAY_ROUND_MS = Number(process.env.PEERS_REPLAY_ROUND_MS ?? 500); // and for at least this long
+const WARM_MS = Number(process.env.PEERS_WARM_MS ?? 3000); // each workload's warm-up, at least
 const ONLY = process.env.PEERS_WORKLOADS ? new Set(process.env.PEERS_WORKLOADS.split(',')) : undefined;
 
 const now = () => performance.now();
@@ -126,7 +129,11 @@ export async function runPeer(name) {
   try {
     const convs = typeof a.conversations === 'function' ? await a.conversations(CONVERSATIONS) : [];
     const active = Object.entries(WORKLOADS).filter(([key, w]) => (!ONLY || ONLY.has(key)) && w.needs.every((m) => typeof a[m] === 'function'));
-    for (const [key, w] of active) await w.warm(a, convs);
+    for (const [key, w] of active) {
+      const t0 = now();
+      do await w.warm(a, convs);
+      while (now() - t0 < WARM_MS);
+    }
     const rounds = Object.fromEntries(active.map(([key]) => [key, []]));
     const extra = {};
     const cpuShare = {};
