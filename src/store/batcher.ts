@@ -36,17 +36,20 @@ export class Batcher<E> {
     this.#inFlight++;
     this.batches++;
     if (this.#listeners.size > 0) for (const l of this.#listeners) l(entries.length);
-    void this.#run(entries).finally(() => {
-      this.#inFlight--;
-      // Next tick: callers whose writes just settled submit their next ones first, joining this batch.
-      process.nextTick(() => this.#flush());
-    });
+    void this.#run(entries).then(this.#done, this.#done);
   }
 
-  #flush(): void {
+  /** A batch settled (`then` rather than `finally`: one promise, not three). */
+  readonly #done = (): void => {
+    this.#inFlight--;
+    // Next tick: callers whose writes just settled submit their next ones first, joining this batch.
+    process.nextTick(this.#flush);
+  };
+
+  readonly #flush = (): void => {
     if (this.#queue.length === 0 || this.#inFlight >= this.#maxInFlight) return;
     const next = this.#queue;
     this.#queue = [];
     this.#start(next);
-  }
+  };
 }

@@ -154,11 +154,12 @@ export class PgStoreContext {
   serial<T>(taskId: string, fn: () => Promise<T>): Promise<T> {
     const prev = this.queues.get(taskId);
     const run = prev ? prev.then(fn, fn) : fn();
-    const tail = run.catch(() => undefined);
-    this.queues.set(taskId, tail);
-    void tail.then(() => {
+    // One promise for the tail: it never rejects, and drops itself from the map once the write settles.
+    const done = (): void => {
       if (this.queues.get(taskId) === tail) this.queues.delete(taskId);
-    });
+    };
+    const tail: Promise<unknown> = run.then(done, done);
+    this.queues.set(taskId, tail);
     return run;
   }
 
