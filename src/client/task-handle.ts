@@ -41,7 +41,8 @@ export class TaskHandle<I = unknown, O = unknown> {
    * A handle that sent no input (`engine.task(id)`) reports the task's latest turn instead: the
    * open turn's end, else the last ended turn, else (no turn yet) the first turn's end.
    */
-  async nextTurn(): Promise<TurnResult<O>> {
+  nextTurn(): Promise<TurnResult<O>> {
+    // Not async: the client's call is, and passing its promise on saves two promises a call.
     if (!this.#lastInputId) return this.#engine.latestTurnResult<O>(this.taskId);
     return this.#engine.turnResult<O>(this.taskId, this.#lastInputId);
   }

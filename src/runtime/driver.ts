@@ -18,7 +18,7 @@ import { turnSpecFor } from '../attempt/turn-spec.js';
 import { sleep } from './clock.js';
 import { isStale, logFailure, type Appender } from './appender.js';
 import { endDrafts, finalizeDrafts, outcomeDrafts, oversized, turnStartDrafts, withinLimits, type Draft } from './drafts.js';
-import { migrateState, newerStateError } from './migration.js';
+import { NONE, migrateState, needsMigration, newerStateError } from './migration.js';
 import { emitOutput, noteAttemptEnded } from './observe.js';
 import type { Children } from './children.js';
 import type { Runtime } from './runtime.js';
@@ -195,7 +195,9 @@ export class Driver {
     preview: TaskState,
   ): Promise<void> {
     // Before the worker is taken and the clock read: the hook is user code and may take a while.
-    const migration = await migrateState(this.#rt, t.id, this.#rt.workflows.get(preview.workflow), preview);
+    // Without a hook to run, no await (two promises and a tick a turn start).
+    const wf = this.#rt.workflows.get(preview.workflow);
+    const migration = needsMigration(wf, preview) ? await migrateState(this.#rt, t.id, wf, preview) : NONE;
     const now = this.#rt.clock.now();
     const policy = preview.policy;
     // An exclusive store proves other instances dead: their leases count as expired. On a shared
@@ -217,7 +219,7 @@ export class Driver {
       lease,
       // A claimed orphan already holds this lease: the takeover is from the dead one it replaced.
       previous: t.claim ? t.claim.previous : t.lease,
-      workflowVersion: this.#rt.workflows.get(preview.workflow)?.version,
+      workflowVersion: wf?.version,
     });
     t.claim = undefined;
     // The migration goes in the same batch, just before TurnStarted: a crash never leaves one without the other.

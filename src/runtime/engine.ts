@@ -258,7 +258,9 @@ export class Engine implements TaskClient {
   }
 
   /** @internal used by TaskHandle.send */
-  async sendInput(taskId: string, input: unknown, options: SendOptions = {}): Promise<string> {
+  // Not async, nor turnResult and latestTurnResult: the callee is, and an async function returning
+  // its promise makes two promises and two ticks more (every promise runs the step scope's hooks).
+  sendInput(taskId: string, input: unknown, options: SendOptions = {}): Promise<string> {
     return this.#p.inputs.sendInput(taskId, input, options);
   }
 
@@ -327,7 +329,7 @@ export class Engine implements TaskClient {
    * The outcome of the turn that took `inputId`: waits if it is queued or running, reads the
    * history if it already ended.
    */
-  async turnResult<O = unknown>(taskId: string, inputId: string): Promise<TurnResult<O>> {
+  turnResult<O = unknown>(taskId: string, inputId: string): Promise<TurnResult<O>> {
     return this.#p.reads.turnResult<O>(taskId, inputId);
   }
 
@@ -338,7 +340,7 @@ export class Engine implements TaskClient {
    * turn's result, read from the history. For a one-shot task that is its final outcome.
    * See docs/workflows.md "Results".
    */
-  async latestTurnResult<O = unknown>(taskId: string): Promise<TurnResult<O>> {
+  latestTurnResult<O = unknown>(taskId: string): Promise<TurnResult<O>> {
     return this.#p.reads.latestTurnResult<O>(taskId);
   }
 

@@ -50,13 +50,16 @@ export class Inputs {
   /** engine.sendInput (TaskHandle.send): an input to an existing task. */
   async sendInput(taskId: string, input: unknown, options: SendOptions): Promise<string> {
     this.#rt.assertOpen('send');
-    const t = await this.#cache.load(taskId);
+    const t = this.#cache.cached(taskId) ?? (await this.#cache.load(taskId));
     const state = t.state;
     if (!state) throw taskNotFound(taskId);
-    return this.send(t, this.#rt.workflow(state.workflow), input, options);
+    return await this.send(t, this.#rt.workflow(state.workflow), input, options);
   }
 
-  async send(t: TaskEntry, wf: Workflow<any, any, any, any>, input: unknown, options: SendOptions): Promise<string> {
+  // send and queue are not async: an async function returning a promise makes two promises and two
+  // ticks more, and every promise runs the step scope's hooks. Their bad arguments throw before
+  // they return; every caller awaits them inside an async function, where that is a rejection.
+  send(t: TaskEntry, wf: Workflow<any, any, any, any>, input: unknown, options: SendOptions): Promise<string> {
     const inputId = options.inputId ?? `in-${nanoid(12)}`;
     checkId('inputId', inputId);
     const payload = this.#inputPayload(t.id, inputId, input);
@@ -64,7 +67,7 @@ export class Inputs {
   }
 
   /** Queues a prepared input under the task's lock; `before` drafts go into the same append. */
-  async queue(t: TaskEntry, wf: Workflow<any, any, any, any>, inputId: string, payload: Payload, options: SendOptions, before: Draft[]): Promise<string> {
+  queue(t: TaskEntry, wf: Workflow<any, any, any, any>, inputId: string, payload: Payload, options: SendOptions, before: Draft[]): Promise<string> {
     const deliverAt = scheduledTime(t.id, options.deliverAt);
     // In the sender's async context, before the lock: the trace context to record (turnlog/otel).
     const trace = this.#rt.observers.traceContext();

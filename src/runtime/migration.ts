@@ -18,7 +18,7 @@ export type Migration =
   | { kind: 'migrated'; draft: Extract<Draft, { type: 'StateMigrated' }> }
   | { kind: 'failed'; failure: FailureInfo };
 
-const NONE: Migration = { kind: 'none' };
+export const NONE: Migration = { kind: 'none' };
 
 /**
  * The refusal of a state shaped by a newer version than `wf`'s code, or undefined. Code without
@@ -27,6 +27,11 @@ const NONE: Migration = { kind: 'none' };
 export function newerStateError(taskId: string, wf: Workflow<any, any, any, any> | undefined, s: TaskState): StateVersionNewerError | undefined {
   if (wf?.version === undefined || s.state === undefined || s.stateVersion === undefined || s.stateVersion <= wf.version) return undefined;
   return new StateVersionNewerError(taskId, wf.name, s.stateVersion, wf.version);
+}
+
+/** Whether {@link migrateState} has a hook to run (the same test): a turn start without one awaits nothing. */
+export function needsMigration(wf: Workflow<any, any, any, any> | undefined, s: TaskState): boolean {
+  return wf?.version !== undefined && wf.migrateState !== undefined && s.state !== undefined && (s.stateVersion ?? 0) < wf.version;
 }
 
 /**

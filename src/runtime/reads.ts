@@ -100,18 +100,18 @@ export class Reads {
 
   /** The outcome of the turn that took `inputId` (engine.turnResult). */
   async turnResult<O>(taskId: string, inputId: string): Promise<TurnResult<O>> {
-    const t = await this.#cache.load(taskId);
+    const t = this.#cache.cached(taskId) ?? (await this.#cache.load(taskId));
     const s = t.state;
     if (!s) throw taskNotFound(taskId);
-    return this.#results.turnResult<O>(t, s, inputId);
+    return await this.#results.turnResult<O>(t, s, inputId);
   }
 
   /** The result of the task's latest turn (engine.latestTurnResult). */
   async latestTurnResult<O>(taskId: string): Promise<TurnResult<O>> {
-    const t = await this.#cache.load(taskId);
+    const t = this.#cache.cached(taskId) ?? (await this.#cache.load(taskId));
     const s = t.state;
     if (!s) throw taskNotFound(taskId);
-    return this.#results.latestTurnResult<O>(t, s);
+    return await this.#results.latestTurnResult<O>(t, s);
   }
 
   /** One task's history as a history file (the same bytes as `turnlog export`). */

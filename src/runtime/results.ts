@@ -24,19 +24,26 @@ export class TurnResults {
    * The outcome of the turn that took `inputId`: waits if it is queued or running, reads the
    * history if it already ended.
    */
-  async turnResult<O = unknown>(t: TaskEntry, s: TaskState, inputId: string): Promise<TurnResult<O>> {
-    const taskId = t.id;
+  turnResult<O = unknown>(t: TaskEntry, s: TaskState, inputId: string): Promise<TurnResult<O>> {
     const pending =
       s.queue.some((q) => q.inputId === inputId) ||
       (s.openTurn && (s.openTurn.inputIds.includes(inputId) || s.openTurn.taken.some((q) => q.inputId === inputId)));
     if (pending && s.status !== 'completed') {
-      if (!this.#rt.open) throw this.deferred(taskId, s.openTurn?.turn ?? s.turn, 'the engine is shut down');
+      if (!this.#rt.open) return Promise.reject(this.deferred(t.id, s.openTurn?.turn ?? s.turn, 'the engine is shut down'));
+      // The waiter's own promise, not an async function's wrapping it: two promises and two ticks
+      // less a waited turn (every promise runs the step scope's hooks).
       return new Promise<TurnResult<O>>((resolve, reject) => {
         const list = t.waiters.get(inputId) ?? [];
         list.push({ resolve: resolve as (v: TurnResult) => void, reject });
         t.waiters.set(inputId, list);
       });
     }
+    return this.#endedResult<O>(t, inputId);
+  }
+
+  /** The outcome of an input whose turn ended (or that never ran): kept, or read from the history. */
+  async #endedResult<O>(t: TaskEntry, inputId: string): Promise<TurnResult<O>> {
+    const taskId = t.id;
     const found = t.recent.get(inputId) ?? (await this.#findTurnResult(taskId, inputId));
     if (typeof found === 'number') {
       throw new TurnlogError(

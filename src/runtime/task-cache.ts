@@ -148,6 +148,15 @@ export class TaskCache {
    * macrotask: its caller's continuation (microtasks) takes the lock or registers a waiter
    * first, so another task's load cannot evict it in between (test: runtime/engine-races).
    */
+  /**
+   * The cached entry, pinned as {@link load} pins it, or undefined (then `load`): a caller that
+   * takes it awaits nothing (two promises and a tick less a send or a result wait).
+   */
+  cached(taskId: string): TaskEntry | undefined {
+    const cached = this.#tasks.get(taskId);
+    return cached && this.#pin(cached);
+  }
+
   async load(taskId: string): Promise<TaskEntry> {
     const cached = this.#tasks.get(taskId);
     if (cached) return this.#pin(cached);
