@@ -8,6 +8,7 @@ import { MIGRATIONS, migrate } from '../../src/store/postgres-migrations.js';
 import { createPostgresStore, type PostgresHistoryStore } from '../../src/store/postgres-store.js';
 import { PG_URL, describePg, dropSchema, uniqueSchema, withClient } from '../helpers/postgres.js';
 import { created, queued, started, step, steps, taskCompleted, turnCompleted } from './events.js';
+import { appendHistory } from '../../src/store/append-history.js';
 
 describePg('PostgreSQL completions (migration 6)', () => {
   let schema: string;
@@ -178,6 +179,29 @@ describePg('PostgreSQL completions (migration 6)', () => {
     expect(await completions()).toEqual(
       await sql(`SELECT task_id, updated_at::text FROM ${S}.summaries WHERE status = 'completed' ORDER BY task_id`),
     );
+  });
+
+  it('an imported completed task (appendHistory, two generations) gets its row; replaced by a re-import (delete, append), the new time', async () => {
+    const store = await open();
+    const history = (time: number) => [
+      created(1, { time: 1 }),
+      queued(2, 'in-1', { time: 1 }),
+      started(3, 1, { time: 2 }),
+      step(4, 1, { time: 3 }),
+      // A recovery under generation 2 ends the turn.
+      started(5, 1, { time: 4, generation: 2 }),
+      turnCompleted(6, 1, { time, generation: 2 }),
+      taskCompleted(7, { time, generation: 2 }),
+    ];
+    await appendHistory(store, 'imp', history(20_000), 'turnlog-import', 'import-1');
+    expect(await completions()).toEqual([{ task_id: 'imp', updated_at: '20000' }]);
+    await store.deleteTask('imp');
+    expect(await completions()).toEqual([]);
+    await appendHistory(store, 'imp', history(70_000), 'turnlog-import', 'import-2');
+    expect(await completions()).toEqual([{ task_id: 'imp', updated_at: '70000' }]);
+    expect(await store.purgeCompleted(50_000, 100_000)).toEqual([]);
+    expect(await store.purgeCompleted(20_000, 100_000)).toEqual(['imp']);
+    expect(await completions()).toEqual([]);
   });
 
   it('retention is index-backed: a range of the completions index on updated_at, then the summaries key', async () => {
