@@ -356,6 +356,49 @@ describe('steps', () => {
     ]);
   });
 
+  it('a record the store could not take: the parallel record queued behind it is not written on top of the gap; the attempt exits for recovery and the re-run records both', async () => {
+    const { TurnlogError } = await import('../../src/errors.js');
+    class Flaky extends MemoryHistoryStore {
+      failures = 1;
+      override append(taskId: string, events: readonly HistoryEvent[], options: Parameters<MemoryHistoryStore['append']>[2]) {
+        if (this.failures > 0 && events.some((e) => e.type === 'StepCompleted' && e.seq === 1)) {
+          this.failures--;
+          return Promise.reject(new TurnlogError('TURNLOG_STORE_UNAVAILABLE', 'the store went away'));
+        }
+        return super.append(taskId, events, options);
+      }
+    }
+    const store = new Flaky();
+    const runs: string[] = [];
+    const wf = defineWorkflow({
+      name: 'gap',
+      turn: async (ctx) => {
+        const first = ctx.step('first', async () => {
+          runs.push('first');
+          await new Promise((r) => setTimeout(r, 20));
+          return 'a';
+        });
+        // Done at once: its record waits for first's slot, then finds the attempt fenced.
+        const second = ctx.step('second', () => (runs.push('second'), 'b'));
+        return (await Promise.all([first, second])).join('');
+      },
+    });
+    const engine = await open({ workflows: [wf], store });
+    const h = await engine.start(wf, null);
+    await until(async () => (await h.history()).some((e) => e.type === 'TurnExitedForRecovery'));
+    const firstAttempt = await h.history();
+    expect(firstAttempt.filter((e) => e.type === 'StepCompleted')).toEqual([]);
+    await engine.recover();
+    expect(await h.result()).toBe('ab');
+    const steps = (await h.history()).filter((e) => e.type === 'StepCompleted');
+    expect(steps.map((e) => (e.type === 'StepCompleted' ? [e.seq, e.name, e.attempt] : []))).toEqual([
+      [1, 'first', 2],
+      [2, 'second', 2],
+    ]);
+    // Neither was recorded by attempt 1, so each ran again (once).
+    expect(runs.sort()).toEqual(['first', 'first', 'second', 'second']);
+  });
+
   it('a step fn may return a plain value, a promise subclass or a foreign thenable, throw at once, or return a value that throws when read: each is recorded as an awaited one was', async () => {
     class Later<T> extends Promise<T> {}
     let touchy = 0;
