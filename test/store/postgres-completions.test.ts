@@ -80,6 +80,35 @@ describePg('PostgreSQL completions (migration 6)', () => {
     expect((await completions()).map((r) => r.task_id)).toEqual(['done-corrupt', 'done-new', 'done-old']);
   });
 
+  it('writers completing and re-opening tasks while migration 6 applies: none slips between the triggers and the back-fill', async () => {
+    await atVersion5();
+    const S = `"${schema}"`;
+    let stop = false;
+    let written = 0;
+    // Three connections (an older build's engines) writing all along: new completed tasks, and
+    // existing ones flipped between completed and in progress.
+    const writer = (w: number) =>
+      withClient(async (c) => {
+        for (let i = 0; !stop || i < 20; i++) {
+          const id = `w${w}-${i}`;
+          await c.query(`INSERT INTO ${S}.summaries VALUES ($1, 'wf', 'one-shot', 'completed', 'succeeded', 5, 1, 1, 0, NULL, 1, $2)`, [id, 1_000 + i]);
+          if (i % 3 === 0) await c.query(`UPDATE ${S}.summaries SET status = 'in_progress', outcome = NULL WHERE task_id = $1`, [`w${w}-${i >> 1}`]);
+          if (i % 5 === 0) await c.query(`UPDATE ${S}.summaries SET status = 'completed', outcome = 'failed', updated_at = $2 WHERE task_id = $1`, [`w${w}-${i >> 2}`, 5_000 + i]);
+          written++;
+        }
+      });
+    const writers = [writer(1), writer(2), writer(3)];
+    await new Promise((r) => setTimeout(r, 30));
+    const before = written;
+    await open();
+    stop = true;
+    await Promise.all(writers);
+    expect(before).toBeGreaterThan(0); // writes ran before, and (at least 20 each) after, the migration
+    expect(await completions()).toEqual(
+      await sql(`SELECT task_id, updated_at::text FROM ${S}.summaries WHERE status = 'completed' ORDER BY task_id`),
+    );
+  });
+
   it('a task that completes gets its row; deleting or purging it leaves none behind; a later update keeps the time', async () => {
     const store = await open();
     const finish = async (id: string, time: number) => {
