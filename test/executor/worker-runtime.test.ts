@@ -6,7 +6,7 @@ import { createHash } from 'node:crypto';
 import { copyFileSync, existsSync, mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Script } from 'node:vm';
-import { fileURLToPath } from 'node:url';
+import { fileURLToPath, pathToFileURL } from 'node:url';
 import { afterEach, describe, expect, it } from 'vitest';
 import { Engine } from '../../src/runtime/engine.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
@@ -15,6 +15,7 @@ import { WORKER_ENTRY, WORKER_RUNTIME, WORKER_RUNTIME_BUNDLE, WORKER_RUNTIME_INP
 import { silentLogger } from '../../src/logger.js';
 import { echo } from '../fixtures/workflows/echo.js';
 import { realms } from '../fixtures/workflows/realms.js';
+import type { Workflow } from '../../src/workflow/define-workflow.js';
 import { until } from '../helpers/processes.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
 
@@ -146,6 +147,39 @@ describe('the built worker runtime', () => {
     const pid = exec.workerPids[0];
     const out = (await (await engine.start(echo, 'bundled')).result()) as { echo: string; pid: number };
     expect(out).toEqual({ echo: 'bundled', pid });
+  });
+
+  // require() of an ES module (the package) needs Node 20.19+ (process.features.require_module).
+  it.runIf((process.features as { require_module?: boolean }).require_module === true)('runs a CommonJS workflows module (require of the built package): its instanceof meets the classes the runtime throws', async () => {
+    const tmp = await makeTmpDir('turnlog-cjs-');
+    cleanups.push(() => tmp.remove());
+    const file = join(tmp.path, 'workflows.cjs');
+    const dist = fileURLToPath(new URL('../../dist/src/', import.meta.url));
+    writeFileSync(
+      file,
+      `const { defineWorkflow, TurnlogError } = require(${JSON.stringify(join(dist, 'index.js'))});
+      exports.cjsWorkflow = defineWorkflow({
+        name: 'cjs-module',
+        executor: 'process',
+        turn: async (ctx, input) => {
+          const doubled = await ctx.step('double', () => input * 2);
+          let invalidArgument = false;
+          try {
+            await ctx.step('bad-timeout', () => 1, { timeoutMs: -1 });
+          } catch (err) {
+            invalidArgument = err instanceof TurnlogError;
+          }
+          return { doubled, invalidArgument, pid: process.pid };
+        },
+      });\n`,
+    );
+    const mod = (await import(pathToFileURL(file).href)) as { cjsWorkflow: Workflow };
+    const exec = new ProcessExecutor({ workflowsModule: file, execArgv: [], logger: silentLogger, childEntry: join(EXECUTOR_DIST, WORKER_RUNTIME) });
+    const engine = await Engine.open({ store: new MemoryHistoryStore(), workflows: [mod.cjsWorkflow], executors: { process: exec }, logger: silentLogger, scanIntervalMs: 0 });
+    cleanups.push(() => engine.shutdown());
+    const out = (await (await engine.start(mod.cjsWorkflow, 21)).result()) as { doubled: number; invalidArgument: boolean; pid: number };
+    expect(out).toMatchObject({ doubled: 42, invalidArgument: true });
+    expect(out.pid).not.toBe(process.pid);
   });
 
   for (const entry of [WORKER_RUNTIME, WORKER_ENTRY]) {
