@@ -1,7 +1,11 @@
 /**
- * Group commit for a store whose writes are transactions on a pool (PostgreSQL): while
- * `maxInFlight` batches are being written, later submissions queue and go out together as the
- * next batch. An idle store writes a lone submission at once, so grouping costs it nothing.
+ * Group commit for a store whose writes are transactions on a pool (PostgreSQL): an idle store
+ * writes a lone submission at once, so grouping costs it nothing; while a batch is being written,
+ * later submissions queue and go out together as the next batch, when a batch settles or, with
+ * fewer than `maxInFlight` out, `spillMs` after the first of them queued. The second slot waits
+ * so that it carries what gathered: opened at each submission, it sent most appends of a busy
+ * store alone, one statement each, beside the one big batch (docs/decisions.md); it exists so a
+ * batch waiting on a row lock does not stall every append.
  */
 export class Batcher<E> {
   readonly #run: (entries: E[]) => Promise<void>;
@@ -14,10 +18,15 @@ export class Batcher<E> {
   /** Told each batch's size as it goes out (HistoryStore.onCommit). */
   readonly #listeners = new Set<(entries: number) => void>();
 
+  readonly #spillMs: number;
+  /** Armed while entries wait with a slot free: sends them when it fires. */
+  #spill: ReturnType<typeof setTimeout> | undefined;
+
   /** `run` writes a batch and settles each entry itself; it must not reject. */
-  constructor(run: (entries: E[]) => Promise<void>, maxInFlight: number) {
+  constructor(run: (entries: E[]) => Promise<void>, maxInFlight: number, spillMs = 1) {
     this.#run = run;
     this.#maxInFlight = Math.max(1, maxInFlight);
+    this.#spillMs = spillMs;
   }
 
   /** Calls `l` with the number of entries of each batch as it goes out; returns its unsubscribe. */
@@ -28,9 +37,19 @@ export class Batcher<E> {
 
   submit(entry: E): void {
     this.entries++;
-    if (this.#inFlight >= this.#maxInFlight) this.#queue.push(entry);
-    else this.#start([entry]);
+    if (this.#inFlight === 0) return this.#start([entry]);
+    this.#queue.push(entry);
+    if (this.#spill === undefined && this.#inFlight < this.#maxInFlight) {
+      this.#spill = setTimeout(this.#spilled, this.#spillMs);
+      // Only an early start: the batch in flight sends the queue when it settles.
+      this.#spill.unref?.();
+    }
   }
+
+  readonly #spilled = (): void => {
+    this.#spill = undefined;
+    this.#flush();
+  };
 
   #start(entries: E[]): void {
     this.#inFlight++;
@@ -48,6 +67,10 @@ export class Batcher<E> {
 
   readonly #flush = (): void => {
     if (this.#queue.length === 0 || this.#inFlight >= this.#maxInFlight) return;
+    if (this.#spill !== undefined) {
+      clearTimeout(this.#spill);
+      this.#spill = undefined;
+    }
     const next = this.#queue;
     this.#queue = [];
     this.#start(next);
