@@ -50,6 +50,9 @@ export class Scanner {
       .catch(() => undefined)
       .then(() => {
         this.#again = undefined;
+        // Shut down meanwhile: stop() waited for the pass in flight and no pass may start after it
+        // (a LevelDB store is closed next; test: runtime/scanner "shutdown while recover() waits").
+        if (!this.#rt.open) return;
         return this.#scanning ?? this.#pass();
       }));
   }
