@@ -1,7 +1,7 @@
 /**
  * The engine's side of streaming (docs/streaming.md): the `StreamSource` the hub reads through
  * (this engine's store, cache, payload pipeline and clock), the hub of live items fed from the
- * observation seam, a new hub per activation, and `engine.stream()`'s checks.
+ * observation seam, reset at every quiesce, and `engine.stream()`'s checks.
  */
 import { invalidArgument, taskNotFound } from '../errors.js';
 import { StreamHub, type StreamSource } from '../stream/hub.js';
@@ -15,7 +15,7 @@ export class Streams {
   readonly #cache: TaskCache;
   readonly #streamSource: StreamSource;
   /** Live stream items and readers (docs/streaming.md); a new one per activation. */
-  #hub: StreamHub;
+  readonly #hub: StreamHub;
 
   constructor(rt: Runtime, cache: TaskCache, results: TurnResults) {
     this.#rt = rt;
@@ -47,9 +47,11 @@ export class Streams {
     });
   }
 
-  /** At quiesce: ends every reader and starts a new hub for the next activation. */
+  /**
+   * At quiesce: ends every reader reading and keeps nothing. The same hub serves the next
+   * activation: a reader made before and first read after it is bound to that hub (test: runtime/streams).
+   */
   reset(): void {
-    this.#hub.close();
-    this.#hub = new StreamHub(this.#streamSource, { bufferItems: this.#rt.streamBufferItems });
+    this.#hub.reset();
   }
 }

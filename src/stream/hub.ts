@@ -114,6 +114,8 @@ export class StreamHub {
   /** The key last moved to (or added at) the end of `#logs`. */
   #newest: string | undefined;
   #closed = false;
+  /** Bumped by `reset()`: a reader that started under an earlier epoch has ended. */
+  #epoch = 0;
 
   constructor(src: StreamSource, options: StreamHubOptions = {}) {
     this.#src = src;
@@ -158,11 +160,22 @@ export class StreamHub {
   /** Ends every reader (engine shutdown) and keeps nothing. */
   close(): void {
     this.#closed = true;
+    this.reset();
+  }
+
+  /**
+   * Ends every reader that has started and keeps nothing; the hub serves on (engine quiesce, before
+   * a re-activation). A reader made earlier whose first `next()` comes later reads afresh: a reader
+   * is bound to its epoch when it starts, not when it is made (test: runtime/streams).
+   */
+  reset(): void {
+    this.#epoch++;
     for (const log of this.#logs.values()) {
       log.version++;
       StreamHub.#wakeAll(log);
     }
     this.#logs.clear();
+    this.#newest = undefined;
   }
 
   /**
@@ -174,6 +187,7 @@ export class StreamHub {
     // The caller's check (the task exists) runs here, at the first next(): one generator per
     // reader, where a generator delegating with yield* doubled every item's promise hops.
     if (before) await before();
+    const epoch = this.#epoch;
     let cursor = parseOffset(taskId, options.from);
     const pollMs = options.pollMs ?? DEFAULT_POLL_MS;
     const signal = options.signal;
@@ -185,13 +199,13 @@ export class StreamHub {
       let known = cursor.e;
       let first = true;
       for (;;) {
-        if (this.#closed || signal?.aborted) return;
+        if (this.#closed || this.#epoch !== epoch || signal?.aborted) return;
         const seen = log.version;
         let events: readonly HistoryEvent[];
         try {
           events = await this.#eventsFrom(log, taskId, known, first);
         } catch (err) {
-          if (this.#closed) return; // the engine shut down (and closed its store) during the read
+          if (this.#closed || this.#epoch !== epoch) return; // the engine shut down (and closed its store) during the read
           throw err;
         }
         // Ids are dense, so a later event and none at the offset means compaction dropped it:
@@ -233,7 +247,7 @@ export class StreamHub {
           // A live item is shared by every reader: each gets its own copy.
           yield item.offset ? (at.n > 0 ? { ...item } : item) : { ...item, offset: formatOffset(at) };
           if (item.kind === 'task-completed') return;
-          if (this.#closed || signal?.aborted) return;
+          if (this.#closed || this.#epoch !== epoch || signal?.aborted) return;
         }
         if (ended) return;
         if (log.version === seen) await this.#wait(log, this.#src.writesHere(taskId) ? undefined : pollMs, signal);
