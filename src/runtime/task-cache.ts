@@ -144,11 +144,6 @@ export class TaskCache {
   }
 
   /**
-   * The task's entry, loaded from the store on first use. The entry is pinned until the next
-   * macrotask: its caller's continuation (microtasks) takes the lock or registers a waiter
-   * first, so another task's load cannot evict it in between (test: runtime/engine-races).
-   */
-  /**
    * The cached entry, pinned as {@link load} pins it, or undefined (then `load`): a caller that
    * takes it awaits nothing (two promises and a tick less a send or a result wait).
    */
@@ -157,6 +152,11 @@ export class TaskCache {
     return cached && this.#pin(cached);
   }
 
+  /**
+   * The task's entry, loaded from the store on first use. The entry is pinned until the next
+   * macrotask: its caller's continuation (microtasks) takes the lock or registers a waiter
+   * first, so another task's load cannot evict it in between (test: runtime/engine-races).
+   */
   async load(taskId: string): Promise<TaskEntry> {
     const cached = this.#tasks.get(taskId);
     if (cached) return this.#pin(cached);
