@@ -50,7 +50,7 @@ describe('inputs and results: refusals are rejections', () => {
     const h = await engine.start(chat, 'hi', { taskId: 'c1' });
     await h.nextTurn();
     expect(await failure(() => h.send('x', { inputId: '' }))).toBe('TURNLOG_INVALID_ARGUMENT');
-    expect(await failure(() => h.send(() => 1))).toMatch(/^TURNLOG_/);
+    expect(await failure(() => h.send((() => 1) as unknown as string))).toMatch(/^TURNLOG_/);
     expect(await failure(() => h.send('x', { deliverAt: Number.NaN as unknown as Date }))).toMatch(/^TURNLOG_/);
     await new Promise((r) => setImmediate(r));
     expect(unhandled).toEqual([]);
