@@ -249,7 +249,7 @@ export class StreamHub {
           if (item.kind === 'task-completed') return;
           if (this.#closed || this.#epoch !== epoch || signal?.aborted) return;
         }
-        if (ended) return;
+        if (ended || signal?.aborted) return; // aborted during the read: its listener would never fire
         if (log.version === seen) await this.#wait(log, this.#src.writesHere(taskId) ? undefined : pollMs, signal);
       }
     } finally {
