@@ -121,4 +121,28 @@ describe('scanner.recover()', () => {
     expect(claims.count).toBe(3);
     expect(await engine.task('old').result()).toBe('echo before');
   });
+
+  it('reentrant: a turn the open\'s pass restarted calls engine.recover() in a step; it resolves (after one more pass) and the turn ends', async () => {
+    const inner = await crashed(['old']);
+    let release!: () => void;
+    const gate = new Promise<void>((r) => (release = r));
+    const { store, claims } = counted(inner, gate);
+    let engine!: Engine;
+    const reentrant = defineWorkflow({
+      name: 'echo',
+      turn: async (ctx, text: string) => {
+        await ctx.step('recover', async () => {
+          await engine.recover();
+          return true;
+        });
+        return `echo ${text}`;
+      },
+    });
+    engine = await Engine.open({ store, workflows: [reentrant], logger: silentLogger, scanIntervalMs: 0 });
+    engines.push(engine);
+    release();
+    expect(await engine.task('old').result()).toBe('echo before');
+    await engine.recovered();
+    expect(claims.count).toBeGreaterThanOrEqual(2);
+  });
 });
