@@ -4,7 +4,7 @@
  * {@link TaskCache.withLock} hands out.
  */
 import { HistoryCorruptError, isHistoryUnreadable as isUnreadable, isTurnlogError, type PayloadTooLargeError } from '../errors.js';
-import type { Lease, TurnTerminalEvent } from '../history/events.js';
+import type { HistoryEvent, Lease, TurnTerminalEvent } from '../history/events.js';
 import type { TaskState } from '../history/state.js';
 import { decodeState } from '../history/state-codec.js';
 import { FOLD_PAGE, fold } from '../replay/index.js';
@@ -203,11 +203,18 @@ export class TaskCache {
     if (!loading) {
       loading = (async () => {
         const t = new TaskEntry(taskId);
+        const store = this.#rt.store;
+        // Snapshot, first page and lease in one read where the store has it (PostgreSQL: one round
+        // trip, not three). Any failure takes the three reads below, which decide as before what
+        // is unreadable (a snapshot: skipped; events: isolated).
+        const start = store.readTaskStart ? await store.readTaskStart(taskId, FOLD_PAGE).catch(() => undefined) : undefined;
         // A snapshot is only a shortcut: an unreadable one means folding the whole history.
-        const snap = await this.#rt.store.getSnapshot(taskId).catch((err: unknown) => {
-          this.#rt.log.warn('snapshot unreadable, folding the whole history', { taskId, error: err });
-          return undefined;
-        });
+        const snap = start
+          ? start.snapshot
+          : await store.getSnapshot(taskId).catch((err: unknown) => {
+              this.#rt.log.warn('snapshot unreadable, folding the whole history', { taskId, error: err });
+              return undefined;
+            });
         let from: TaskState | undefined;
         if (snap) {
           try {
@@ -222,18 +229,22 @@ export class TaskCache {
             this.#rt.log.warn('snapshot unreadable, folding the whole history', { taskId, error: err });
           }
         }
+        // The read's first page follows the stored snapshot: usable when the fold starts there.
+        const first = start && (snap?.eventId ?? 0) === (from?.lastEventId ?? 0) ? start.events : undefined;
         try {
-          let state = await this.#foldStored(taskId, from);
+          let state = await this.#foldStored(taskId, from, first);
+          // The read's lease stands when its page was the whole fold: never older than the events.
+          const lease = first !== undefined && first.length < FOLD_PAGE && !(state instanceof Moved) ? start!.lease : null;
           if (state instanceof Moved) {
             // A snapshot behind a compaction cut (a late write: putSnapshot is not fenced) has no
             // tail that follows it; the shortcut is void, fold the whole history instead.
             if (state.first && from !== undefined) this.#rt.log.warn('snapshot is behind the stored history, folding the whole history', { taskId, snapshotAt: from.lastEventId, next: state.found });
             t.snapshotAt = 0;
-            const events = await this.#rt.store.readEvents(taskId);
+            const events = await store.readEvents(taskId);
             state = events.length ? fold(taskId, events) : undefined;
           }
           t.state = state;
-          t.lease = await this.#rt.store.getLease(taskId);
+          t.lease = lease === null ? await store.getLease(taskId) : lease;
         } catch (err) {
           throw await this.isolate(taskId, err);
         }
@@ -251,13 +262,14 @@ export class TaskCache {
    * time: a page's decoded events are garbage once folded, so a long history (no snapshot) is
    * collected young instead of promoted and compacted whole (bench/replay: decode + fold).
    * Returns {@link Moved} when another event than the next one came first (a compaction cut behind
-   * `from`, or one between two pages): the caller folds the whole history in one read.
+   * `from`, or one between two pages): the caller folds the whole history in one read. `first`:
+   * the first page, already read (EventLog.readTaskStart).
    */
-  async #foldStored(taskId: string, from: TaskState | undefined): Promise<TaskState | undefined | Moved> {
+  async #foldStored(taskId: string, from: TaskState | undefined, first?: HistoryEvent[]): Promise<TaskState | undefined | Moved> {
     let s = from;
-    for (;;) {
+    for (let page = first; ; page = undefined) {
       const next = (s?.lastEventId ?? 0) + 1;
-      const page = await this.#rt.store.readEvents(taskId, { fromEventId: next, limit: FOLD_PAGE });
+      page ??= await this.#rt.store.readEvents(taskId, { fromEventId: next, limit: FOLD_PAGE });
       if (page.length === 0) return s;
       if (s !== undefined && page[0]!.eventId !== next) return new Moved(page[0]!.eventId, s === from);
       s = fold(taskId, page, s);

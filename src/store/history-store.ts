@@ -212,6 +212,23 @@ export interface EventLog {
   readEvents(taskId: string, options?: ReadOptions): Promise<HistoryEvent[]>;
   /** Streams a long history in pages without loading it whole. */
   iterateEvents(taskId: string, options?: ReadOptions): AsyncIterable<HistoryEvent>;
+  /**
+   * Optional, for a store where each read is a round trip (PostgreSQL): what the engine reads
+   * first when it loads a task, in one read: the snapshot, the first `limit` events after it (from
+   * event `snapshot.eventId + 1`, or 1; a full page unless the history ends there, as `readEvents`)
+   * and the lease. Must equal `getSnapshot`, `readEvents(taskId, { fromEventId, limit })` and
+   * `getLease` made at one instant (the contract suite compares them). Without it the engine
+   * makes those three reads.
+   */
+  readTaskStart?(taskId: string, limit: number): Promise<TaskStart>;
+}
+
+/** What {@link EventLog.readTaskStart} returns. */
+export interface TaskStart {
+  snapshot: StoredSnapshot | undefined;
+  /** Events from `(snapshot?.eventId ?? 0) + 1`, at most the limit, in order. */
+  events: HistoryEvent[];
+  lease: Lease | undefined;
 }
 
 /** Summaries (derived from histories) and listing. */

@@ -12,6 +12,7 @@ export type {
   ReadOptions,
   StoredSnapshot,
   TaskPage,
+  TaskStart,
 } from './history-store.js';
 export { LevelHistoryStore, type LevelHistoryStoreOptions } from './level-store.js';
 export { MemoryHistoryStore } from './memory-store.js';

@@ -73,9 +73,9 @@ export class PgStoreContext {
   /**
    * One statement on a guarded client (not `pool.query`, whose one-shot error listener leaves a
    * second connection error of a terminated session unheard: an uncaught exception under
-   * `pg_terminate_backend`, test: runtime/postgres-failures).
+   * `pg_terminate_backend`, test: runtime/postgres-failures). `name`: run it as that prepared statement.
    */
-  async query(text: string, values: unknown[], what = 'a read'): Promise<any[]> {
+  async query(text: string, values: unknown[], what = 'a read', name?: string): Promise<any[]> {
     const pool = this.checkedPool();
     const client = await pool.connect().catch((err: unknown) => {
       throw unavailable(err, this.location, what);
@@ -83,7 +83,9 @@ export class PgStoreContext {
     guard(client);
     let broken: Error | undefined;
     try {
-      return (await client.query(text, values)).rows;
+      if (name === undefined) return (await client.query(text, values)).rows;
+      // pg's prepared form: parsed and planned once a connection.
+      return (await (client as unknown as { query(c: { name: string; text: string; values: unknown[] }): Promise<{ rows: any[] }> }).query({ name, text, values })).rows;
     } catch (err) {
       if (isConnectionLoss(err)) broken = err as Error;
       throw unavailable(err, this.location, what);

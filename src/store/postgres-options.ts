@@ -43,7 +43,7 @@ export interface PostgresStoreOptions {
    */
   groupCommit?: boolean;
   /**
-   * Appends as named prepared statements, parsed and planned once per connection (default true;
+   * Appends and a task's first load (readTaskStart) as named prepared statements, parsed and planned once per connection (default true;
    * about half the server CPU of an append). False behind a pooler that cannot carry them
    * (PgBouncer before 1.21 in transaction mode; docs/scale-out.md#connections).
    */

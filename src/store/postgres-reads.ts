@@ -3,12 +3,13 @@
  * snapshots, task pages, corrupt marks, sizes and the database clock. Each is one statement on
  * a guarded client (PgStoreContext.query), so reads never block writers and see committed data only.
  */
+import { createHash } from 'node:crypto';
 import { HistoryCorruptError, invalidArgument } from '../errors.js';
 import { decodeEvent } from '../history/codec.js';
 import type { HistoryEvent, Lease, TaskSummary } from '../history/events.js';
-import type { CorruptMark, ListOptions, ReadOptions, StoredSnapshot, TaskPage } from './history-store.js';
+import type { CorruptMark, ListOptions, ReadOptions, StoredSnapshot, TaskPage, TaskStart } from './history-store.js';
 import { checkTaskId } from './keys.js';
-import { decodeCursor, encodeCursor, pageLimit, readBounds } from './paging.js';
+import { MAX_EVENT_ID, decodeCursor, encodeCursor, pageLimit, readBounds } from './paging.js';
 import { resolveAll } from './payload-refs.js';
 import type { PgStoreContext } from './postgres-context.js';
 import { DB_NOW, toLease, toSummary, type LeaseRow, type SummaryRow } from './postgres-rows.js';
@@ -23,7 +24,12 @@ export async function readEvents(ctx: PgStoreContext, taskId: string, options: R
     `SELECT event_id, data FROM ${ctx.s}.events WHERE task_id = $1 AND event_id BETWEEN $2 AND $3 ORDER BY event_id${Number.isFinite(limit) ? ' LIMIT $4' : ''}`,
     Number.isFinite(limit) ? [taskId, from, to, limit] : [taskId, from, to],
   );
-  const events = rows.map((r: { event_id: string; data: Buffer }) => {
+  return toEvents(ctx, taskId, rows);
+}
+
+/** Event rows (in order) decoded, each checked to hold its own id, payload references resolved. */
+function toEvents(ctx: PgStoreContext, taskId: string, rows: { event_id: string; data: Buffer }[]): Promise<HistoryEvent[]> {
+  const events = rows.map((r) => {
     const name = `${ctx.location} events(${JSON.stringify(taskId)}, ${r.event_id})`;
     // A plain Uint8Array view makes protobufjs return Uint8Array bytes fields, as the types say.
     const e = decodeEvent(new Uint8Array(r.data.buffer, r.data.byteOffset, r.data.byteLength), taskId, name);
@@ -34,6 +40,38 @@ export async function readEvents(ctx: PgStoreContext, taskId: string, options: R
     const [row] = await ctx.query(`SELECT data FROM ${ctx.s}.payloads WHERE task_id = $1 AND hash = $2`, [taskId, hash]);
     return row ? new Uint8Array((row.data as Buffer).buffer, (row.data as Buffer).byteOffset, (row.data as Buffer).byteLength) : undefined;
   });
+}
+
+/**
+ * The snapshot, the first `limit` events after it and the lease in one statement (one snapshot of
+ * the database, one round trip where a task's first load made three): the head row first (k = 0,
+ * the snapshot's and the lease's columns, null where there is none), then the events (k = 1).
+ */
+/** readTaskStart's statement per store: prepared (planned once a connection) unless `preparedStatements: false`. */
+const startStatements = new WeakMap<PgStoreContext, { text: string; name: string | undefined }>();
+
+export async function readTaskStart(ctx: PgStoreContext, taskId: string, limit: number): Promise<TaskStart> {
+  ctx.checkedPool();
+  checkTaskId(taskId);
+  readBounds({ limit });
+  let st = startStatements.get(ctx);
+  if (st === undefined) {
+    const text = `WITH snap AS (SELECT event_id, data FROM ${ctx.s}.snapshots WHERE task_id = $1)
+     SELECT 0 AS k, s.event_id, s.data, l.owner, l.instance, l.generation, l.expires_at
+       FROM (SELECT 1) one LEFT JOIN snap s ON true LEFT JOIN ${ctx.s}.leases l ON l.task_id = $1
+     UNION ALL
+     (SELECT 1, e.event_id, e.data, NULL, NULL, NULL, NULL FROM ${ctx.s}.events e
+       WHERE e.task_id = $1 AND e.event_id BETWEEN coalesce((SELECT event_id FROM snap), 0) + 1 AND $3
+       ORDER BY e.event_id LIMIT $2)
+     ORDER BY k, event_id`;
+    const name = ctx.options.preparedStatements === false ? undefined : `turnlog_start_${createHash('sha256').update(text).digest('hex').slice(0, 24)}`;
+    startStatements.set(ctx, (st = { text, name }));
+  }
+  const rows = await ctx.query(st.text, [taskId, limit, MAX_EVENT_ID], 'a read', st.name);
+  const head = rows[0] as { event_id: string | null; data: Buffer | null; owner: string | null };
+  const snapshot = head.event_id === null ? undefined : { eventId: Number(head.event_id), data: new Uint8Array(head.data!) };
+  const lease = head.owner === null ? undefined : toLease(rows[0] as LeaseRow);
+  return { snapshot, events: await toEvents(ctx, taskId, rows.slice(1)), lease };
 }
 
 export async function getSummary(ctx: PgStoreContext, taskId: string): Promise<TaskSummary | undefined> {

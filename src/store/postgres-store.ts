@@ -20,6 +20,7 @@ import type {
   SlotAnswer,
   SlotRequest,
   StoredSnapshot,
+  TaskStart,
   StoreSupports,
   TaskPage,
 } from './history-store.js';
@@ -28,7 +29,7 @@ import { checkClaim } from './due-work.js';
 import { iterateInPages } from './paging.js';
 import { PgStoreContext } from './postgres-context.js';
 import { PgAppender } from './postgres-appender.js';
-import { corruptMarks, databaseNow, getLease, getSnapshot, getSummary, listTasks, readEvents, sizeBytes } from './postgres-reads.js';
+import { corruptMarks, databaseNow, getLease, getSnapshot, getSummary, listTasks, readEvents, readTaskStart, sizeBytes } from './postgres-reads.js';
 import { claimLease, releaseLease, renewLease } from './postgres-leases.js';
 import { compactHistory, deleteTask, markCorrupt, purgeCompleted, putSnapshot } from './postgres-retention.js';
 import { claimDue, claimOrphans, recoverableSql, releaseDue, type ClaimedOrphan, type OrphanClaim } from './postgres-claims.js';
@@ -283,6 +284,11 @@ export class PostgresHistoryStore implements HistoryStore {
 
   iterateEvents(taskId: string, options: ReadOptions = {}): AsyncIterable<HistoryEvent> {
     return iterateInPages((o) => this.readEvents(taskId, o), options);
+  }
+
+  /** Snapshot, first page after it and lease in one statement (a task's first load: one round trip, not three). */
+  readTaskStart(taskId: string, limit: number): Promise<TaskStart> {
+    return readTaskStart(this.#ctx, taskId, limit);
   }
 
   getSummary(taskId: string): Promise<TaskSummary | undefined> {

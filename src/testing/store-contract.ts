@@ -568,6 +568,36 @@ export function storeContract(api: ContractTestApi, name: string, factory: () =>
       });
     });
 
+    describe('readTaskStart', () => {
+      // Optional: a store without it is read by getSnapshot, readEvents and getLease instead.
+      it('equals getSnapshot, the limited readEvents after the snapshot and getLease', async () => {
+        const readTaskStart = store.readTaskStart?.bind(store);
+        if (!readTaskStart) return;
+        const ids = (evs: HistoryEvent[]) => evs.map((e) => e.eventId);
+        expect(await readTaskStart('t1', 100)).toEqual({ snapshot: undefined, events: [], lease: undefined });
+        const events = [created(1), ...steps(2, 9)];
+        await store.append('t1', events, { expectedLastEventId: 0, generation: 1 });
+        await store.append('t10', [created(1, { workflow: 'other' }), ...steps(2, 20)], { expectedLastEventId: 0, generation: 1 });
+        await store.putSnapshot('t10', { eventId: 5, data: new Uint8Array([5]) });
+        await store.claimLease('t10', { owner: 'o', instance: 'i10', durationMs: 1_000, now: 0 });
+        expect(await readTaskStart('t1', 4)).toEqual({ snapshot: undefined, events: events.slice(0, 4), lease: undefined });
+        expect(await readTaskStart('t1', 100)).toEqual({ snapshot: undefined, events, lease: undefined });
+        await store.putSnapshot('t1', { eventId: 3, data: new Uint8Array([1, 2, 3]) });
+        const lease = await store.claimLease('t1', { owner: 'engine', instance: 'i1', durationMs: 1_000, now: 0 });
+        const full = await readTaskStart('t1', 4);
+        expect(ids(full.events)).toEqual([4, 5, 6, 7]);
+        expect(full).toEqual({ snapshot: await store.getSnapshot('t1'), events: await store.readEvents('t1', { fromEventId: 4, limit: 4 }), lease: await store.getLease('t1') });
+        expect(full.lease).toMatchObject({ owner: 'engine', instance: 'i1', generation: lease.generation });
+        expect(full.snapshot!.eventId).toBe(3);
+        expect([...full.snapshot!.data]).toEqual([1, 2, 3]);
+        const rest = await readTaskStart('t1', 100);
+        expect(rest.events).toEqual(events.slice(3));
+        expect((await readTaskStart('t1', 0)).events).toEqual([]);
+        await rejectsWith(readTaskStart('t1', -1), 'TURNLOG_INVALID_ARGUMENT');
+        await rejectsWith(readTaskStart('bad\0id', 1), 'TURNLOG_INVALID_ARGUMENT');
+      });
+    });
+
     describe('compaction', () => {
       // Stores without the optional compactHistory skip compaction; nothing to prove then.
       it('compactHistory replaces events 2..N and keeps the dropped input ids (across a reopen)', async () => {

@@ -145,6 +145,7 @@ describePg('large payloads by reference on PostgreSQL', () => {
     const events = history();
     await store.append('t', events, { expectedLastEventId: 0, generation: 1 });
     expect(await store.readEvents('t')).toEqual(events);
+    expect((await store.readTaskStart('t', 100)).events).toEqual(events);
     const count = () => withClient(async (c) => Number((await c.query(`SELECT count(*) AS n FROM "${schema}".payloads`)).rows[0].n));
     expect(await count()).toBe(2);
     await store.deleteTask('t');

@@ -167,6 +167,8 @@ describePg('PostgreSQL one-statement append, options', () => {
       expect(store.appendPaths).toEqual({ oneStatement: 3, locked: 0 });
       expect((await store.readEvents('t')).map((e) => e.eventId)).toEqual([1, 2, 3]);
       expect((await store.getSummary('t'))?.lastEventId).toBe(3);
+      // A task's first load too is sent unprepared (no name): same answer.
+      expect((await store.readTaskStart('t', 2)).events.map((e) => e.eventId)).toEqual([1, 2]);
     } finally {
       await store.close();
       await dropSchema(schema);
