@@ -12,6 +12,7 @@ import type { ClaimRequest, DueBatch, HistoryStore } from '../../src/store/histo
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
 import { historyBuilder } from '../../src/testing/history-builder.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
+import { crashedTasks as crashed } from '../helpers/histories.js';
 
 const engines: Engine[] = [];
 afterEach(async () => {
@@ -19,17 +20,6 @@ afterEach(async () => {
 });
 
 const echo = defineWorkflow({ name: 'echo', turn: async (ctx, text: string) => ctx.step('echo', () => `echo ${text}`) });
-
-/** Tasks left mid-turn by a dead engine. */
-async function crashed(ids: string[]): Promise<MemoryHistoryStore> {
-  const store = new MemoryHistoryStore();
-  await store.open();
-  for (const id of ids) {
-    const events = historyBuilder(id, { start: Date.now() }).created({ workflow: 'echo', kind: 'one-shot' }).input('before').turnStarted().build();
-    await store.append(id, events, { expectedLastEventId: 0, generation: events[0]!.generation });
-  }
-  return store;
-}
 
 /** The store with its claim waiting for `gate` (or failing with `fail`). */
 function gatedClaims(inner: MemoryHistoryStore, gate: Promise<void>, fail?: Error): HistoryStore {

@@ -8,23 +8,12 @@ import { silentLogger } from '../../src/logger.js';
 import { FOLD_PAGE, fold } from '../../src/replay/fold.js';
 import { Engine } from '../../src/runtime/engine.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
-import { historyBuilder } from '../../src/testing/history-builder.js';
+import { longHistory } from '../helpers/histories.js';
 
 const cleanups: (() => Promise<void>)[] = [];
 afterEach(async () => {
   for (const c of cleanups.splice(0).reverse()) await c();
 });
-
-/** A suspended multi-turn task of at least `n` events: turns of 20 steps. */
-function longHistory(taskId: string, n: number): HistoryEvent[] {
-  const b = historyBuilder(taskId, { tick: 1 }).created({ workflow: 'long', kind: 'multi-turn', policy: { turnTimeoutMs: 1e12 } });
-  for (let turn = 1; b.lastEventId < n; turn++) {
-    b.input({ turn }).turnStarted();
-    for (let i = 0; i < 20; i++) b.step('s', i);
-    b.suspended('waiting');
-  }
-  return b.build();
-}
 
 /** A memory store that records every read and can move the history under the second page. */
 class ReadLog extends MemoryHistoryStore {

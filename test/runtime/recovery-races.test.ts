@@ -7,8 +7,8 @@ import { Engine } from '../../src/runtime/engine.js';
 import { silentLogger } from '../../src/logger.js';
 import type { ClaimRequest, DueBatch, HistoryStore } from '../../src/store/history-store.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
-import { historyBuilder } from '../../src/testing/history-builder.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
+import { crashedTasks as crashed } from '../helpers/histories.js';
 
 const engines: Engine[] = [];
 afterEach(async () => {
@@ -25,16 +25,6 @@ const chat = defineWorkflow({
     return ctx.suspend('waiting', r);
   },
 });
-
-async function crashed(ids: string[], workflow: string, kind: 'one-shot' | 'multi-turn'): Promise<MemoryHistoryStore> {
-  const store = new MemoryHistoryStore();
-  await store.open();
-  for (const id of ids) {
-    const events = historyBuilder(id, { start: Date.now() }).created({ workflow, kind }).input('before').turnStarted().build();
-    await store.append(id, events, { expectedLastEventId: 0, generation: events[0]!.generation });
-  }
-  return store;
-}
 
 function gatedClaims(inner: MemoryHistoryStore, gate: Promise<void>): HistoryStore {
   return new Proxy(inner, {

@@ -12,6 +12,7 @@ import { MemoryHistoryStore } from '../../src/store/memory-store.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
 import { historyBuilder } from '../../src/testing/history-builder.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
+import { crashedTasks as crashed } from '../helpers/histories.js';
 
 const engines: Engine[] = [];
 afterEach(async () => {
@@ -19,16 +20,6 @@ afterEach(async () => {
 });
 
 const echo = defineWorkflow({ name: 'echo', turn: async (ctx, text: string) => ctx.step('echo', () => `echo ${text}`) });
-
-async function crashed(ids: string[]): Promise<MemoryHistoryStore> {
-  const store = new MemoryHistoryStore();
-  await store.open();
-  for (const id of ids) {
-    const events = historyBuilder(id, { start: Date.now() }).created({ workflow: 'echo', kind: 'one-shot' }).input('before').turnStarted().build();
-    await store.append(id, events, { expectedLastEventId: 0, generation: events[0]!.generation });
-  }
-  return store;
-}
 
 /** Every claim is counted; the first waits for `gate`; `fail(n)` makes claim n (1-based) throw. */
 function counted(inner: MemoryHistoryStore, gate: Promise<void>, fail: (n: number) => Error | undefined = () => undefined) {
