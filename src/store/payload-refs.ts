@@ -7,7 +7,7 @@
  */
 import { createHash } from 'node:crypto';
 import { HistoryCorruptError, invalidArgument } from '../errors.js';
-import type { HistoryEvent, Payload } from '../history/events.js';
+import type { FailureInfo, HistoryEvent, Payload } from '../history/events.js';
 import { mapEventPayloads } from '../history/payload-map.js';
 
 /** The metadata key of a reference; its value is `sha256:<hex>` of the payload's data. */
@@ -35,6 +35,44 @@ export function externalize(e: HistoryEvent, threshold: number | undefined, blob
     return { metadata: { ...p.metadata, [PAYLOAD_REF_KEY]: enc.encode(hash) }, data: new Uint8Array(0) };
   });
   return changed ? out : e;
+}
+
+function isRef(p: Payload | undefined): boolean {
+  return p !== undefined && Object.hasOwn(p.metadata, PAYLOAD_REF_KEY) && p.metadata[PAYLOAD_REF_KEY] !== undefined;
+}
+
+function failureHoldsRef(f: FailureInfo | undefined): boolean {
+  for (let x = f; x !== undefined; x = x.cause) if (isRef(x.details) || isRef(x.encodedAttributes)) return true;
+  return false;
+}
+
+/**
+ * Whether `e` holds a reference: the payloads {@link mapEventPayloads} visits, read in place. A
+ * read checks every event it returns; {@link referencedHashes} copies the event (a step's every
+ * field) to find none in almost all of them (test: store/payload-refs, every event type).
+ */
+export function holdsRef(e: HistoryEvent): boolean {
+  switch (e.type) {
+    case 'InputQueued':
+      return isRef(e.input);
+    case 'StepCompleted':
+      return isRef(e.result) || failureHoldsRef(e.failure);
+    case 'Checkpointed':
+      return isRef(e.data);
+    case 'SignalReceived':
+      return isRef(e.value);
+    case 'TurnCompleted':
+    case 'TurnSuspended':
+      return isRef(e.output) || isRef(e.state);
+    case 'TurnFailed':
+      return failureHoldsRef(e.failure);
+    case 'StateMigrated':
+      return isRef(e.state);
+    case 'ChildEnded':
+      return isRef(e.output) || failureHoldsRef(e.failure);
+    default:
+      return false;
+  }
 }
 
 /** The hashes `e` references (empty for almost every event). */
@@ -66,6 +104,7 @@ export function resolve(taskId: string, e: HistoryEvent, blobs: ReadonlyMap<stri
 export async function resolveAll(taskId: string, events: HistoryEvent[], get: (hash: string) => Promise<Uint8Array | undefined>): Promise<HistoryEvent[]> {
   let blobs: Map<string, Uint8Array | undefined> | undefined;
   for (let i = 0; i < events.length; i++) {
+    if (!holdsRef(events[i]!)) continue;
     const hashes = referencedHashes(events[i]!);
     if (hashes.length === 0) continue;
     blobs ??= new Map();

@@ -10,7 +10,11 @@ import { silentLogger } from '../../src/logger.js';
 import { LevelHistoryStore } from '../../src/store/level-store.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
 import { Prefix, eventRange } from '../../src/store/keys.js';
-import { PAYLOAD_REF_KEY } from '../../src/store/payload-refs.js';
+import { PAYLOAD_REF_KEY, holdsRef, referencedHashes } from '../../src/store/payload-refs.js';
+import { mapEventPayloads } from '../../src/history/payload-map.js';
+import { ALL_EVENT_TYPES } from '../../src/history/events.js';
+import fc from 'fast-check';
+import { eventArbitraries } from '../helpers/event-arbitraries.js';
 import { historyBuilder } from '../../src/testing/history-builder.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
@@ -161,4 +165,27 @@ describePg('large payloads by reference on PostgreSQL', () => {
     expect(left.map((e) => e.eventId)).toEqual([1, 2, ...three.filter((e) => e.eventId > c.throughEventId).map((e) => e.eventId)]);
     expect(Buffer.from(fold('k', left).state!.data)).toEqual(Buffer.from(fold('k', three).state!.data));
   });
+});
+
+describe('holdsRef (the read path\'s check before it copies an event to look for references)', () => {
+  const { arbitraries } = eventArbitraries();
+  const ref = new TextEncoder().encode('sha256:00');
+  for (const type of ALL_EVENT_TYPES) {
+    it(`${type}: true with a reference in any payload mapEventPayloads visits, as referencedHashes says otherwise`, () => {
+      fc.assert(
+        fc.property(arbitraries[type] as fc.Arbitrary<HistoryEvent>, (e) => {
+          expect(holdsRef(e)).toBe(referencedHashes(e).length > 0);
+          let n = 0;
+          mapEventPayloads(e, (p) => (n++, p));
+          for (let k = 0; k < n; k++) {
+            let i = 0;
+            const withRef = mapEventPayloads(e, (p) => (i++ === k ? { metadata: { ...p.metadata, [PAYLOAD_REF_KEY]: ref }, data: new Uint8Array(0) } : p));
+            expect(referencedHashes(withRef)).toContain('sha256:00');
+            expect(holdsRef(withRef)).toBe(true);
+          }
+        }),
+        { seed: 1337, numRuns: 100 },
+      );
+    });
+  }
 });
