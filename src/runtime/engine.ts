@@ -142,10 +142,10 @@ export class Engine implements TaskClient {
     return this.#state === 'open';
   }
 
-  /** The store; TURNLOG_ENGINE_NOT_ACTIVATED before activation. */
+  /** The store; TURNLOG_ENGINE_NOT_ACTIVATED before activation, TURNLOG_ENGINE_CLOSED once shut down. */
   get store(): HistoryStore {
     const store = this.#act.store;
-    if (!store) throw this.#notActive('store');
+    if (!store) throw this.#unavailable('store');
     return store;
   }
 
@@ -157,7 +157,7 @@ export class Engine implements TaskClient {
   /** This activation's identity (new on every activation unless given). */
   get instance(): string {
     const instance = this.#act.instance;
-    if (!instance) throw this.#notActive('instance');
+    if (!instance) throw this.#unavailable('instance');
     return instance;
   }
 
@@ -416,8 +416,20 @@ export class Engine implements TaskClient {
 
   #assertOpen(api: string): void {
     if (this.#state === 'inactive') throw this.#notActive(`${api}()`);
-    if (this.#state !== 'open') {
-      throw new TurnlogError('TURNLOG_ENGINE_CLOSED', `engine.${api}() called on an engine that is ${this.#state}. Open a new engine with Engine.open().`);
-    }
+    if (this.#state !== 'open') throw this.#closed(`${api}()`);
+  }
+
+  #closed(api: string): TurnlogError {
+    return new TurnlogError('TURNLOG_ENGINE_CLOSED', `engine.${api} called on an engine that is ${this.#state}. Open a new engine with Engine.open().`);
+  }
+
+  /**
+   * What a getter of the activation's parts throws when there is none: shut down (or shutting
+   * down) is TURNLOG_ENGINE_CLOSED, as docs/errors.md says; only an engine that can still be
+   * activated (capture mode, deactivated) is TURNLOG_ENGINE_NOT_ACTIVATED. A stream made before
+   * shutdown and first read after it reads the store through here (test: runtime/streams).
+   */
+  #unavailable(api: string): TurnlogError {
+    return this.#state === 'closed' || this.#state === 'quiescing' ? this.#closed(api) : this.#notActive(api);
   }
 }

@@ -62,4 +62,23 @@ describe('engine.stream() and re-activation', () => {
     await h.send('again');
     expect(await later).toEqual(['input-queued', 'turn-started', 'turn-ended', 'input-queued', 'turn-started', 'turn-ended']);
   });
+
+  it('a reader made before shutdown() and first read after it fails with TURNLOG_ENGINE_CLOSED, not the capture-mode error', async () => {
+    const engine = await Engine.open({ store: new MemoryHistoryStore(), workflows: [multi], logger: silentLogger, scanIntervalMs: 0 });
+    const h = await engine.start(multi, 'hi', { taskId: 'r3' });
+    await h.nextTurn();
+    const reader = engine.stream('r3');
+    await engine.shutdown({ graceMs: 0 });
+    const err = await readUntil(reader, () => false).then(() => undefined, (e: unknown) => e as { code?: string; message?: string });
+    expect(err?.code).toBe('TURNLOG_ENGINE_CLOSED');
+    expect(err?.message).toContain('closed');
+    // A deactivated engine (re-activatable) still says how to activate it.
+    const again = await Engine.open({ store: new MemoryHistoryStore(), workflows: [multi], logger: silentLogger, scanIntervalMs: 0 });
+    engines.push(again);
+    await (await again.start(multi, 'hi', { taskId: 'r4' })).nextTurn();
+    const idle = again.stream('r4');
+    await again.deactivate({ graceMs: 0 });
+    const notActive = await readUntil(idle, () => false).then(() => undefined, (e: unknown) => e as { code?: string });
+    expect(notActive?.code).toBe('TURNLOG_ENGINE_NOT_ACTIVATED');
+  });
 });
