@@ -14,8 +14,10 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance } from 'node:perf_hooks';
 import type { HistoryEvent } from '../src/history/events.js';
+import type { TaskState } from '../src/history/state.js';
 import { encodeState } from '../src/history/state-codec.js';
 import { fold } from '../src/replay/fold.js';
+import { snapshotDue } from '../src/runtime/appender.js';
 import { Engine } from '../src/runtime/engine.js';
 import { silentLogger } from '../src/logger.js';
 import { LevelHistoryStore } from '../src/store/level-store.js';
@@ -55,7 +57,10 @@ async function crashedStore(n: number): Promise<string> {
   return dir;
 }
 
-/** One `bench` task of `n` events, its last turn open; a snapshot where the engine's cadence (every 1,000 events) puts it. */
+/** The engine's default `snapshotEvery`. */
+const SNAPSHOT_EVERY = 1_000;
+
+/** One `bench` task of `n` events, its last turn open; its latest snapshot where the engine's cadence (snapshotDue, default `snapshotEvery`) puts it. */
 async function longTaskStore(n: number): Promise<string> {
   const dir = mkdtempSync(join(tmpdir(), 'turnlog-recovery-bench-'));
   const store = new LevelHistoryStore(dir, { sync: false });
@@ -75,8 +80,16 @@ async function longTaskStore(n: number): Promise<string> {
   for (let i = 0; i < events.length; i += 5_000) {
     await store.append('long', events.slice(i, i + 5_000), { expectedLastEventId: i, generation: events[0]!.generation });
   }
-  const at = Math.floor(events.length / 1000) * 1000;
-  if (at > 0) await store.putSnapshot('long', { eventId: at, data: encodeState(fold('long', events.slice(0, at))) });
+  // The engine's cadence, event by event (its appends here are one to three events each).
+  let at = 0;
+  let data: Uint8Array | undefined;
+  let state: TaskState | undefined;
+  for (let id = 1; id <= events.length; id++) {
+    if (!snapshotDue(id - at, data?.length, SNAPSHOT_EVERY)) continue;
+    state = fold('long', events.slice(at, id), state);
+    [at, data] = [id, encodeState(state)];
+  }
+  if (data) await store.putSnapshot('long', { eventId: at, data });
   await store.close();
   return dir;
 }

@@ -73,7 +73,10 @@ export interface EngineOptions {
   inspect?: boolean;
   /** Executors by kind; `inline` is built in. */
   executors?: Partial<Record<ExecutorKind, Executor>>;
-  /** Write a folded-state snapshot every N events so recovery reads only the tail. Default 1000. */
+  /**
+   * Write a folded-state snapshot every N events so recovery reads only the tail; every N / 4
+   * while the task's last snapshot is at most 4 KiB (a shorter tail for a few bytes). Default 1000.
+   */
   snapshotEvery?: number;
   /**
    * Where the engine logs. Default `consoleLogger` (warn and error to stderr). Every turn outcome

@@ -136,9 +136,11 @@ export class Reads {
       }
       const state = fold(newTaskId, events);
       await appendHistory(this.#rt.store, newTaskId, events, FORK_LEASE_OWNER, this.#rt.instance);
-      await this.#rt.store.putSnapshot(newTaskId, { eventId: state.lastEventId, data: encodeState(state) });
+      const data = encodeState(state);
+      await this.#rt.store.putSnapshot(newTaskId, { eventId: state.lastEventId, data });
       task.state = state;
       task.snapshotAt = state.lastEventId;
+      task.snapshotBytes = data.length;
       task.lease = await this.#rt.store.getLease(newTaskId);
     });
     return newTaskId;

@@ -70,6 +70,8 @@ export class TaskEntry {
   /** Waiters for the end of the next turn, whatever input it takes (handles without an input id). */
   turnWaiters: Deferred<TurnResult>[] = [];
   snapshotAt = 0;
+  /** The size of the snapshot at `snapshotAt` (read or written), when known: sets the cadence (snapshotDue). */
+  snapshotBytes: number | undefined;
   /** The last turn terminal event appended by this engine (waiters' results are built from it). */
   lastTerminal: TurnTerminalEvent | undefined;
   /** Results of recently finished inputs, so `nextTurn()` after the fact needs no history scan. */
@@ -220,6 +222,7 @@ export class TaskCache {
           try {
             from = decodeState(snap.data);
             t.snapshotAt = snap.eventId;
+            t.snapshotBytes = snap.data.length;
             // A snapshot from before state versions: a migration needs the version, fold it all.
             if (from.state !== undefined && from.stateVersion === undefined && this.#rt.workflows.get(from.workflow)?.migrateState) {
               from = undefined;
