@@ -94,6 +94,34 @@ describe('decide: edges and ordering', () => {
     expect(d.reason).toContain('2026-01-01T00:02:00.000Z');
   });
 
+  it("a re-run's reason is formatted when read, from the facts as they were when decided", () => {
+    const s = fold('task-1', base().step('a', 1).build());
+    const lease: Lease = { ...live, expiresAt: T0 + 1_000 };
+    const iso = Date.prototype.toISOString;
+    let formats = 0;
+    Date.prototype.toISOString = function (this: Date) {
+      formats++;
+      return iso.call(this);
+    };
+    let d: ReturnType<typeof decide>;
+    try {
+      d = decide(s, lease, T0 + 5_000);
+      expect(formats).toBe(0); // the engine's recovery never reads it
+    } finally {
+      Date.prototype.toISOString = iso;
+    }
+    const before = d.reason;
+    // What the decision saw, not what its inputs became (the engine replaces and folds on).
+    s.openTurn!.attempt = 7;
+    s.openTurn!.calls.push(s.openTurn!.calls[0]!);
+    lease.owner = 'someone-else';
+    expect(d.reason).toBe(before);
+    expect(before).toBe(
+      'turn 1 attempt 1: lease of engine-b (engine-b-1) expired at 2026-01-01T00:00:01.000Z (1767225601000) <= now 2026-01-01T00:00:05.000Z (1767225605000); ' +
+        'deadline 2026-01-01T00:01:02.000Z (1767225662000) not reached at now 2026-01-01T00:00:05.000Z (1767225605000); re-run as attempt 2 replaying 1 recorded call(s)',
+    );
+  });
+
   it('never throws on an infinite deadline', () => {
     const s = fold('task-1', historyBuilder().created({ kind: 'multi-turn', policy: { turnTimeoutMs: Infinity } }).input('q').turnStarted().build());
     expect(decide(s, undefined, T0 + 1e12)).toMatchObject({ kind: 'rerun' });
