@@ -503,13 +503,15 @@ export class LevelHistoryStore implements HistoryStore {
       const next = applyAppend(taskId, prev, events, options);
       const keys = h.keys;
       const ops: BatchOp[] = [];
-      const blobs = new Map<string, Uint8Array>();
+      // Large payloads by reference only when configured: no Map an append otherwise.
+      const refBytes = this.#refBytes;
+      const blobs = refBytes === undefined ? undefined : new Map<string, Uint8Array>();
       for (let i = 0; i < events.length; i++) {
-        const e = externalize(events[i]!, this.#refBytes, blobs);
+        const e = blobs === undefined ? events[i]! : externalize(events[i]!, refBytes, blobs);
         ops.push({ type: 'put', key: eventKey(taskId, e.eventId, keys.eventPrefix), value: asBuffer(encodeEvent(e)) });
       }
       // Content-addressed: writing the same payload again puts the same bytes under the same key.
-      for (const [hash, data] of blobs) ops.push({ type: 'put', key: payloadKey(taskId, hash), value: asBuffer(data) });
+      if (blobs !== undefined) for (const [hash, data] of blobs) ops.push({ type: 'put', key: payloadKey(taskId, hash), value: asBuffer(data) });
       const summary = next.summary!;
       ops.push({ type: 'put', key: keys.summary, value: encodeSummary(summary) });
       indexOps(keys, prev.summary, summary, ops);
