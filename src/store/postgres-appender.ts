@@ -91,10 +91,20 @@ export class PgAppender {
   batchFallbacks = 0;
   /** The causes of those already warned about (`sqlstate: message`). */
   readonly #fallbackCauses = new Set<string>();
+  /**
+   * A connection kept out of the pool for lone one-statement appends (a sequential writer's
+   * steps): no pool checkout and release per append (docs/decisions.md, "Where a PostgreSQL
+   * step's time goes"). Only with the store's own pool of 3 or more; given back on close or loss.
+   */
+  #kept: PgClientLike | undefined;
+  /** Whether an append is on `#kept` now (a second lone append meanwhile takes a pool connection). */
+  #keptBusy = false;
+  readonly #mayKeep: boolean;
 
   constructor(ctx: PgStoreContext) {
     this.#ctx = ctx;
     const { groupCommit, max } = ctx.options;
+    this.#mayKeep = ctx.options.pool === undefined && (max ?? 10) >= 3;
     if (groupCommit !== false) {
       // Two batches in flight at most (one with a pool of 2 or 3): while they are written the next
       // one gathers, and the fewer the statements the less CPU an append costs both sides
@@ -106,6 +116,39 @@ export class PgAppender {
   /** Group-commit counters: batches written and appends in them (0 and 0 with `groupCommit: false`). */
   groupCommitStats(): { batches: number; appends: number } {
     return { batches: this.#batcher?.batches ?? 0, appends: this.#batcher?.entries ?? 0 };
+  }
+
+  /** Gives the kept connection back to the pool (the store's close, once its writes are done). */
+  releaseKept(): void {
+    const kept = this.#kept;
+    this.#kept = undefined;
+    if (kept !== undefined && !this.#keptBusy) kept.release();
+  }
+
+  /**
+   * After a lone append: the kept connection stays kept unless it broke or the store closed; a
+   * pool connection becomes the kept one if there is none, else goes back to the pool.
+   */
+  #giveBack(client: PgClientLike, broken: Error | undefined): void {
+    const open = this.#ctx.state === 'open';
+    if (client === this.#kept) {
+      this.#keptBusy = false;
+      if (broken === undefined && open) return;
+      this.#kept = undefined;
+    } else if (this.#kept === undefined && this.#mayKeep && broken === undefined && open) {
+      this.#kept = client;
+      // Dropped while idle (server restart, pg_terminate_backend): back to the pool, which discards it.
+      const drop = (err?: Error): void => {
+        if (this.#kept !== client || this.#keptBusy) return;
+        this.#kept = undefined;
+        client.release(err ?? true);
+      };
+      const on = (client as { on?(e: string, f: (err?: Error) => void): void }).on;
+      on?.call(client, 'error', drop);
+      on?.call(client, 'end', () => drop());
+      return;
+    }
+    client.release(broken);
   }
 
   /** Each group commit's number of appends, as it goes out (none with `groupCommit: false`). */
@@ -400,12 +443,18 @@ export class PgAppender {
     const st = this.#casStatement(key, () => casSql(this.#ctx.s, shape));
     const pool = this.#ctx.checkedPool();
     let client: PgClientLike;
-    try {
-      client = await pool.connect();
-    } catch (err) {
-      throw unavailable(err, this.#ctx.location, 'a write');
+    const kept = this.#keptBusy ? undefined : this.#kept;
+    if (kept !== undefined) {
+      this.#keptBusy = true;
+      client = kept;
+    } else {
+      try {
+        client = await pool.connect();
+      } catch (err) {
+        throw unavailable(err, this.#ctx.location, 'a write');
+      }
+      guard(client);
     }
-    guard(client);
     let broken: Error | undefined;
     try {
       const res = await (client as unknown as PreparingClient).query(queryConfig(st, values));
@@ -426,7 +475,7 @@ export class PgAppender {
         throw unavailable(err, this.#ctx.location, 'a write');
       }
     } finally {
-      client.release(broken);
+      this.#giveBack(client, broken);
     }
     // The head moved (another engine wrote, a lease was taken): the locked path decides, on a connection of its own.
     return this.#locked(a, sync);

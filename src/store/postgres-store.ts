@@ -226,6 +226,7 @@ export class PostgresHistoryStore implements HistoryStore {
     await this.#ctx.notifier?.drain();
     this.#ctx.state = 'closed';
     this.#ctx.heads.clear();
+    this.#appender.releaseKept();
     await this.#listener?.stop();
     this.#listener = undefined;
     const pool = this.#ctx.pool;
