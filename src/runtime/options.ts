@@ -75,7 +75,7 @@ export interface EngineOptions {
   executors?: Partial<Record<ExecutorKind, Executor>>;
   /**
    * Write a folded-state snapshot every N events so recovery reads only the tail; every N / 4
-   * while the task's last snapshot is at most 4 KiB (a shorter tail for a few bytes). Default 1000.
+   * once the task's last snapshot is known to be at most 4 KiB (a shorter tail for a few bytes). Default 1000.
    */
   snapshotEvery?: number;
   /**
