@@ -15,7 +15,11 @@
  * is the median (latencies) or the rate of the round; the result is the median of the rounds
  * and the spread (slowest round / fastest). Every round of every workload starts from a
  * collected heap when the process runs with --expose-gc (run.mjs starts it so): no round pays
- * for the garbage the workload before it left. A replay round is at least REPLAYS replays and
+ * for the garbage the workload before it left. The collection is `gc({ type: 'major' })`, one
+ * full GC: a bare `gc()` collects "all available garbage", which also drops every map no live
+ * object has (V8 keeps those for two ordinary GCs), and each optimized function that depended
+ * on one is deoptimized: ~75 of turnlog's a round, so each round re-ran its tier-up
+ * (docs/performance.md, "Allocation and GC per turn"). A replay round is at least REPLAYS replays and
  * at least REPLAY_ROUND_MS, timed together, so a sub-millisecond replay is not measured by a
  * round shorter than one garbage collection.
  *
@@ -139,7 +143,7 @@ export async function runPeer(name) {
     const cpuShare = {};
     for (let r = 0; r < ROUNDS; r++) {
       for (const [key, w] of active) {
-        globalThis.gc?.();
+        globalThis.gc?.({ type: 'major' });
         const c0 = process.cpuUsage();
         const t0 = now();
         const v = await w.round(a, convs);
