@@ -2,6 +2,8 @@
  * PostgreSQL store benchmark (issue #11): durable steps of an inline turn on the PostgreSQL
  * store, beside a raw `pg` autocommit INSERT of the same event bytes measured in the same run
  * (paired blocks, median ratio). Skips with one line when PostgreSQL is unreachable.
+ * Measured warm: steps and raw INSERTs run first until the JIT has tiered them up (a process's
+ * first thousands of steps cost 2-3x the CPU, docs/performance.md); the cold figures are printed beside.
  * TURNLOG_TEST_PG_URL picks the server (default postgres://postgres@127.0.0.1:5432/test).
  */
 import { randomBytes } from 'node:crypto';
@@ -52,6 +54,18 @@ export async function run(): Promise<void> {
       return { ms: (now() - t0) / n, cpu: cpuMs(c0) / n };
     };
 
+    // JIT warm-up (the same store and statements): 30 blocks of each, the first and last block's
+    // process CPU printed. The nine paired blocks below are the figures of record.
+    const WARM_BLOCKS = 30;
+    const warmStep: number[] = [];
+    const warmRaw: number[] = [];
+    for (let r = 0; r < WARM_BLOCKS; r++) {
+      warmRaw.push((await rawBlock(STEPS)).cpu);
+      const c0 = process.cpuUsage();
+      await (await engine.start(many, null)).result();
+      warmStep.push(cpuMs(c0) / STEPS);
+    }
+
     const ratios: number[] = [];
     const stepRuns: number[] = [];
     const rawRuns: number[] = [];
@@ -87,6 +101,7 @@ export async function run(): Promise<void> {
     const concurrentPerS = (TASKS * PER_TASK) / ((now() - t0) / 1000);
     await engine.shutdown();
 
+    console.log(`JIT warm-up                     process CPU per step ${warmStep[0]!.toFixed(3)} -> ${warmStep[WARM_BLOCKS - 1]!.toFixed(3)} ms, per raw INSERT ${warmRaw[0]!.toFixed(3)} -> ${warmRaw[WARM_BLOCKS - 1]!.toFixed(3)} ms (first / last block of ${STEPS}, after ${WARM_BLOCKS * STEPS})`);
     console.log(`raw pg INSERT + commit (${bytes.length} B)   ${median(rawRuns).toFixed(3)} ms`);
     console.log(`durable step on PostgreSQL      ${median(stepRuns).toFixed(3)} ms; median of 9 paired blocks ${median(ratios).toFixed(2)}× raw INSERT + commit`);
     console.log(`  process CPU per step ${median(stepCpu).toFixed(3)} ms vs ${median(rawCpu).toFixed(3)} ms per raw INSERT (medians of the same blocks); ${oneStatement} of ${oneStatement + locked} appends in one statement`);
