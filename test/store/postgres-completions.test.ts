@@ -98,7 +98,8 @@ describePg('PostgreSQL completions (migration 6)', () => {
         }
       });
     const writers = [writer(1), writer(2), writer(3)];
-    await new Promise((r) => setTimeout(r, 30));
+    // Until each writer has written (a fixed 30 ms was too short under load: none had connected yet).
+    for (let waited = 0; written < 3 && waited < 10_000; waited += 5) await new Promise((r) => setTimeout(r, 5));
     const before = written;
     await open();
     stop = true;
