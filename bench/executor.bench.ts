@@ -137,7 +137,28 @@ export async function run(): Promise<void> {
   // up (a warm-pool worker says Ready only then), after the previous one has exited.
   const warmExec = new ProcessExecutor({ workflowsModule: MODULE, execArgv: [], warmPool: 1, logger: silentLogger });
   const warm = await open(warmExec);
-  const warmed = await oneShots(warm, fixtures.echo, 40, () => waitFor(() => warmExec.readyWarmCount === 1 && warmExec.workerCount === 1));
+  const warmReady = () => waitFor(() => warmExec.readyWarmCount === 1 && warmExec.workerCount === 1);
+  const warmed = await oneShots(warm, fixtures.echo, 40, warmReady);
+
+  // The same two kinds of turn under the same conditions: each reused turn right after a pre-warmed
+  // one, so both follow the warm pool's refill (a Node process booting beside the engine), where the
+  // rows above run reused turns back to back (docs/isolation.md, "Measured").
+  const pairExec = new ProcessExecutor({ workflowsModule: MODULE, execArgv: [], reuseWorkers: true, logger: silentLogger });
+  const pair = await open(pairExec);
+  const chat = await pair.start(fixtures.pids, 'warm-up');
+  await chat.nextTurn();
+  const warmedPaired: number[] = [];
+  const reusedPaired: number[] = [];
+  for (let i = 0; i < 43; i++) {
+    const w = await oneShots(warm, fixtures.echo, 1, warmReady);
+    const t0 = now();
+    await chat.turnResult(await chat.send(`p${i}`));
+    if (i >= 3) {
+      warmedPaired.push(...w);
+      reusedPaired.push(now() - t0);
+    }
+  }
+  await pair.shutdown();
   await warm.shutdown();
 
   // Cold: one process start + its first turn, vs a bare node spawn, interleaved so both see the
@@ -189,6 +210,7 @@ export async function run(): Promise<void> {
   console.log(`inline multi-turn turn        ${fmt(inlineChatMs)} (median of 300)`);
   console.log(`reused worker turn            ${fmt(reusedMs)}  → +${fmt(reusedMs - inlineChatMs)} over inline (target ≤ 1 ms), p90 ${fmt(p90(reused))}`);
   console.log(`pre-warmed worker turn        ${fmt(warmMs)}  → +${fmt(warmMs - inlineOne)} over inline (target ≤ 1 ms), p90 ${fmt(p90(warmed))}`);
+  console.log(`  interleaved: pre-warmed ${fmt(median(warmedPaired))}, reused ${fmt(median(reusedPaired))} (medians of 40 pairs, each reused turn right after a pre-warmed one)`);
   console.log(`cold worker turn              ${fmt(coldMs)}  → ${(coldMs / bareMs).toFixed(2)}× bare spawn (target ≤ 1.3×)`);
   console.log(`bare node spawn → 1st message ${fmt(bareMs)}`);
   const esmMs = median(esmBares);
