@@ -9,10 +9,10 @@ import type { TurnSpec } from './host.js';
 
 /**
  * Builds the spec of `s.openTurn` as of now: its input (the first of the turn's inputs, or
- * `emptyInput`), the state before the turn, every recorded call, taken inputs, the latest
+ * `emptyInput()`, called only for a turn without one), the state before the turn, every recorded call, taken inputs, the latest
  * checkpoint and the cancel state. `codec` undoes payload codecs (engine side only).
  */
-export function turnSpecFor(s: TaskState, emptyInput: Payload, codec?: SpecDecoder): TurnSpec {
+export function turnSpecFor(s: TaskState, emptyInput: () => Payload, codec?: SpecDecoder): TurnSpec {
   const ot = s.openTurn;
   if (!ot) throw new Error(`turnSpecFor: task ${s.taskId} has no open turn`);
   const decode = codec?.decode;
@@ -27,7 +27,7 @@ export function turnSpecFor(s: TaskState, emptyInput: Payload, codec?: SpecDecod
     entryMode: ot.entryMode,
     steered: ot.steered,
     inputId: first?.inputId ?? '',
-    input: first ? p(first.input) : emptyInput,
+    input: first ? p(first.input) : emptyInput(),
     calls: codec ? ot.calls.map((c) => decodeCall(c, codec)) : ot.calls,
     taken: decode ? ot.taken.map((q) => ({ ...q, input: decode(q.input) })) : ot.taken,
     turnStartedAt: ot.turnStartedAt,

@@ -5,7 +5,7 @@
  * timers from the supervisor. Every entry point holds the task's lock (a LockedTask).
  */
 import { FencedError, TurnlogError, isTurnlogError } from '../errors.js';
-import type { ExecutorKind, Lease } from '../history/events.js';
+import type { ExecutorKind, Lease, Payload } from '../history/events.js';
 import { errorToFailure } from '../history/failure.js';
 import { isLeaseLive, nextLease } from '../history/lease.js';
 import type { TaskState } from '../history/state.js';
@@ -35,6 +35,8 @@ function stillOurs(t: TaskEntry, active: ActiveAttempt, err: unknown): boolean {
 
 /** Fewest entries `#running` holds before it is pruned without being counted. */
 const PRUNE_MIN = 256;
+/** An attempt's `done` until its run starts (a few lines later, in the same tick). */
+const SETTLED: Promise<void> = Promise.resolve();
 
 export class Driver {
   readonly #rt: Runtime;
@@ -58,6 +60,8 @@ export class Driver {
   readonly #waits: Waits;
   /** The shared store's clock against ours: other instances' leases are judged on it (store-clock.ts). */
   readonly storeClock: StoreClock;
+  /** The input of a turn that has none (turnSpecFor calls it only then: most turns have one). */
+  readonly #emptyInput = (): Payload => this.#rt.converter.toPayload(undefined);
 
   constructor(
     rt: Runtime,
@@ -238,13 +242,17 @@ export class Driver {
     }
     const s = t.state!;
     const ot = s.openTurn!;
-    const active: ActiveAttempt = { turn: ot.turn, attempt: ot.attempt, finalized: false, timers: [], renewFailures: 0, done: Promise.resolve() };
+    // `done` is set just below, before anything could read it: one settled promise for all until then.
+    const active: ActiveAttempt = { turn: ot.turn, attempt: ot.attempt, finalized: false, timers: [], renewFailures: 0, done: SETTLED };
     t.active = active;
     this.#running.add(t);
     if (this.#running.size >= this.#pruneAt) this.running();
-    const spec = turnSpecFor(s, this.#rt.converter.toPayload(undefined), this.#rt.codec);
-    const trace = ot.inputs.find((i) => i.trace !== undefined)?.trace;
-    this.#rt.observers.attemptStarted({ taskId: t.id, workflow: s.workflow, turn: ot.turn, attempt: ot.attempt, entryMode: ot.entryMode, executor: policy.executor, replayedCalls: spec.calls.length, time: now, ...(trace ? { trace } : {}) });
+    const spec = turnSpecFor(s, this.#emptyInput, this.#rt.codec);
+    // Built only for a listener: with none (no observer, no tracing) it is garbage every attempt.
+    if (this.#rt.observers.listens('attemptStarted')) {
+      const trace = ot.inputs.find((i) => i.trace !== undefined)?.trace;
+      this.#rt.observers.attemptStarted({ taskId: t.id, workflow: s.workflow, turn: ot.turn, attempt: ot.attempt, entryMode: ot.entryMode, executor: policy.executor, replayedCalls: spec.calls.length, time: now, ...(trace ? { trace } : {}) });
+    }
     this.#supervisor.armDeadline(t, active, ot.deadline - now);
     this.#supervisor.armRenewal(t, active, now);
     active.done = this.#runAttempt(t, active, executor, spec, reservation);

@@ -172,6 +172,12 @@ export class Observers {
     for (const o of this.#list) if (o.groupCommitted) this.#guard('groupCommitted', '', () => o.groupCommitted!({ writes }));
   }
 
+  /** Whether a public listener has `hook` (a caller builds the hook's event only then). */
+  listens(hook: 'attemptStarted'): boolean {
+    for (const o of this.#list) if (o[hook]) return true;
+    return false;
+  }
+
   attemptStarted(e: AttemptStartedEvent): void {
     for (const o of this.#list) if (o.attemptStarted) this.#guard('attemptStarted', e.taskId, () => o.attemptStarted!(e));
   }

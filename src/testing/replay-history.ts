@@ -482,7 +482,7 @@ async function replayTurn(t: TurnInput): Promise<TurnReplayResult> {
   if (t.exit) aborts.push({ eventId: t.exit.eventId, kind: 'shutdown', reason: `recorded exit for recovery: ${t.exit.reason}` });
   aborts.sort((a, b) => a.eventId - b.eventId);
   const spec: TurnSpec = {
-    ...turnSpecFor(s, converter.toPayload(undefined)),
+    ...turnSpecFor(s, () => converter.toPayload(undefined)),
     timeoutExceeded: aborts.some((a) => a.kind === 'timeout' && a.eventId < t.lastStartEventId),
     cancelRequested: aborts.some((a) => a.kind === 'cancel' && a.eventId < t.lastStartEventId),
   };

@@ -66,6 +66,8 @@ describe('engine observers', () => {
     await (await engine.start(double, 1, { taskId: 'o2' })).result();
     const seen = r.log.length;
     expect(seen).toBeGreaterThan(0);
+    // Added after open, it is still asked for (the engine builds attemptStarted only for a listener).
+    expect(r.started.map((e) => e.taskId)).toEqual(['o2']);
     stop();
     stop(); // idempotent
     await (await engine.start(double, 2, { taskId: 'o3' })).result();
