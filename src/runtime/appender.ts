@@ -24,10 +24,11 @@ export const SMALL_SNAPSHOT_BYTES = 4_096;
 
 /**
  * Whether a task `since` events past its last snapshot writes one now: every `every` events, and
- * every `every / 4` once its last snapshot (`lastBytes`) is known to be small. A recovered tail
+ * every `floor(every / 4)` (at least 1) once its last snapshot (`lastBytes`) is known to be small. A recovered tail
  * costs ~5 us an event to read, decode and fold, against ~0.1-0.2 ms to encode a 1 KB state:
  * small states buy a 4× shorter tail for ≤ 16 bytes an event (docs/decisions.md#snapshot-cadence).
- * The first snapshot comes at `every`, so every snapshot of the old cadence is still written.
+ * The first snapshot comes at `every`, where the old cadence put it; a large state keeps every old
+ * position, a small one only while each append is one event (test: runtime/snapshot-cadence-positions).
  */
 export function snapshotDue(since: number, lastBytes: number | undefined, every: number): boolean {
   if (since >= every) return true;

@@ -76,3 +76,34 @@ describe('summary records', () => {
     );
   });
 });
+
+describe('records: the byte-written path against JSON.stringify over the whole safe-integer range', () => {
+  // Every digit count (writeNat divides by 10 in doubles) and every non-ASCII or escaped workflow,
+  // owner and instance (those are copied as cached JSON bytes, UTF-8).
+  const whole = fc.oneof(fc.integer({ min: 0, max: Number.MAX_SAFE_INTEGER }), fc.nat({ max: 20 }).map((d) => 10 ** Math.min(d, 15) - 1), fc.nat({ max: 15 }).map((d) => 10 ** d));
+  const name = fc.oneof(fc.string({ unit: 'binary', maxLength: 40 }), fc.string({ unit: 'grapheme', maxLength: 40 }), fc.constantFrom('\u2028\u2029', '\u007f', '\ud800\udc00', '\udfff\ud800', 'x'.repeat(400)));
+  const plainId = fc.stringMatching(/^[ -!#-[\]-~]{0,60}$/);
+
+  it('summaries', () => {
+    fc.assert(
+      fc.property(name, plainId, fc.array(whole, { minLength: 5, maxLength: 5 }), fc.option(fc.constantFrom('succeeded', 'failed', 'cancelled', 'timed_out'), { nil: undefined }), (workflow, id, [a, b, c, d, e], outcome) => {
+        const s: TaskSummary = { taskId: 't', workflow, kind: 'multi-turn', status: 'suspended', lastEventId: a!, turn: b!, queued: c!, lastInputId: id, createdAt: d!, updatedAt: e! };
+        if (outcome !== undefined) s.outcome = outcome;
+        expect(encodeSummary(s).toString('hex')).toBe(encodeSummaryRow(s).toString('hex'));
+        const { lastInputId: _, ...noId } = s;
+        expect(encodeSummary(noId).toString('hex')).toBe(encodeSummaryRow(noId).toString('hex'));
+      }),
+      { seed: 7, numRuns: 5_000 },
+    );
+  });
+
+  it('leases', () => {
+    fc.assert(
+      fc.property(name, name, whole, whole, (owner, instance, generation, expiresAt) => {
+        const l: Lease = { owner, instance, generation, expiresAt };
+        expect(encodeLease(l).toString('hex')).toBe(Buffer.from(JSON.stringify(l)).toString('hex'));
+      }),
+      { seed: 8, numRuns: 5_000 },
+    );
+  });
+});
