@@ -85,6 +85,7 @@ describePg('PostgreSQL completions (migration 6)', () => {
     const S = `"${schema}"`;
     let stop = false;
     let written = 0;
+    const wrote = new Set<number>();
     // Three connections (an older build's engines) writing all along: new completed tasks, and
     // existing ones flipped between completed and in progress.
     const writer = (w: number) =>
@@ -95,11 +96,12 @@ describePg('PostgreSQL completions (migration 6)', () => {
           if (i % 3 === 0) await c.query(`UPDATE ${S}.summaries SET status = 'in_progress', outcome = NULL WHERE task_id = $1`, [`w${w}-${i >> 1}`]);
           if (i % 5 === 0) await c.query(`UPDATE ${S}.summaries SET status = 'completed', outcome = 'failed', updated_at = $2 WHERE task_id = $1`, [`w${w}-${i >> 2}`, 5_000 + i]);
           written++;
+          wrote.add(w);
         }
       });
     const writers = [writer(1), writer(2), writer(3)];
     // Until each writer has written (a fixed 30 ms was too short under load: none had connected yet).
-    for (let waited = 0; written < 3 && waited < 10_000; waited += 5) await new Promise((r) => setTimeout(r, 5));
+    for (let waited = 0; wrote.size < 3 && waited < 10_000; waited += 5) await new Promise((r) => setTimeout(r, 5));
     const before = written;
     await open();
     stop = true;
