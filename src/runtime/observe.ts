@@ -145,7 +145,14 @@ export class Observers {
   }
 
   appended(t: TaskEntry, before: TaskState | undefined, events: readonly HistoryEvent[], origin: EventsAppendedEvent['origin'], durationMs?: number): void {
-    for (const l of this.#internal) this.#guard('eventsAppended', t.id, () => l(t, before, events));
+    // No closure per call for the engine's own listeners: this runs for every append.
+    for (const l of this.#internal) {
+      try {
+        l(t, before, events);
+      } catch (err) {
+        this.#failed('eventsAppended', t.id, err);
+      }
+    }
     if (this.#list.length === 0 || events.length === 0) return;
     const e: EventsAppendedEvent = { taskId: t.id, events, generation: events[events.length - 1]!.generation, origin };
     if (durationMs !== undefined) e.durationMs = durationMs;

@@ -14,16 +14,23 @@ export interface OutcomeLogLine {
 
 /** The event types {@link outcomeLogLines} logs (the cases of its switch). */
 const LOGGED: ReadonlySet<HistoryEvent['type']> = new Set(['TurnFailed', 'TurnTimedOut', 'TurnCancelled', 'WorkerCrashed', 'TurnExitedForRecovery']);
+/** What most appends get: shared, so an append with nothing to log allocates nothing here. */
+const NO_LINES: readonly OutcomeLogLine[] = Object.freeze([]);
+
+function hasLogged(events: readonly HistoryEvent[]): boolean {
+  for (let i = 0; i < events.length; i++) if (LOGGED.has(events[i]!.type)) return true;
+  return false;
+}
 
 /**
  * Log lines for the outcomes in `events`, appended to a task whose state was `before`.
  * Failed turns (including `NonDeterminismError` and exhausted recoveries) are errors; timeouts
  * and worker crashes warnings; a cancel is the caller's own act, so info.
  */
-export function outcomeLogLines(taskId: string, before: TaskState | undefined, events: readonly HistoryEvent[]): OutcomeLogLine[] {
-  const lines: OutcomeLogLine[] = [];
+export function outcomeLogLines(taskId: string, before: TaskState | undefined, events: readonly HistoryEvent[]): readonly OutcomeLogLine[] {
   // Most batches (every start, step and success) have no outcome to log: nothing is built for them.
-  if (!events.some((e) => LOGGED.has(e.type))) return lines;
+  if (!hasLogged(events)) return NO_LINES;
+  const lines: OutcomeLogLine[] = [];
   const workflow = before?.workflow;
   const attempt = before?.openTurn?.attempt ?? 0;
   // A kill is logged with the terminal it leads to (same batch), not as a second line.
