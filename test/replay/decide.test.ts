@@ -127,3 +127,17 @@ describe('decide: edges and ordering', () => {
     expect(decide(s, undefined, T0 + 1e12)).toMatchObject({ kind: 'rerun' });
   });
 });
+
+describe("decide: a re-run's lazy reason survives copies", () => {
+  it('spread, JSON and structuredClone carry the same text (the getter is an own enumerable property)', () => {
+    const s = fold('task-1', historyBuilder().created().input('q').turnStarted().step('a', 1).build());
+    const d = decide(s, { ...live, expiresAt: T0 + 1_000 }, T0 + 5_000);
+    expect(d.kind).toBe('rerun');
+    const text = d.reason;
+    expect(text).toContain('re-run as attempt 2');
+    expect({ ...d }.reason).toBe(text);
+    expect((JSON.parse(JSON.stringify(d)) as { reason: string }).reason).toBe(text);
+    expect(structuredClone(d).reason).toBe(text);
+    expect(Object.keys(d)).toContain('reason');
+  });
+});
