@@ -141,6 +141,28 @@ describePg('PostgreSQL store: the kept connection under failures', () => {
     expect((await store.readEvents(id)).length).toBe(5);
   }
 
+  it('every connection of the store terminated at once (as a server restart): appends go on, on fresh connections', async () => {
+    const schema = uniqueSchema('turnlog_keptrev');
+    cleanups.push(() => dropSchema(schema));
+    const uncaught = noUncaught();
+    const app = `turnlog_keptrev_${process.pid}`;
+    const store = createPostgresStore({ connectionString: `${PG_URL}${PG_URL.includes('?') ? '&' : '?'}application_name=${app}`, schema });
+    cleanups.push(() => store.close());
+    await store.open();
+    store.watch(() => undefined);
+    expect(await store.listening()).toBe(true);
+    await store.append('t', [created(1)], { expectedLastEventId: 0, generation: 1 });
+    for (let i = 2; i <= 5; i++) await store.append('t', [step(i, i)], { expectedLastEventId: i - 1, generation: 1 });
+    const pids = await withClient(async (c) => (await c.query('SELECT pid FROM pg_stat_activity WHERE application_name = $1', [app])).rows.map((r: { pid: number }) => r.pid));
+    expect(pids.length).toBeGreaterThanOrEqual(2); // the LISTEN connection and the kept one at least
+    await withClient((c) => c.query('SELECT pg_terminate_backend(pid) FROM unnest($1::int[]) pid', [pids]));
+    await until(async () => (await withClient(async (c) => (await c.query('SELECT count(*)::int AS n FROM pg_stat_activity WHERE pid = ANY($1)', [pids])).rows[0].n)) === 0, 'the backends to go');
+    for (let i = 6; i <= 10; i++) await store.append('t', [step(i, i)], { expectedLastEventId: i - 1, generation: 1 });
+    expect((await store.readEvents('t')).map((e) => e.eventId)).toEqual([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    await store.close();
+    expect(uncaught).toEqual([]);
+  });
+
   it('fencing on the kept connection: a head another store moved is decided exactly (StaleGeneration, Concurrency), nothing written', async () => {
     const schema = uniqueSchema('turnlog_keptrev');
     cleanups.push(() => dropSchema(schema));
