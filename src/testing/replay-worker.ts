@@ -4,7 +4,8 @@
  */
 import { parentPort, workerData } from 'node:worker_threads';
 import { moduleConverter } from '../history/pipeline.js';
-import { replayEvents, workflowMap } from './replay-history.js';
+import { replayEvents } from './replay-turn.js';
+import { workflowMap } from '../workflow/workflow-source.js';
 import { serializeError, type ReplayWorkerData, type ReplayWorkerMessage } from './replay-isolate.js';
 
 const data = workerData as ReplayWorkerData;
