@@ -76,7 +76,12 @@ export class Scanner {
     }
     const now = this.#rt.clock.now();
     const retentionMs = this.#rt.retentionMs;
-    const running = new Set<Promise<void>>();
+    const running = new Slots(this.#rt.recoveryConcurrency);
+    // #recoverTask logs its failures and returns: a throw there is a bug, its slot freed all the same.
+    const failed = (err: unknown): void => {
+      running.release();
+      this.#rt.log.error('recovery failed', { error: err });
+    };
     // A shared store that claims orphans with SKIP LOCKED: take them up to our free slots first;
     // the in-progress tasks claimDueWork lists are then other engines' (or beyond our cap).
     const store = this.#rt.store;
@@ -84,9 +89,9 @@ export class Scanner {
     if (claiming) {
       const claimed = new Map<string, Lease | undefined>();
       for (const id of await this.#claimOrphans(store, claimed)) {
-        while (running.size >= this.#rt.recoveryConcurrency) await Promise.race(running);
-        const p: Promise<void> = this.#recoverTask(id, { previous: claimed.get(id) }).then(() => undefined).finally(() => running.delete(p));
-        running.add(p);
+        while (running.full) await running.free();
+        running.take();
+        void this.#recoverTask(id, { previous: claimed.get(id) }).then(running.release, failed);
       }
     }
     const purged: string[] = [];
@@ -128,16 +133,20 @@ export class Scanner {
             continue;
           }
           // Bounded: wait for a slot, then start this task's recovery and claim on meanwhile.
-          while (running.size >= this.#rt.recoveryConcurrency) await Promise.race(running);
-          const p: Promise<void> = this.#recoverTask(due.taskId)
-            .then((armed) => void (armed && waiting.add(due.taskId)))
-            .finally(() => running.delete(p));
-          running.add(p);
+          while (running.full) await running.free();
+          running.take();
+          const id = due.taskId;
+          // One reaction a task frees its slot: a race over every running task's promise cost
+          // ~11 promises a task, each paying the async hooks (docs/performance.md).
+          void this.#recoverTask(id).then((armed) => {
+            if (armed) waiting.add(id);
+            running.release();
+          }, failed);
         }
         cursor = batch.next;
       } while (cursor !== undefined && this.#rt.open);
     } finally {
-      await Promise.all(running);
+      await running.drained();
       if (claims && handed.size > 0) await this.#release(store, [...handed].filter((id) => !waiting.has(id)));
     }
     if (purged.length) this.#rt.log.info('retention deleted completed tasks', { count: purged.length });
@@ -248,6 +257,38 @@ export class Scanner {
 }
 
 const ORPHAN_BATCH = 100;
+
+/** A recovery pass's concurrency: slots taken and released, and one waiter for a free slot or for none taken. */
+class Slots {
+  #taken = 0;
+  #wake: (() => void) | undefined;
+  constructor(readonly size: number) {}
+
+  get full(): boolean {
+    return this.#taken >= this.size;
+  }
+
+  take(): void {
+    this.#taken++;
+  }
+
+  readonly release = (): void => {
+    this.#taken--;
+    const wake = this.#wake;
+    this.#wake = undefined;
+    wake?.();
+  };
+
+  /** Resolves once a slot is free (one waiter at a time: the pass's loop). */
+  free(): Promise<void> {
+    return new Promise((resolve) => (this.#wake = resolve));
+  }
+
+  /** Resolves once every slot is released. */
+  async drained(): Promise<void> {
+    while (this.#taken > 0) await this.free();
+  }
+}
 
 interface OrphanClaimer {
   claimOrphans(request: OrphanClaim): Promise<ClaimedOrphan[]>;

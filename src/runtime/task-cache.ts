@@ -58,11 +58,14 @@ class Moved {
   ) {}
 }
 
+const UNLOCKED: Promise<unknown> = Promise.resolve();
+
 /** One task as this engine holds it: folded state, lease, lock chain, running attempt, waiters. */
 export class TaskEntry {
   state: TaskState | undefined;
   lease: Lease | undefined;
-  chain: Promise<unknown> = Promise.resolve();
+  /** The lock's tail; one settled promise shared by every entry until its first hold. */
+  chain: Promise<unknown> = UNLOCKED;
   /** Operations queued on or holding the lock; a busy entry is never evicted. */
   busy = 0;
   active: ActiveAttempt | undefined;

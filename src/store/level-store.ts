@@ -14,7 +14,7 @@ import {
 } from '../errors.js';
 import { inspectStoreDir } from './store-dir.js';
 import { decodeEvent, encodeEvent } from '../history/codec.js';
-import { checkRefBytes, externalize, resolveAll } from './payload-refs.js';
+import { checkRefBytes, externalize, holdsRef, resolveAll } from './payload-refs.js';
 import { isLaterCut } from './task-head.js';
 import { HISTORY_FORMAT_VERSION, type HistoryEvent, type Lease, type TaskSummary } from '../history/events.js';
 import type { LeaseRequest } from '../history/lease.js';
@@ -32,6 +32,7 @@ import type {
   ReadOptions,
   StoredSnapshot,
   TaskPage,
+  TaskStart,
 } from './history-store.js';
 import {
   Prefix,
@@ -759,6 +760,42 @@ export class LevelHistoryStore implements HistoryStore {
     const raw = await this.#db.get(key);
     // Not cached, so written by an earlier process: void, as in #loadHead.
     return raw === undefined ? undefined : { ...(parseJson(raw, key) as Lease), expiresAt: 0 };
+  }
+
+  /**
+   * A claimed task's snapshot, tail and lease from what its claim read (#primeHeads), with no read
+   * and no await: recovery's load was six promises and three store calls more a task. Without
+   * those hints (or with a payload reference to resolve) it reads as getSnapshot, readEvents, getLease.
+   */
+  readTaskStart(taskId: string, limit: number): Promise<TaskStart> {
+    const tail = this.#tailHints.get(taskId);
+    const h = this.#heads.get(taskId);
+    if (tail === undefined || h === undefined || h.ready !== null || !this.#snapshotHints.has(taskId) || limit <= tail.values.length || this.#state !== 'open') {
+      return this.#readTaskStart(taskId, limit);
+    }
+    try {
+      const raw = this.#snapshotHints.get(taskId);
+      if (raw !== undefined && raw.length < 4) return this.#readTaskStart(taskId, limit);
+      const snapshot = raw === undefined ? undefined : { eventId: raw.readUInt32BE(0), data: new Uint8Array(raw.subarray(4)) };
+      if (tail.from !== (snapshot?.eventId ?? 0) + 1) return this.#readTaskStart(taskId, limit);
+      const events = new Array<HistoryEvent>(tail.values.length + 1);
+      for (let i = 0; i < tail.values.length; i++) events[i] = this.#decode(taskId, tail.keys[i]!, tail.values[i]!);
+      events[tail.values.length] = tail.last;
+      if (events.some(holdsRef)) return this.#readTaskStart(taskId, limit);
+      this.#snapshotHints.delete(taskId);
+      this.#tailHints.delete(taskId);
+      const lease = h.durable.lease;
+      return Promise.resolve({ snapshot, events, lease: lease && { ...lease } });
+    } catch {
+      // Unreadable: the reads below report it where they find it.
+      return this.#readTaskStart(taskId, limit);
+    }
+  }
+
+  async #readTaskStart(taskId: string, limit: number): Promise<TaskStart> {
+    const snapshot = await this.getSnapshot(taskId);
+    const events = await this.readEvents(taskId, { fromEventId: (snapshot?.eventId ?? 0) + 1, limit });
+    return { snapshot, events, lease: await this.getLease(taskId) };
   }
 
   async getSnapshot(taskId: string): Promise<StoredSnapshot | undefined> {

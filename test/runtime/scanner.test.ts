@@ -12,7 +12,7 @@ import { MemoryHistoryStore } from '../../src/store/memory-store.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
 import { historyBuilder } from '../../src/testing/history-builder.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
-import { crashedTasks as crashed } from '../helpers/histories.js';
+import { crashedTasks, crashedTasks as crashed } from '../helpers/histories.js';
 
 const engines: Engine[] = [];
 afterEach(async () => {
@@ -135,5 +135,37 @@ describe('scanner.recover()', () => {
     expect(await engine.task('old').result()).toBe('echo before');
     await engine.recovered();
     expect(claims.count).toBeGreaterThanOrEqual(2);
+  });
+});
+
+describe('recoveryConcurrency', () => {
+  it('bounds the tasks a pass recovers at once, and every task is recovered', async () => {
+    const ids = Array.from({ length: 40 }, (_, i) => `t${i}`);
+    const inner = await crashedTasks(ids);
+    // A recovery holds its slot until its TurnStarted is appended: those appends are held a while.
+    const flight = { now: 0, max: 0 };
+    const store = new Proxy(inner, {
+      get(target, prop, receiver) {
+        if (prop === 'append') {
+          return async (...a: Parameters<MemoryHistoryStore['append']>) => {
+            if (!a[1].some((e) => e.type === 'TurnStarted')) return target.append(...a);
+            flight.max = Math.max(flight.max, ++flight.now);
+            await new Promise((r) => setTimeout(r, 2));
+            try {
+              return await target.append(...a);
+            } finally {
+              flight.now--;
+            }
+          };
+        }
+        const v = Reflect.get(target, prop, receiver) as unknown;
+        return typeof v === 'function' ? (v as (...a: unknown[]) => unknown).bind(target) : v;
+      },
+    }) as HistoryStore;
+    const engine = await Engine.open({ store, workflows: [echo], logger: silentLogger, scanIntervalMs: 0, recoveryConcurrency: 3 });
+    engines.push(engine);
+    await engine.recovered();
+    expect(flight.max).toBe(3);
+    for (const id of ids) expect(await engine.task(id).result()).toBe('echo before');
   });
 });

@@ -236,6 +236,45 @@ describe('LevelHistoryStore on disk', () => {
     await store.close();
   });
 
+  it('readTaskStart of a claimed task takes the claim\'s snapshot, tail and lease without a read, once; then, or after a write, it reads what is stored', async () => {
+    let store = new LevelHistoryStore(dir.path);
+    await store.open();
+    const t = Date.now();
+    const g = { time: t, generation: 1 };
+    const lease = { owner: 'old', instance: 'old-1', generation: 1, expiresAt: t + 3_600_000 };
+    for (const id of ['a', 'b', 'c', 'd']) await store.append(id, [created(1, g), started(2, 1, g), ...steps(3, 2)], { expectedLastEventId: 0, generation: 1, lease });
+    await store.putSnapshot('a', { eventId: 3, data: new Uint8Array([7]) });
+    await store.close();
+
+    store = new LevelHistoryStore(dir.path);
+    await store.open();
+    await store.claimDueWork({ now: t, instance: 'new-1', limit: 10 });
+    const reads = ['getMany', 'get', 'iterator'].map((m) => vi.spyOn(Level.prototype, m as 'get'));
+    try {
+      const a = await store.readTaskStart('a', 1_000);
+      const b = await store.readTaskStart('b', 1_000);
+      for (const r of reads) expect(r).not.toHaveBeenCalled();
+      expect(a.snapshot).toEqual({ eventId: 3, data: new Uint8Array([7]) });
+      expect(a.events.map((e) => e.eventId)).toEqual([4]);
+      expect(b.snapshot).toBeUndefined();
+      expect(b.events.map((e) => e.eventId)).toEqual([1, 2, 3, 4]);
+      // A lease from the earlier process is void at once, as getLease has it.
+      expect(a.lease).toEqual({ ...lease, expiresAt: 0 });
+      // Taken once: the next call reads, and finds the same.
+      expect(await store.readTaskStart('a', 1_000)).toEqual(a);
+      expect(await store.readTaskStart('b', 1_000)).toEqual(b);
+      expect(reads[0]).toHaveBeenCalled();
+      // A limit below the hinted tail reads, the limit kept.
+      expect((await store.readTaskStart('c', 2)).events.map((e) => e.eventId)).toEqual([1, 2]);
+    } finally {
+      for (const r of reads) r.mockRestore();
+    }
+    // A write after the claim: what is stored now, not the hint.
+    await store.append('d', [step(5, 3, g)], { expectedLastEventId: 4, generation: 1 });
+    expect((await store.readTaskStart('d', 1_000)).events.map((e) => e.eventId)).toEqual([1, 2, 3, 4, 5]);
+    await store.close();
+  });
+
   it('corrupt event bytes give HistoryCorruptError naming the key; other tasks still read', async () => {
     let store = new LevelHistoryStore(dir.path);
     await store.open();
