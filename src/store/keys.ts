@@ -91,6 +91,14 @@ export function eventIdOfKey(key: Uint8Array): number {
 export function summaryKey(taskId: string): Buffer {
   return concat([Prefix.summary, enc.encode(taskId)]);
 }
+/** {@link summaryKey} from the task id's UTF-8 bytes (a claim has them in its index keys: no encoding). */
+export function summaryKeyOf(task: Uint8Array): Buffer {
+  return concat([Prefix.summary, task]);
+}
+/** {@link snapshotKey} from the task id's UTF-8 bytes. */
+export function snapshotKeyOf(task: Uint8Array): Buffer {
+  return concat([Prefix.snapshot, task]);
+}
 export function leaseKey(taskId: string): Buffer {
   return concat([Prefix.lease, enc.encode(taskId)]);
 }
@@ -132,8 +140,13 @@ export function prefixOnly(prefix: number): Buffer {
 
 /** Task id of an index or summary key: the bytes after the last NUL (or after the prefix byte). */
 export function taskIdOfKey(key: Uint8Array): string {
+  return dec.decode(taskBytesOfKey(key));
+}
+
+/** The task id's UTF-8 bytes in an index or summary key (a view): what {@link taskIdOfKey} decodes. */
+export function taskBytesOfKey(key: Uint8Array): Uint8Array {
   const at = key.lastIndexOf(0);
-  return dec.decode(key.subarray(at < 0 ? 1 : at + 1));
+  return key.subarray(at < 0 ? 1 : at + 1);
 }
 
 /** Smallest key greater than every key starting with `prefix` (for `lt` bounds). */
@@ -207,9 +220,9 @@ export class TaskKeys {
   #otherStatus: TaskStatus | undefined;
   #otherStatusKey: Buffer | undefined;
 
-  constructor(taskId: string) {
+  /** `task`: the id's UTF-8 bytes when the caller has them (a claim reads them in index keys). */
+  constructor(taskId: string, task: Uint8Array = enc.encode(taskId)) {
     this.taskId = taskId;
-    const task = enc.encode(taskId);
     this.eventPrefix = concat([Prefix.event, task, 0]);
     this.summary = concat([Prefix.summary, task]);
     this.lease = concat([Prefix.lease, task]);

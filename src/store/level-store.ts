@@ -50,8 +50,11 @@ import {
   prefixEnd,
   prefixOnly,
   snapshotKey,
+  snapshotKeyOf,
   statusIndexPrefix,
   summaryKey,
+  summaryKeyOf,
+  taskBytesOfKey,
   taskIdOfKey,
   TaskKeys,
   workflowIndexPrefix,
@@ -425,17 +428,22 @@ export class LevelHistoryStore implements HistoryStore {
    * head is set only when the history proves the summary right (that event exists, the next does
    * not: ids are dense) and the task has no head yet; any other task loads its head as usual.
    * Recovering 10,000 tasks, the per-task reads were the largest share of the event loop's time.
+   * `tasks`: each entry's id as UTF-8, from its index key.
    */
-  async #primeHeads(entries: readonly IndexEntry[]): Promise<void> {
-    const todo = entries.filter((e) => e.summary !== undefined && !this.#heads.has(e.taskId));
-    if (todo.length === 0) return;
+  async #primeHeads(entries: readonly IndexEntry[], tasks: readonly Uint8Array[]): Promise<void> {
+    const todo: IndexEntry[] = [];
+    const taskKeys: TaskKeys[] = [];
     const readKeys: Buffer[] = [];
-    const taskKeys = todo.map((e) => new TaskKeys(e.taskId));
-    for (let i = 0; i < todo.length; i++) {
-      const last = todo[i]!.summary!.lastEventId;
-      const k = taskKeys[i]!;
-      readKeys.push(k.lease, eventKey(k.taskId, last, k.eventPrefix), eventKey(k.taskId, last + 1, k.eventPrefix), snapshotKey(k.taskId));
+    for (let i = 0; i < entries.length; i++) {
+      const e = entries[i]!;
+      if (e.summary === undefined || this.#heads.has(e.taskId)) continue;
+      const last = e.summary.lastEventId;
+      const k = new TaskKeys(e.taskId, tasks[i]);
+      todo.push(e);
+      taskKeys.push(k);
+      readKeys.push(k.lease, eventKey(k.taskId, last, k.eventPrefix), eventKey(k.taskId, last + 1, k.eventPrefix), snapshotKeyOf(tasks[i]!));
     }
+    if (todo.length === 0) return;
     const drops = this.#drops;
     const raws = await this.#db.getMany(readKeys);
     this.#snapshotHints = new Map();
@@ -904,13 +912,16 @@ export class LevelHistoryStore implements HistoryStore {
       const keys = await this.#db.keys({ ...range, limit: limit + 1 }).all();
       const pageKeys = keys.slice(0, limit);
       const ids = pageKeys.map(taskIdOfKey);
-      const raws = ids.length ? await this.#db.getMany(ids.map(summaryKey)) : [];
+      // Every key of the page's tasks from the id bytes in their index keys, each built once.
+      const tasks = pageKeys.map(taskBytesOfKey);
+      const summaryKeys = tasks.map(summaryKeyOf);
+      const raws = ids.length ? await this.#db.getMany(summaryKeys) : [];
       if (status === 'completed' && ids.length) marks ??= await this.#marks();
       const entries = ids.map((id, i): IndexEntry => {
         const raw = raws[i];
         if (raw === undefined) return { taskId: id };
         try {
-          return { taskId: id, summary: this.#summary(id, summaryKey(id), raw), marked: marks?.has(id) ?? false };
+          return { taskId: id, summary: this.#summary(id, summaryKeys[i]!, raw), marked: marks?.has(id) ?? false };
         } catch {
           return { taskId: id, unreadable: true };
         }
@@ -918,7 +929,7 @@ export class LevelHistoryStore implements HistoryStore {
       // Leases matter only to in-progress tasks: the engine recovers these next, so their heads are
       // loaded here for the whole page in one read (#primeHeads) and their appends read nothing.
       if (status === 'in_progress') {
-        await this.#primeHeads(entries);
+        await this.#primeHeads(entries, tasks);
         for (const e of entries) if (e.summary) e.lease = this.#cached(e.taskId)?.lease;
       }
       return keys.length > limit ? { entries, next: encodeCursor(pageKeys[pageKeys.length - 1]!) } : { entries };

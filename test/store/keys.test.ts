@@ -5,7 +5,7 @@ import { Engine } from '../../src/runtime/engine.js';
 import { silentLogger } from '../../src/logger.js';
 import { MemoryHistoryStore } from '../../src/store/memory-store.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
-import { MAX_TASK_ID_LENGTH, TaskKeys, checkTaskId, eventKey, eventPrefix, leaseKey, statusIndexKey, summaryKey, workflowIndexKey } from '../../src/store/keys.js';
+import { MAX_TASK_ID_LENGTH, TaskKeys, checkTaskId, eventKey, eventPrefix, leaseKey, snapshotKey, snapshotKeyOf, statusIndexKey, summaryKey, summaryKeyOf, taskBytesOfKey, taskIdOfKey, workflowIndexKey } from '../../src/store/keys.js';
 
 const id = fc.oneof(fc.string({ unit: 'grapheme', minLength: 1, maxLength: 20 }), fc.string({ unit: 'binary', minLength: 1, maxLength: 20 })).filter((s) => !s.includes('\0'));
 const status = fc.constantFrom<TaskStatus>('pending', 'in_progress', 'suspended', 'completed');
@@ -27,6 +27,24 @@ describe('TaskKeys (per-task cached keys)', () => {
         }
       }),
       { seed: 77, numRuns: 300 },
+    );
+  });
+
+  it('from the id bytes of an index key (a claim builds its page\'s keys so): the same bytes', () => {
+    fc.assert(
+      fc.property(id, status, id, (taskId, st, wf) => {
+        for (const key of [statusIndexKey(st, wf, taskId), workflowIndexKey(wf, taskId), summaryKey(taskId)]) {
+          const task = taskBytesOfKey(key);
+          expect(taskIdOfKey(key)).toBe(taskId);
+          expect(summaryKeyOf(task).equals(summaryKey(taskId))).toBe(true);
+          expect(snapshotKeyOf(task).equals(snapshotKey(taskId))).toBe(true);
+          const keys = new TaskKeys(taskId, task);
+          expect(keys.eventPrefix.equals(eventPrefix(taskId))).toBe(true);
+          expect(keys.lease.equals(leaseKey(taskId))).toBe(true);
+          expect(keys.statusIndex(st, wf).equals(statusIndexKey(st, wf, taskId))).toBe(true);
+        }
+      }),
+      { seed: 78, numRuns: 300 },
     );
   });
 });
