@@ -53,6 +53,8 @@ export interface ProcessExecutorOptions {
   logger?: Logger;
   /** @internal The worker entry script. Default: worker-runtime.js (else child-main.js) beside this file, or in dist/ when running from sources. */
   childEntry?: string;
+  /** @internal How long a warm-pool refill may wait for the pool's turns to end (tests). Default 1000 ms. */
+  refillMaxDeferMs?: number;
 }
 
 const DEFAULT_HEARTBEAT_TIMEOUT_MS = 5000;
@@ -136,6 +138,7 @@ export class ProcessExecutor implements Executor {
       warmPool: Math.min(warmPool, maxWorkers),
       idleTtlMs,
       logger: options.logger,
+      ...(options.refillMaxDeferMs !== undefined ? { refillMaxDeferMs: options.refillMaxDeferMs } : {}),
     });
     this.#pool.fill();
   }

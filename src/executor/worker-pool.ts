@@ -28,8 +28,10 @@ import { PROCESS_GROUPS, ensureGroupReaper, killGroup, registerGroup } from './g
 const STDERR_TAIL = 20;
 /** After an EOF, how long a worker may take to exit before it is SIGKILLed. */
 const CLOSE_KILL_MS = 2000;
-/** Delay before replacing a warm worker that was just handed out. */
+/** A refill spawns no sooner than this after a warm worker was taken or the pool's last turn ended. */
 const REFILL_DELAY_MS = 50;
+/** A refill waits for the pool's turns to end at most this long (docs/decisions.md, "When the warm pool refills"). */
+const REFILL_MAX_DEFER_MS = 1000;
 /**
  * After the exit event, how long to wait for the pipes to reach EOF: fd 3 (a terminal may be in
  * it), stdout and stderr (a last burst of logs). Only a descendant that left the worker's process
@@ -289,6 +291,8 @@ export interface PoolOptions {
   warmPool: number;
   idleTtlMs: number;
   logger: Logger | undefined;
+  /** How long a refill may wait for the pool's turns to end. Default {@link REFILL_MAX_DEFER_MS}. */
+  refillMaxDeferMs?: number;
 }
 
 interface Waiter {
@@ -312,6 +316,11 @@ export class WorkerPool {
   /** One idle worker per multi-turn task (reuse), in parking order (oldest first). */
   readonly #parked = new Map<string, { worker: WorkerProcess; timer: NodeJS.Timeout }>();
   readonly #waiters: Waiter[] = [];
+  /** Workers handed out and not yet released or discarded: turns in flight, or about to start. */
+  readonly #busy = new Set<WorkerProcess>();
+  /** When the warm pool fell short (performance.now; -Infinity once a turn found it empty), else undefined. */
+  #refillDueSince: number | undefined;
+  #refillTimer: NodeJS.Timeout | undefined;
   #closed = false;
   // A warm worker that failed to load the module stops refills until a cold start succeeds.
   #warmBroken = false;
@@ -376,6 +385,7 @@ export class WorkerPool {
   /** A turn ended on `w`. Park it for `taskId` (reuse) or let it go. */
   release(w: WorkerProcess, parkFor: string | undefined): void {
     w.listener = undefined;
+    this.#idle(w);
     if (parkFor !== undefined && w.alive && !this.#closed) {
       this.#parked.get(parkFor)?.worker.close();
       w.unref();
@@ -398,6 +408,7 @@ export class WorkerPool {
   /** A killed, crashed or broken worker: never reused; it no longer counts against the cap. */
   discard(w: WorkerProcess): void {
     w.listener = undefined;
+    this.#idle(w);
     this.#all.delete(w);
     w.kill();
     this.#pump();
@@ -417,6 +428,9 @@ export class WorkerPool {
 
   async close(): Promise<void> {
     this.#closed = true;
+    clearTimeout(this.#refillTimer);
+    this.#refillTimer = undefined;
+    this.#refillDueSince = undefined;
     for (const wt of this.#waiters.splice(0)) wt.reject(new Error('executor closed'));
     for (const { timer } of this.#parked.values()) clearTimeout(timer);
     this.#parked.clear();
@@ -441,12 +455,13 @@ export class WorkerPool {
     void w.ready.then((ok) => {
       if (ok && this.#warmBroken) {
         this.#warmBroken = false;
-        setImmediate(() => this.fill());
+        this.#refillSoon();
       }
     });
     void w.exited.then(() => {
       this.#all.delete(w);
       this.#every.delete(w);
+      this.#busy.delete(w);
       const i = this.#warm.indexOf(w);
       if (i >= 0) this.#warm.splice(i, 1);
       for (const [k, v] of this.#parked) {
@@ -456,8 +471,7 @@ export class WorkerPool {
         }
       }
       this.#pump();
-      // Refill in the background, off the path of whatever turn is starting now.
-      setImmediate(() => this.fill());
+      this.#refillSoon();
     });
     return w;
   }
@@ -473,10 +487,11 @@ export class WorkerPool {
     }
     const warm = this.#warm.shift();
     if (warm) {
-      // Spawning costs the engine thread several ms: start the refill after the turn got going.
-      setTimeout(() => this.fill(), REFILL_DELAY_MS).unref();
+      this.#refillSoon();
       return this.#claim(warm, taskId);
     }
+    // The warm pool ran dry: this turn pays a cold start, so the refill waits for nothing.
+    if (this.#o.warmPool > 0) this.#refillSoon(true);
     if (this.#all.size >= this.#o.maxWorkers) {
       // At the cap: an idle worker (parked for another task, oldest first) makes room.
       const oldest = this.#parked.entries().next();
@@ -493,7 +508,48 @@ export class WorkerPool {
   #claim(w: WorkerProcess, taskId: string): WorkerProcess {
     w.taskId = taskId;
     w.ref();
+    this.#busy.add(w);
     return w;
+  }
+
+  /** A turn let go of `w`: once none is in flight, a waiting refill may run. */
+  #idle(w: WorkerProcess): void {
+    const due = this.#refillDueSince;
+    if (!this.#busy.delete(w) || this.#busy.size > 0 || due === undefined) return;
+    const left = (this.#o.refillMaxDeferMs ?? REFILL_MAX_DEFER_MS) - (performance.now() - due);
+    this.#armRefill(Math.max(0, Math.min(REFILL_DELAY_MS, left)));
+  }
+
+  /**
+   * The warm pool fell short. A spawn blocks this thread for ms and the new process boots on a
+   * core the turns need, so the refill waits until no turn is in flight: at most
+   * REFILL_MAX_DEFER_MS, and not at all once a turn found the pool empty (`dry`).
+   */
+  #refillSoon(dry = false): void {
+    if (this.#closed || this.#warm.length >= this.#o.warmPool) return;
+    const now = performance.now();
+    if (dry) this.#refillDueSince = -Infinity;
+    this.#refillDueSince ??= now;
+    if (dry) return this.#armRefill(0);
+    if (!this.#refillTimer) this.#armRefill(REFILL_DELAY_MS);
+  }
+
+  #armRefill(ms: number): void {
+    clearTimeout(this.#refillTimer);
+    this.#refillTimer = setTimeout(() => this.#refill(), ms);
+    this.#refillTimer.unref();
+  }
+
+  #refill(): void {
+    this.#refillTimer = undefined;
+    const due = this.#refillDueSince;
+    if (due === undefined || this.#closed) return;
+    const maxDefer = this.#o.refillMaxDeferMs ?? REFILL_MAX_DEFER_MS;
+    const waited = performance.now() - due;
+    // Turns in flight: #idle re-arms when the last one ends; this timer is the deadline.
+    if (this.#busy.size > 0 && waited < maxDefer) return this.#armRefill(maxDefer - waited);
+    this.#refillDueSince = undefined;
+    this.fill();
   }
 
   #pump(): void {

@@ -159,6 +159,52 @@ describe('ProcessExecutor: basics', () => {
     await until(() => exec.warmCount === 2, 'the pool refilled');
   });
 
+  // The refill's spawn blocks the engine thread for ms and boots a process beside the turns:
+  // it waits until no turn is in flight (docs/decisions.md, "When the warm pool refills").
+  it('refills a taken warm worker only once no turn is in flight', async () => {
+    const exec = executor({ warmPool: 1, refillMaxDeferMs: 600_000 });
+    await until(() => exec.readyWarmCount === 1, 'a warm worker');
+    const engine = await open(exec);
+    const h = await engine.start(fixtures.held, null);
+    const pid = exec.workerPids[0];
+    // Well past the refill's earliest time (50 ms after the take): the turn still holds.
+    await new Promise((r) => setTimeout(r, 400));
+    expect(exec.workerPids).toEqual([pid]);
+    expect(exec.warmCount).toBe(0);
+    await h.cancel('done');
+    await h.result().catch(() => undefined);
+    await until(() => exec.readyWarmCount === 1 && exec.workerCount === 1, 'the pool refilled after the turn');
+    expect(exec.workerPids).not.toContain(pid);
+  });
+
+  it('refills at once when a turn found the warm pool empty, and by the deadline while turns hold', async () => {
+    const exec = executor({ warmPool: 1, refillMaxDeferMs: 600_000 });
+    await until(() => exec.readyWarmCount === 1, 'a warm worker');
+    const engine = await open(exec);
+    const first = await engine.start(fixtures.held, null);
+    const second = await engine.start(fixtures.held, null); // no warm worker left: a cold start
+    await until(() => exec.readyWarmCount === 1, 'the refill while both turns hold');
+    expect(exec.workerCount).toBe(3);
+    const deadline = executor({ warmPool: 2, refillMaxDeferMs: 100 });
+    await until(() => deadline.readyWarmCount === 2, 'two warm workers');
+    const other = await open(deadline);
+    const third = await other.start(fixtures.held, null);
+    await until(() => deadline.readyWarmCount === 2 && deadline.workerCount === 3, 'the refill at its deadline while the turn holds');
+    for (const h of [first, second, third]) await h.cancel('done');
+  });
+
+  it('restores the warm pool after a burst that took every warm worker', async () => {
+    const exec = executor({ warmPool: 3 });
+    await until(() => exec.readyWarmCount === 3, 'three warm workers');
+    const warm = exec.workerPids;
+    const engine = await open(exec);
+    const hs = await Promise.all([1, 2, 3].map((i) => engine.start(fixtures.echo, i)));
+    const outs = (await Promise.all(hs.map((h) => h.result()))) as { pid: number }[];
+    expect(outs.map((o) => o.pid).sort()).toEqual([...warm].sort());
+    await until(() => exec.readyWarmCount === 3 && exec.workerCount === 3, 'the pool restored');
+    expect(exec.workerPids.some((p) => warm.includes(p))).toBe(false);
+  });
+
   it('forwards worker stderr tagged with the task id, and re-runs a crashed worker up to the limit', async () => {
     const lines: Record<string, unknown>[] = [];
     const logger: Logger = { ...silentLogger, warn: (_m, f) => lines.push(f ?? {}) };
