@@ -154,7 +154,7 @@ export class TaskCache {
    */
   cached(taskId: string): TaskEntry | undefined {
     const cached = this.#tasks.get(taskId);
-    return cached && this.#pin(cached);
+    return cached && this.#pin(this.#touch(cached));
   }
 
   /**
@@ -164,7 +164,7 @@ export class TaskCache {
    */
   async load(taskId: string): Promise<TaskEntry> {
     const cached = this.#tasks.get(taskId);
-    if (cached) return this.#pin(cached);
+    if (cached) return this.#pin(this.#touch(cached));
     const mark = this.#corrupt.get(taskId);
     if (mark) throw corruptError(mark);
     return this.#loadEntry(taskId);
@@ -184,6 +184,13 @@ export class TaskCache {
     this.#evictIdle();
     this.#tasks.set(taskId, t);
     return this.#pin(t);
+  }
+
+  /** Moves `t` to the end of the Map, so eviction walks entries from the least recently used. */
+  #touch(t: TaskEntry): TaskEntry {
+    this.#tasks.delete(t.id);
+    this.#tasks.set(t.id, t);
+    return t;
   }
 
   #pin(t: TaskEntry): TaskEntry {
@@ -283,13 +290,22 @@ export class TaskCache {
     }
   }
 
+  /**
+   * Drops idle entries down to 90% of the bound: completed tasks first (they never run again),
+   * then the least recently used. First in, first out dropped live conversations every ~9,000
+   * new tasks, each reloaded whole on its next turn (docs/performance.md, "Spread between rounds").
+   */
   #evictIdle(): void {
     if (this.#tasks.size < this.#rt.maxCached) return;
-    for (const [id, t] of this.#tasks) {
-      if (this.#tasks.size < this.#rt.maxCached * 0.9) break;
-      // A busy entry may be about to start a turn: evicting it would let a fresh entry
-      // "recover" that turn while it runs (test: runtime/engine-races).
-      if (!t.active && t.waiters.size === 0 && t.turnWaiters.length === 0 && t.busy === 0) this.#tasks.delete(id);
+    const target = this.#rt.maxCached * 0.9;
+    for (const completedOnly of [true, false]) {
+      for (const [id, t] of this.#tasks) {
+        if (this.#tasks.size < target) return;
+        if (completedOnly && t.state?.status !== 'completed') continue;
+        // A busy entry may be about to start a turn: evicting it would let a fresh entry
+        // "recover" that turn while it runs (test: runtime/engine-races).
+        if (!t.active && t.waiters.size === 0 && t.turnWaiters.length === 0 && t.busy === 0) this.#tasks.delete(id);
+      }
     }
   }
 
