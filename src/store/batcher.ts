@@ -8,7 +8,7 @@
  * batch waiting on a row lock does not stall every append.
  */
 export class Batcher<E> {
-  readonly #run: (entries: E[]) => Promise<void>;
+  readonly #run: (entries: E[], written: () => void) => Promise<void>;
   readonly #maxInFlight: number;
   #inFlight = 0;
   #queue: E[] = [];
@@ -22,8 +22,11 @@ export class Batcher<E> {
   /** Armed while entries wait with a slot free: sends them when it fires. */
   #spill: ReturnType<typeof setTimeout> | undefined;
 
-  /** `run` writes a batch and settles each entry itself; it must not reject. */
-  constructor(run: (entries: E[]) => Promise<void>, maxInFlight: number, spillMs = 1) {
+  /**
+   * `run` writes a batch and settles each entry itself; it must not reject. It may call `written`
+   * once the batch is written, before it settles the entries.
+   */
+  constructor(run: (entries: E[], written: () => void) => Promise<void>, maxInFlight: number, spillMs = 1) {
     this.#run = run;
     this.#maxInFlight = Math.max(1, maxInFlight);
     this.#spillMs = spillMs;
@@ -46,6 +49,26 @@ export class Batcher<E> {
     }
   }
 
+  /**
+   * Takes the idle store's slot for one entry written by the caller itself (a lone append's
+   * callback path, no promise): true if taken, and then `settled()` must follow once it is written.
+   */
+  claim(): boolean {
+    if (this.#inFlight !== 0) return false;
+    this.entries++;
+    this.#inFlight++;
+    this.batches++;
+    if (this.#listeners.size > 0) for (const l of this.#listeners) l(1);
+    return true;
+  }
+
+  /** A claimed entry was written (or failed): its slot is free. */
+  settled(): void {
+    this.#inFlight--;
+    // As #done, from a microtask: the writers that just settled (microtasks) submit first.
+    if (this.#queue.length > 0) queueMicrotask(() => process.nextTick(this.#flush));
+  }
+
   readonly #spilled = (): void => {
     this.#spill = undefined;
     this.#flush();
@@ -55,7 +78,18 @@ export class Batcher<E> {
     this.#inFlight++;
     this.batches++;
     if (this.#listeners.size > 0) for (const l of this.#listeners) l(entries.length);
-    void this.#run(entries).then(this.#done, this.#done);
+    let open = true;
+    const done = (): void => {
+      if (!open) return;
+      open = false;
+      this.#done();
+    };
+    // Written, nothing queued behind it: the slot is free before its entries settle, so a writer's
+    // next submission finds the store idle (a lone append may then take the kept connection).
+    const written = (): void => {
+      if (this.#queue.length === 0) done();
+    };
+    void this.#run(entries, written).then(done, done);
   }
 
   /** A batch settled (`then` rather than `finally`: one promise, not three). */

@@ -11,7 +11,7 @@
 import { asBuffer, DB_NOW } from './postgres-rows.js';
 import { applyAppend, type TaskHead } from './task-head.js';
 import type { AppendOptions } from './history-store.js';
-import type { HistoryEvent } from '../history/events.js';
+import type { HistoryEvent, TaskSummary } from '../history/events.js';
 
 /** What the statement must do: the head it expects, the head it writes. */
 export interface CasPlan {
@@ -59,6 +59,11 @@ export interface CasShape {
   async: boolean;
   /** One event: its id and bytes as scalars ($2, $3), the bytes sent in binary, not hex in an array literal. */
   one: boolean;
+  /**
+   * The summary moves only its last event id, generation floor and update time (a step): those
+   * three are set ($4..$6); every other column keeps the expected value the statement checks.
+   */
+  light: boolean;
 }
 
 const SUMMARY_COLS = 'workflow, kind, status, outcome, last_event_id, max_generation, turn, queued, last_input_id, created_at, updated_at';
@@ -74,27 +79,32 @@ function equal(cols: string, from: number, types: readonly string[]): string {
 }
 
 /**
- * The statement. Parameters: $1 task id, $2 event ids, $3 event bytes, $4..$14 the new summary,
- * then the expected summary (11, when `exists`), the expected lease (owner, instance,
+ * The statement. Parameters: $1 task id, $2 event ids, $3 event bytes, $4..$14 the new summary
+ * ($4..$6 its last event id, generation floor and update time when `light`), then the expected
+ * summary (11, when `exists`), the expected lease (owner, instance,
  * generation, when `hasLease`), the new lease (owner, instance, generation, ms from now, when
- * `writesLease`), the payloads (hashes, bytes). It returns one row: `ok` (written) and `now`.
+ * `writesLease`), the payloads (hashes, bytes). With a lease it returns one row, `ok` (written)
+ * and `now`; without, it is the events' insert and returns no row: written if it inserted any
+ * (no row description to parse, `casReply`).
  */
 export function casSql(s: string, shape: CasShape): string {
-  let n = 15;
+  let n = shape.light ? 7 : 15;
   const expectSummary = shape.exists ? `EXISTS (SELECT 1 FROM s WHERE ${equal(SUMMARY_COLS, n, SUMMARY_TYPES)})` : 'NOT EXISTS (SELECT 1 FROM s)';
   if (shape.exists) n += SUMMARY_TYPES.length;
   const expectLease = shape.hasLease ? `EXISTS (SELECT 1 FROM l WHERE ${equal('owner, instance, generation', n, ['text', 'text', 'bigint'])})` : 'NOT EXISTS (SELECT 1 FROM l)';
   if (shape.hasLease) n += 3;
   const ok = '(SELECT ok FROM g)';
+  const events = shape.one
+    ? `INSERT INTO ${s}.events (task_id, event_id, data) SELECT $1, $2::bigint, $3::bytea WHERE ${ok}`
+    : `INSERT INTO ${s}.events (task_id, event_id, data) SELECT $1, * FROM unnest($2::bigint[], $3::bytea[]) WHERE ${ok}`;
   const ctes = [
     `s AS MATERIALIZED (SELECT * FROM ${s}.summaries WHERE task_id = $1 FOR UPDATE)`,
     `l AS MATERIALIZED (SELECT owner, instance, generation FROM ${s}.leases WHERE task_id = $1 FOR UPDATE)`,
     // The summary's row is locked before the lease's, as every write of the store locks them.
     `g AS MATERIALIZED (SELECT (${expectSummary}) AND (${expectLease}) AS ok, ${DB_NOW} AS now${shape.async ? `, set_config('synchronous_commit', 'off', true)` : ''})`,
-    shape.one
-      ? `e AS (INSERT INTO ${s}.events (task_id, event_id, data) SELECT $1, $2::bigint, $3::bytea WHERE ${ok})`
-      : `e AS (INSERT INTO ${s}.events (task_id, event_id, data) SELECT $1, * FROM unnest($2::bigint[], $3::bytea[]) WHERE ${ok})`,
-    shape.exists
+    shape.light
+      ? `w AS (UPDATE ${s}.summaries SET last_event_id = $4::bigint, max_generation = $5::bigint, updated_at = $6::bigint WHERE task_id = $1 AND ${ok})`
+      : shape.exists
       ? `w AS (UPDATE ${s}.summaries SET (${SUMMARY_COLS}) = (${params(4, SUMMARY_TYPES)}) WHERE task_id = $1 AND ${ok})`
       : `w AS (INSERT INTO ${s}.summaries (task_id, ${SUMMARY_COLS}) SELECT $1, ${params(4, SUMMARY_TYPES)} WHERE ${ok})`,
   ];
@@ -110,7 +120,16 @@ export function casSql(s: string, shape: CasShape): string {
   if (shape.payloads) {
     ctes.push(`p AS (INSERT INTO ${s}.payloads (task_id, hash, data) SELECT $1, * FROM unnest($${n}::text[], $${n + 1}::bytea[]) WHERE ${ok} ON CONFLICT DO NOTHING)`);
   }
+  if (!shape.writesLease) return `WITH ${ctes.join(',\n')}\n${events}`;
+  ctes.push(`e AS (${events})`);
   return `WITH ${ctes.join(',\n')}\nSELECT ok, now FROM g`;
+}
+
+/** Whether `casSql`'s statement wrote, and the database's now (NaN when it writes no lease: not returned). */
+export function casReply(shape: CasShape, res: { rows: any[]; rowCount?: number | null }): { ok: boolean; now: number } {
+  if (!shape.writesLease) return { ok: (res.rowCount ?? 0) > 0, now: NaN };
+  const row = res.rows[0] as { ok: boolean; now: string | number };
+  return { ok: row.ok, now: Number(row.now) };
 }
 
 function summaryValues(h: TaskHead): unknown[] {
@@ -135,9 +154,11 @@ export function casStatement(
     payloads: blobs.size > 0,
     async,
     one: events.length === 1,
+    light: expected.summary !== undefined && sameButLast(expected.summary, next.summary!),
   };
   const values: unknown[] = shape.one ? [taskId, events[0]!.eventId, asBuffer(bytes[0]!)] : [taskId, events.map((e) => e.eventId), bytes.map(asBuffer)];
-  values.push(...summaryValues(next));
+  if (shape.light) values.push(next.summary!.lastEventId, next.maxGeneration, next.summary!.updatedAt);
+  else values.push(...summaryValues(next));
   if (shape.exists) values.push(...summaryValues(expected));
   if (shape.hasLease) values.push(expected.lease!.owner, expected.lease!.instance, expected.lease!.generation);
   if (shape.writesLease) values.push(next.lease!.owner, next.lease!.instance, next.lease!.generation, plan.leaseMs);
@@ -145,9 +166,14 @@ export function casStatement(
   return { shape, key: shapeKey(shape), values };
 }
 
+/** Whether `b` differs from `a` at most in its last event id and update time (`CasShape.light`). */
+function sameButLast(a: TaskSummary, b: TaskSummary): boolean {
+  return a.workflow === b.workflow && a.kind === b.kind && a.status === b.status && a.outcome === b.outcome && a.turn === b.turn && a.queued === b.queued && a.lastInputId === b.lastInputId && a.createdAt === b.createdAt;
+}
+
 /** A number per shape (a bit per flag), to look its statement up without building its text. */
 export function shapeKey(shape: CasShape): number {
-  return (shape.exists ? 1 : 0) | (shape.hasLease ? 2 : 0) | (shape.writesLease ? 4 : 0) | (shape.payloads ? 8 : 0) | (shape.async ? 16 : 0) | (shape.one ? 32 : 0);
+  return (shape.exists ? 1 : 0) | (shape.hasLease ? 2 : 0) | (shape.writesLease ? 4 : 0) | (shape.payloads ? 8 : 0) | (shape.async ? 16 : 0) | (shape.one ? 32 : 0) | (shape.light ? 256 : 0);
 }
 
 /** The key of the batch statement (`casBatchSql`), apart from every shape's. */

@@ -12,7 +12,7 @@ import { Batcher } from './batcher.js';
 import type { AppendOptions, AppendResult } from './history-store.js';
 import { checkTaskId } from './keys.js';
 import { externalize } from './payload-refs.js';
-import { batchKey, casBatchSql, casBatchValues, casSql, casStatement, planCas, type CasItem, type CasPlan } from './postgres-append.js';
+import { batchKey, casBatchSql, casBatchValues, casReply, casSql, casStatement, planCas, type CasItem, type CasPlan } from './postgres-append.js';
 import { CONTENTION, type PgStoreContext } from './postgres-context.js';
 import type { SqlClient } from './postgres-migrations.js';
 import type { PgClientLike, StoreLogger } from './postgres-options.js';
@@ -22,7 +22,8 @@ import { applyAppend, type TaskHead } from './task-head.js';
 
 /** A `pg` client's prepared-statement form of query (a `name` is parsed once per connection). */
 interface PreparingClient {
-  query(config: { name?: string | undefined; text: string; values: unknown[] }): Promise<{ rows: any[] }>;
+  query(config: { name?: string | undefined; text: string; values: unknown[] }): Promise<{ rows: any[]; rowCount?: number | null }>;
+  query(config: { name?: string | undefined; text: string; values: unknown[] }, callback: (err: Error | null | undefined, res: { rows: any[]; rowCount?: number | null }) => void): void;
 }
 
 /** A prepared statement's text and name (undefined: unnamed, parsed each time). */
@@ -109,7 +110,7 @@ export class PgAppender {
       // Two batches in flight at most (one with a pool of 2 or 3): while they are written the next
       // one gathers, and the fewer the statements the less CPU an append costs both sides
       // (docs/decisions.md); two, so one batch waiting on a row lock does not stall every append.
-      this.#batcher = new Batcher((entries) => this.#appendBatch(entries), Math.max(1, Math.min(2, Math.floor((max ?? 10) / 2))));
+      this.#batcher = new Batcher((entries, written) => this.#appendBatch(entries, written), Math.max(1, Math.min(2, Math.floor((max ?? 10) / 2))));
     }
   }
 
@@ -169,6 +170,8 @@ export class PgAppender {
       if (!Array.isArray(events) || events.length === 0) throw invalidArgument(`Task ${taskId}: append needs at least one event.`);
       let callerNow = 0;
       for (const e of events) if (e.time > callerNow) callerNow = e.time;
+      const lone = this.#lone({ taskId, events, options, callerNow });
+      if (lone !== undefined) return lone;
       const batcher = this.#batcher;
       if (!batcher) return this.#ctx.serial(taskId, () => this.#appendOne({ taskId, events, options, callerNow }));
       return this.#ctx.serial(taskId, () => new Promise<AppendResult>((resolve, reject) => batcher.submit({ taskId, events, options, callerNow, resolve, reject })));
@@ -177,12 +180,85 @@ export class PgAppender {
     }
   }
 
+  /**
+   * A lone append on the kept connection, by pg's callback form of query: no earlier write to the
+   * task queued, no batch out, the head known. One promise from here to the reply (the usual path
+   * makes nine, each running the step scope's async hooks); the result is built while the
+   * statement is out. Undefined: the usual path decides. Outcomes are #appendOne's.
+   */
+  #lone(a: Omit<PendingAppend, 'resolve' | 'reject'>): Promise<AppendResult> | undefined {
+    const kept = this.#kept;
+    const ctx = this.#ctx;
+    if (kept === undefined || this.#keptBusy || ctx.queues.has(a.taskId)) return undefined;
+    const plan = planCas(a.taskId, ctx.heads.get(a.taskId), a.events, a.options, a.callerNow);
+    if (plan === undefined) return undefined;
+    const blobs = new Map<string, Uint8Array>();
+    const bytes = a.events.map((e) => encodeEvent(externalize(e, ctx.refBytes, blobs)));
+    const { shape, key, values } = casStatement(a.taskId, plan, a.events, bytes, blobs, !(a.options.sync ?? ctx.options.sync ?? true));
+    const st = this.#casStatement(key, () => casSql(ctx.s, shape));
+    const batcher = this.#batcher;
+    if (batcher !== undefined && !batcher.claim()) return undefined;
+    this.#keptBusy = true;
+    let settle!: (r: AppendResult | Promise<AppendResult>) => void;
+    const out = new Promise<AppendResult>((resolve) => (settle = resolve));
+    ctx.queues.set(a.taskId, out);
+    // After a fallback (the locked path, a retry): the task's queue and the batch slot are held until it settles.
+    const fallback = (p: Promise<AppendResult>): void => {
+      const done = (): void => {
+        if (ctx.queues.get(a.taskId) === out) ctx.queues.delete(a.taskId);
+        batcher?.settled();
+      };
+      p.then(done, done);
+      settle(p);
+    };
+    const reply = (err: Error | null | undefined, res: { rows: any[]; rowCount?: number | null }): void => {
+      const row = err ? undefined : casReply(shape, res);
+      if (row?.ok) {
+        ctx.remember(a.taskId, plan.leaseMs !== undefined ? { ...plan.next, lease: { ...plan.next.lease!, expiresAt: row.now + plan.leaseMs } } : plan.next);
+        this.appendPaths.oneStatement++;
+        ctx.notifier!.add(a.taskId, plan.next.lastEventId, routine(a.events));
+        this.#giveBack(kept, undefined);
+        if (ctx.queues.get(a.taskId) === out) ctx.queues.delete(a.taskId);
+        batcher?.settled();
+        settle(result ?? { lastEventId: plan.next.lastEventId, summary: { ...plan.next.summary! } });
+        return;
+      }
+      ctx.remember(a.taskId, undefined);
+      const code = (err as { code?: unknown } | undefined)?.code;
+      // Nothing written (the head moved) or a concurrent creator's row: the locked path decides.
+      if (!err || code === '23505') {
+        this.#giveBack(kept, undefined);
+        return fallback(this.#locked(a, !shape.async));
+      }
+      this.#giveBack(kept, isConnectionLoss(err) ? err : undefined);
+      fallback(this.#retry(a, unavailable(err, ctx.location, 'a write')));
+    };
+    let result: AppendResult | undefined;
+    try {
+      (kept as unknown as PreparingClient).query(queryConfig(st, values), reply);
+    } catch (err) {
+      reply(err as Error, { rows: [] });
+    }
+    // Built while the statement is out (pg replies on a later turn of the event loop).
+    result = { lastEventId: plan.next.lastEventId, summary: { ...plan.next.summary! } };
+    return out;
+  }
+
   /** Writes a batch of appends to distinct tasks (the per-task queue keeps one in flight per task); never rejects. */
-  #appendBatch(entries: PendingAppend[]): Promise<void> {
+  #appendBatch(entries: PendingAppend[], written: () => void): Promise<void> {
     if (entries.length === 1) {
       const e = entries[0]!;
       try {
-        return this.#appendOne(e).then(e.resolve, e.reject);
+        return this.#appendOne(e).then(
+          (r) => {
+            written();
+            e.resolve(r);
+          },
+          (err: unknown) => {
+            written();
+            e.reject(err);
+          },
+        );
       } catch (err) {
         // Not expected (every step below settles its promise), but a throw here would hold the batcher's slot forever.
         e.reject(err);
@@ -457,11 +533,10 @@ export class PgAppender {
     }
     let broken: Error | undefined;
     try {
-      const res = await (client as unknown as PreparingClient).query(queryConfig(st, values));
-      const row = res.rows[0] as { ok: boolean; now: string | number };
+      const row = casReply(shape, await (client as unknown as PreparingClient).query(queryConfig(st, values)));
       if (row.ok) {
         const { next, leaseMs } = plan;
-        this.#ctx.remember(taskId, { ...next, lease: leaseMs !== undefined ? { ...next.lease!, expiresAt: Number(row.now) + leaseMs } : next.lease });
+        this.#ctx.remember(taskId, { ...next, lease: leaseMs !== undefined ? { ...next.lease!, expiresAt: row.now + leaseMs } : next.lease });
         this.appendPaths.oneStatement++;
         this.#ctx.notifier!.add(taskId, next.lastEventId, routine(events));
         return { lastEventId: next.lastEventId, summary: { ...next.summary! } };

@@ -222,7 +222,7 @@ export class PostgresHistoryStore implements HistoryStore {
     if (this.#opening) await this.#opening.catch(() => undefined);
     if (this.#ctx.state !== 'open') return;
     // Writes already called finish first, as the Level store drains its group commit.
-    await Promise.all([...this.#ctx.queues.values()]);
+    await Promise.allSettled([...this.#ctx.queues.values()]);
     await this.#ctx.notifier?.drain();
     this.#ctx.state = 'closed';
     this.#ctx.heads.clear();

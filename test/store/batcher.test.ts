@@ -78,4 +78,40 @@ describe('Batcher', () => {
     await turn();
     expect(batches).toEqual([['a'], ['b']]);
   });
+
+  it('a batch written with nothing queued frees its slot before it settles; with a queue it keeps it', async () => {
+    const written: (() => void)[] = [];
+    const settle: (() => void)[] = [];
+    const batches: string[][] = [];
+    const b = new Batcher<string>((entries, w) => {
+      batches.push(entries);
+      written.push(w);
+      return new Promise<void>((resolve) => settle.push(resolve));
+    }, 1);
+    b.submit('a');
+    written[0]!();
+    // Idle again before a settles: the next submission goes at once, and a claim would be granted.
+    b.submit('b');
+    expect(batches).toEqual([['a'], ['b']]);
+    b.submit('c');
+    written[1]!();
+    // c waits behind b: b's slot stays taken until b settles, then c goes.
+    expect(batches).toEqual([['a'], ['b']]);
+    expect(b.claim()).toBe(false);
+    settle[0]!();
+    settle[1]!();
+    await turn();
+    expect(batches).toEqual([['a'], ['b'], ['c']]);
+    written[2]!();
+    settle[2]!();
+    await turn();
+    expect(b.claim()).toBe(true);
+    b.submit('d');
+    expect(batches.length).toBe(3);
+    b.settled();
+    await turn();
+    expect(batches).toEqual([['a'], ['b'], ['c'], ['d']]);
+    expect(b.batches).toBe(5);
+    expect(b.entries).toBe(5);
+  });
 });
