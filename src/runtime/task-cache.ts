@@ -162,11 +162,12 @@ export class TaskCache {
    * macrotask: its caller's continuation (microtasks) takes the lock or registers a waiter
    * first, so another task's load cannot evict it in between (test: runtime/engine-races).
    */
-  async load(taskId: string): Promise<TaskEntry> {
+  load(taskId: string): Promise<TaskEntry> {
+    // Not async: an async function resolved with the load's promise adds two promises and two ticks.
     const cached = this.#tasks.get(taskId);
-    if (cached) return this.#pin(this.#touch(cached));
+    if (cached) return Promise.resolve(this.#pin(this.#touch(cached)));
     const mark = this.#corrupt.get(taskId);
-    if (mark) throw corruptError(mark);
+    if (mark) return Promise.reject(corruptError(mark));
     return this.#loadEntry(taskId);
   }
 
@@ -210,64 +211,76 @@ export class TaskCache {
     for (const t of pinned) t.busy--;
   };
 
-  async #loadEntry(taskId: string): Promise<TaskEntry> {
+  #loadEntry(taskId: string): Promise<TaskEntry> {
     let loading = this.#loading.get(taskId);
     if (!loading) {
-      loading = (async () => {
-        const t = new TaskEntry(taskId);
-        const store = this.#rt.store;
-        // Snapshot, first page and lease in one read where the store has it (PostgreSQL: one round
-        // trip, not three). Any failure takes the three reads below, which decide as before what
-        // is unreadable (a snapshot: skipped; events: isolated).
-        const start = store.readTaskStart ? await store.readTaskStart(taskId, FOLD_PAGE).catch(() => undefined) : undefined;
-        // A snapshot is only a shortcut: an unreadable one means folding the whole history.
-        const snap = start
-          ? start.snapshot
-          : await store.getSnapshot(taskId).catch((err: unknown) => {
-              this.#rt.log.warn('snapshot unreadable, folding the whole history', { taskId, error: err });
-              return undefined;
-            });
-        let from: TaskState | undefined;
-        if (snap) {
-          try {
-            from = decodeState(snap.data);
-            t.snapshotAt = snap.eventId;
-            t.snapshotBytes = snap.data.length;
-            // A snapshot from before state versions: a migration needs the version, fold it all.
-            if (from.state !== undefined && from.stateVersion === undefined && this.#rt.workflows.get(from.workflow)?.migrateState) {
-              from = undefined;
-              t.snapshotAt = 0;
-            }
-          } catch (err) {
-            this.#rt.log.warn('snapshot unreadable, folding the whole history', { taskId, error: err });
-          }
-        }
-        // The read's first page follows the stored snapshot: usable when the fold starts there.
-        const first = start && (snap?.eventId ?? 0) === (from?.lastEventId ?? 0) ? start.events : undefined;
-        try {
-          let state = await this.#foldStored(taskId, from, first);
-          // The read's lease stands when its page was the whole fold: never older than the events.
-          const lease = first !== undefined && first.length < FOLD_PAGE && !(state instanceof Moved) ? start!.lease : null;
-          if (state instanceof Moved) {
-            // A snapshot behind a compaction cut (a late write: putSnapshot is not fenced) has no
-            // tail that follows it; the shortcut is void, fold the whole history instead.
-            if (state.first && from !== undefined) this.#rt.log.warn('snapshot is behind the stored history, folding the whole history', { taskId, snapshotAt: from.lastEventId, next: state.found });
-            t.snapshotAt = 0;
-            const events = await store.readEvents(taskId);
-            state = events.length ? fold(taskId, events) : undefined;
-          }
-          t.state = state;
-          t.lease = lease === null ? await store.getLease(taskId) : lease;
-        } catch (err) {
-          throw await this.isolate(taskId, err);
-        }
-        this.#evictIdle();
-        this.#tasks.set(taskId, t);
-        return this.#pin(t); // synchronously with the set: no other load can run in between
-      })().finally(() => this.#loading.delete(taskId));
+      loading = this.#read(taskId).then(
+        (t) => {
+          this.#loading.delete(taskId);
+          return t;
+        },
+        (err: unknown) => {
+          this.#loading.delete(taskId);
+          throw err;
+        },
+      );
       this.#loading.set(taskId, loading);
     }
     return loading;
+  }
+
+  /** Reads a task's entry from the store and caches it, pinned ({@link load}). */
+  async #read(taskId: string): Promise<TaskEntry> {
+    const t = new TaskEntry(taskId);
+    const store = this.#rt.store;
+    // Snapshot, first page and lease in one read where the store has it (PostgreSQL: one round
+    // trip, not three). Any failure takes the three reads below, which decide as before what
+    // is unreadable (a snapshot: skipped; events: isolated).
+    const start = store.readTaskStart ? await store.readTaskStart(taskId, FOLD_PAGE).catch(() => undefined) : undefined;
+    // A snapshot is only a shortcut: an unreadable one means folding the whole history.
+    const snap = start
+      ? start.snapshot
+      : await store.getSnapshot(taskId).catch((err: unknown) => {
+          this.#rt.log.warn('snapshot unreadable, folding the whole history', { taskId, error: err });
+          return undefined;
+        });
+    let from: TaskState | undefined;
+    if (snap) {
+      try {
+        from = decodeState(snap.data);
+        t.snapshotAt = snap.eventId;
+        t.snapshotBytes = snap.data.length;
+        // A snapshot from before state versions: a migration needs the version, fold it all.
+        if (from.state !== undefined && from.stateVersion === undefined && this.#rt.workflows.get(from.workflow)?.migrateState) {
+          from = undefined;
+          t.snapshotAt = 0;
+        }
+      } catch (err) {
+        this.#rt.log.warn('snapshot unreadable, folding the whole history', { taskId, error: err });
+      }
+    }
+    // The read's first page follows the stored snapshot: usable when the fold starts there.
+    const first = start && (snap?.eventId ?? 0) === (from?.lastEventId ?? 0) ? start.events : undefined;
+    try {
+      let state = await this.#foldStored(taskId, from, first);
+      // The read's lease stands when its page was the whole fold: never older than the events.
+      const lease = first !== undefined && first.length < FOLD_PAGE && !(state instanceof Moved) ? start!.lease : null;
+      if (state instanceof Moved) {
+        // A snapshot behind a compaction cut (a late write: putSnapshot is not fenced) has no
+        // tail that follows it; the shortcut is void, fold the whole history instead.
+        if (state.first && from !== undefined) this.#rt.log.warn('snapshot is behind the stored history, folding the whole history', { taskId, snapshotAt: from.lastEventId, next: state.found });
+        t.snapshotAt = 0;
+        const events = await store.readEvents(taskId);
+        state = events.length ? fold(taskId, events) : undefined;
+      }
+      t.state = state;
+      t.lease = lease === null ? await store.getLease(taskId) : lease;
+    } catch (err) {
+      throw await this.isolate(taskId, err);
+    }
+    this.#evictIdle();
+    this.#tasks.set(taskId, t);
+    return this.#pin(t); // synchronously with the set: no other load can run in between
   }
 
   /**
