@@ -14,7 +14,7 @@ import type { Timer } from './clock.js';
 import { logFailure } from './appender.js';
 import type { Driver } from './driver.js';
 import type { Runtime } from './runtime.js';
-import type { TaskCache, TaskEntry } from './task-cache.js';
+import type { LockedTask, TaskCache, TaskEntry } from './task-cache.js';
 
 /** Tasks asked of the store per claim. */
 export const CLAIM_BATCH = 256;
@@ -184,18 +184,8 @@ export class Scanner {
     }
     if (t.active) return false;
     await this.#cache
-      .withLock(t, async (t) => {
-        if (!claim) return this.#driver.drive(t);
-        const mine = (t.lease = (await this.#rt.store.getLease(id)) ?? t.lease);
-        t.claim = claim;
-        try {
-          await this.#driver.drive(t);
-        } finally {
-          t.claim = undefined;
-          // Claimed but not run here (nothing to do, not our workflow): free it for the others.
-          if (!t.active && mine && t.lease === mine) await this.#rt.store.releaseLease(id, mine, this.#rt.clock.now());
-        }
-      })
+      // Not an async function: one resolved with drive's promise adds two promises and two ticks.
+      .withLock(t, (t) => (claim ? this.#driveClaimed(t, claim) : this.#driver.drive(t)))
       .catch((err) => logFailure(this.#rt.log, 'recovery failed', { taskId: id }, err));
     // Waiting for a scheduled input, its wake-up armed: nothing of it needs to stay in memory.
     const s = t.state;
@@ -204,6 +194,20 @@ export class Scanner {
       return true;
     }
     return false;
+  }
+
+  /** Drives an orphan this engine claimed (a shared store), releasing its lease if no turn started. */
+  async #driveClaimed(t: LockedTask, claim: { previous: Lease | undefined }): Promise<void> {
+    const id = t.id;
+    const mine = (t.lease = (await this.#rt.store.getLease(id)) ?? t.lease);
+    t.claim = claim;
+    try {
+      await this.#driver.drive(t);
+    } finally {
+      t.claim = undefined;
+      // Claimed but not run here (nothing to do, not our workflow): free it for the others.
+      if (!t.active && mine && t.lease === mine) await this.#rt.store.releaseLease(id, mine, this.#rt.clock.now());
+    }
   }
 
   /** Retention: deletes a completed task's records unless this engine still serves it. */
