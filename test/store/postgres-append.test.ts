@@ -54,6 +54,10 @@ describePg('PostgreSQL one-statement append', () => {
     });
   }
 
+  async function eventCount(taskId: string): Promise<number> {
+    return withClient(async (c) => (await c.query(`SELECT count(*)::int AS n FROM "${schema}".events WHERE task_id = $1`, [taskId])).rows[0].n as number);
+  }
+
   const scenario = fc.record({
     meddle: fc.constantFrom<Meddle>('none', 'none', 'append', 'renew', 'take-lease', 'summary', 'floor', 'delete-lease'),
     expOffset: fc.integer({ min: -1, max: 1 }),
@@ -108,6 +112,8 @@ describePg('PostgreSQL one-statement append', () => {
         expect(got, `${meddle}: ${want.message}`).toBeInstanceOf(Error);
         expect((got as { code?: string }).code).toBe((want as { code?: string }).code);
         expect((await realHead(taskId)).head).toEqual(head);
+        // Refused: not one event row either (the statement's inserts are fenced like its summary).
+        expect(await eventCount(taskId)).toBe(head.lastEventId);
         return;
       }
       expect(got, `${meddle}`).not.toBeInstanceOf(Error);
@@ -132,6 +138,26 @@ describePg('PostgreSQL one-statement append', () => {
     expect(a.appendPaths.oneStatement).toBeGreaterThan(0);
     expect(a.appendPaths.locked).toBeGreaterThan(0);
   }, 120_000);
+
+  // A pool of 3 or more keeps a connection for lone appends (postgres-appender.ts #lone, pg's
+  // callback form): the same oracle on that path, with and without group commit.
+  it.each([false, true])('on the kept connection (lone path, groupCommit %s), every append ends as applyAppend decides', async (groupCommit) => {
+    const k = createPostgresStore({ connectionString: PG_URL, schema, max: 4, groupCommit });
+    await k.open();
+    const query = vi.spyOn(pg.Client.prototype, 'query');
+    try {
+      await fc.assert(
+        fc.asyncProperty(scenario, async (sc) => (await prepare(k, sc))()),
+        { numRuns: 40 },
+      );
+      // The callback form is #lone's alone: the path under test was taken.
+      expect(query.mock.calls.filter((c) => typeof c[1] === 'function' && String((c[0] as { text?: unknown }).text).startsWith('WITH s AS')).length).toBeGreaterThan(40);
+      expect(k.appendPaths.locked).toBeGreaterThan(0);
+    } finally {
+      query.mockRestore();
+      await k.close();
+    }
+  }, 180_000);
 
   it('in a group commit, each task of the batch statement ends as applyAppend decides; a moved head fails or re-runs alone', async () => {
     // max 2: one batch in flight, so of four appends at once the last three share a statement.
