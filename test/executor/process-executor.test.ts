@@ -193,6 +193,37 @@ describe('ProcessExecutor: basics', () => {
     for (const h of [first, second, third]) await h.cancel('done');
   });
 
+  it('closed while a refill waits for a turn: no worker spawns after the close', async () => {
+    const exec = executor({ warmPool: 1, refillMaxDeferMs: 300 });
+    await until(() => exec.readyWarmCount === 1, 'a warm worker');
+    const engine = await open(exec);
+    await engine.start(fixtures.held, null);
+    await until(() => exec.warmCount === 0, 'the warm worker taken');
+    await new Promise((r) => setTimeout(r, 100)); // past the refill's earliest time: it waits for the turn
+    expect(exec.workerCount).toBe(1);
+    await engine.shutdown({ graceMs: 0 });
+    await exec.close();
+    // Well past the refill's deadline (300 ms): the closed pool spawned nothing.
+    await new Promise((r) => setTimeout(r, 600));
+    expect(exec.workerCount).toBe(0);
+    expect(exec.warmCount).toBe(0);
+    expect(exec.workerPids).toEqual([]);
+  });
+
+  it('a warm worker that dies while a turn holds is replaced by the deadline: the pool does not stay short', async () => {
+    const exec = executor({ warmPool: 2, refillMaxDeferMs: 200 });
+    await until(() => exec.readyWarmCount === 2, 'two warm workers');
+    const before = exec.workerPids;
+    const engine = await open(exec);
+    const h = await engine.start(fixtures.held, null);
+    await until(() => exec.readyWarmCount === 2 && exec.workerCount === 3, 'the refill of the taken worker by its deadline');
+    // The refill's worker is warm for sure (the turn holds one of the first two).
+    const victim = exec.workerPids.find((pid) => !before.includes(pid))!;
+    killQuietly(victim);
+    await until(() => exec.readyWarmCount === 2 && exec.workerCount === 3 && !exec.workerPids.includes(victim), 'the dead warm worker replaced while the turn holds');
+    await h.cancel('done');
+  });
+
   it('restores the warm pool after a burst that took every warm worker', async () => {
     const exec = executor({ warmPool: 3 });
     await until(() => exec.readyWarmCount === 3, 'three warm workers');

@@ -60,7 +60,7 @@ it('a LevelDB recovery pass with a tiny cache, concurrency 4 and loads churning:
   for (const id of ids) {
     const events = await store.readEvents(id);
     expect(events.filter((e) => e.type === 'TurnCompleted').length).toBe(1);
-    expect(events.filter((e) => e.type === 'StepRecorded' || e.type === 'StepCompleted').length).toBeLessThanOrEqual(2);
+    expect(events.filter((e) => e.type === 'StepCompleted').length).toBeLessThanOrEqual(2);
     expect(events.map((e) => e.eventId)).toEqual(events.map((_, k) => k + 1));
   }
 });
