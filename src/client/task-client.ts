@@ -9,7 +9,7 @@ import type { Decision } from '../replay/decision.js';
 import type { StreamItem, StreamOptions } from '../stream/items.js';
 
 export interface StartOptions {
-  /** Caller-chosen task id; default a random one. Starting an existing task sends it the input. */
+  /** Caller-chosen task id; default `task-` + the start time + 96 random bits (ids sort by start). Starting an existing task sends it the input. */
   taskId?: string;
   /** Caller-chosen input id; an id the task already has is not sent twice. */
   inputId?: string;

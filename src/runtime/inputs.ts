@@ -20,6 +20,7 @@ import { newerStateError } from './migration.js';
 import { checkId } from './options.js';
 import type { Runtime } from './runtime.js';
 import type { TaskCache, TaskEntry } from './task-cache.js';
+import { newTaskId } from './task-ids.js';
 
 export class Inputs {
   readonly #rt: Runtime;
@@ -38,8 +39,8 @@ export class Inputs {
   async start(workflow: Workflow<any, any, any, any> | string, input: unknown, options: StartOptions): Promise<{ taskId: string; inputId: string }> {
     this.#rt.assertOpen('start');
     const wf = typeof workflow === 'string' ? this.#rt.workflow(workflow) : this.#rt.workflow(workflow.name);
-    // 126 random bits, as a UUID's 122: the store trusts that nothing is stored under it (TaskCache.createNew).
-    const taskId = options.taskId ?? `task-${nanoid(21)}`;
+    // Time then 96 random bits (task-ids.ts): the store trusts that nothing is stored under it (TaskCache.createNew).
+    const taskId = options.taskId ?? newTaskId(this.#rt.clock.now());
     checkTaskId(taskId);
     // A fresh random id names no stored task: no reads (the store's append still checks).
     const t = (options.taskId === undefined ? this.#cache.createNew(taskId) : undefined) ?? (await this.#cache.load(taskId));

@@ -3,7 +3,6 @@
  * decision (or what a corrupt task's summary still tells), its export as a history file, and a
  * fork (a new task written from the read history, docs/history.md#forks).
  */
-import { nanoid } from 'nanoid';
 import { TurnlogError, taskNotFound } from '../errors.js';
 import { encodeHistoryFile, type HistoryFileFormat } from '../history/history-file.js';
 import { encodeState } from '../history/state-codec.js';
@@ -15,6 +14,7 @@ import type { TaskDescription, TurnResult } from '../client/task-client.js';
 import type { TurnResults } from './results.js';
 import type { Runtime } from './runtime.js';
 import type { TaskCache, TaskEntry } from './task-cache.js';
+import { newTaskId as nextTaskId } from './task-ids.js';
 
 /** The owner of the void lease a fork leaves on the new task (the first claim takes a new generation). */
 const FORK_LEASE_OWNER = 'turnlog-fork';
@@ -124,7 +124,7 @@ export class Reads {
   /** Forks `taskId` at the end of turn `atTurn` into a new task; returns the new task's id (Engine.fork). */
   async fork(taskId: string, options: { atTurn: number; newTaskId?: string }): Promise<string> {
     this.#rt.assertOpen('fork');
-    const newTaskId = options.newTaskId ?? `task-${nanoid(12)}`;
+    const newTaskId = options.newTaskId ?? nextTaskId(this.#rt.clock.now());
     checkTaskId(newTaskId);
     const src = await this.#cache.load(taskId);
     if (!src.state) throw taskNotFound(taskId);

@@ -53,7 +53,7 @@ it('a given taskId is still loaded from the store', async () => {
   expect(reads.some((r) => r.endsWith(' given'))).toBe(true);
 });
 
-it('only the first append of a task the engine named says fresh; the name carries 126 random bits', async () => {
+it('only the first append of a task the engine named says fresh; the name carries the time and 96 random bits', async () => {
   const store = new MemoryHistoryStore();
   const engine = await Engine.open({ store, workflows: [one], logger: silentLogger, scanIntervalMs: 0 });
   engines.push(engine);
@@ -63,7 +63,7 @@ it('only the first append of a task the engine named says fresh; the name carrie
   const h = await engine.start(one, 1);
   await h.result();
   await (await engine.start(one, 1, { taskId: 'given' })).result();
-  expect(h.taskId).toMatch(/^task-[A-Za-z0-9_-]{21}$/);
+  expect(h.taskId).toMatch(/^task-[0-9a-z]{9}[A-Za-z0-9_-]{16}$/);
   const named = appends.filter((a) => a.taskId === h.taskId).map((a) => a.fresh);
   expect(named.length).toBeGreaterThan(1);
   expect(named).toEqual([true, ...named.slice(1).map(() => false)]);
