@@ -487,7 +487,9 @@ export class PgAppender {
   async #landed(a: Omit<PendingAppend, 'resolve' | 'reject'>): Promise<AppendResult | undefined> {
     const from = a.options.expectedLastEventId + 1;
     const rows = await this.#ctx.query(`SELECT data FROM ${this.#ctx.s}.events WHERE task_id = $1 AND event_id BETWEEN $2 AND $3 ORDER BY event_id`, [a.taskId, from, from + a.events.length - 1]);
-    if (rows.length !== a.events.length || !rows.every((r: { data: Buffer }, i) => asBuffer(encodeEvent(a.events[i]!)).equals(r.data))) return undefined;
+    // Compared as written: a large payload is stored by reference (externalize), not inline.
+    const stored = (e: HistoryEvent): Buffer => asBuffer(encodeEvent(externalize(e, this.#ctx.refBytes, new Map())));
+    if (rows.length !== a.events.length || !rows.every((r: { data: Buffer }, i) => stored(a.events[i]!).equals(r.data))) return undefined;
     const summary = await getSummary(this.#ctx, a.taskId);
     return summary ? { lastEventId: from + a.events.length - 1, summary } : undefined;
   }

@@ -1,0 +1,55 @@
+/**
+ * A lone append (postgres-appender.ts #lone) whose statement committed but whose reply was lost
+ * (the connection dropped after the commit): the retry finds its events stored (#landed) and
+ * resolves as written, also when a payload is stored by reference (payloadRefBytes).
+ */
+import pg from 'pg';
+import { afterAll, expect, it, vi } from 'vitest';
+import type { HistoryEvent } from '../../src/history/events.js';
+import { createPostgresStore } from '../../src/store/postgres-store.js';
+import { PG_URL, describePg, dropSchema, uniqueSchema } from '../helpers/postgres.js';
+import { created, json, step } from './events.js';
+
+const originalQuery = pg.Client.prototype.query;
+
+describePg('PostgreSQL store: a lone append whose reply was lost after its commit', () => {
+  const schema = uniqueSchema('turnlog_lost');
+  afterAll(() => dropSchema(schema));
+
+  it.each([
+    ['inline payloads', 'small'],
+    ['a payload stored by reference', 'large'],
+  ])('%s: the append resolves as written, exactly once', async (_name, size) => {
+    const store = createPostgresStore({ connectionString: PG_URL, schema, payloadRefBytes: 1024 });
+    await store.open();
+    const id = `lost-${size}`;
+    const query = vi.spyOn(pg.Client.prototype, 'query');
+    try {
+      await store.append(id, [created(1)], { expectedLastEventId: 0, generation: 1 });
+      await store.append(id, [step(2, 1)], { expectedLastEventId: 1, generation: 1 });
+      const big: HistoryEvent = { ...step(3, 2), result: json('x'.repeat(size === 'large' ? 5_000 : 10)) } as HistoryEvent;
+      let dropped = 0;
+      query.mockImplementation(function (this: pg.Client, ...args: unknown[]) {
+        const [config, cb] = args as [{ text?: string }, ((err: unknown, res?: unknown) => void) | undefined];
+        // The step's statement is written, then its reply is lost as with a dropped connection.
+        if (dropped === 0 && typeof cb === 'function' && String(config?.text).startsWith('WITH s AS')) {
+          dropped++;
+          return Reflect.apply(originalQuery, this, [config, (err: unknown) => cb(err ?? Object.assign(new Error('Connection terminated unexpectedly'), { code: '57P01' }))]) as unknown;
+        }
+        return Reflect.apply(originalQuery, this, args) as unknown;
+      } as never);
+      const r = await store.append(id, [big], { expectedLastEventId: 2, generation: 1 });
+      expect(dropped).toBe(1);
+      expect(r.lastEventId).toBe(3);
+      query.mockRestore();
+      const events = await store.readEvents(id);
+      expect(events.map((e) => e.eventId)).toEqual([1, 2, 3]);
+      expect(events[2]).toEqual(big);
+      expect(await store.append(id, [step(4, 3)], { expectedLastEventId: 3, generation: 1 })).toMatchObject({ lastEventId: 4 });
+    } finally {
+      query.mockRestore();
+      await store.close();
+    }
+  });
+});
+
