@@ -22,7 +22,7 @@ export interface AppendOptions {
   sync?: boolean;
   /**
    * With `expectedLastEventId: 0` only: the caller vouches that nothing is stored under this id
-   * (the engine names such tasks with 126 random bits), so a store may skip the read that proves
+   * (the engine names such tasks with its time and 96 random bits), so a store may skip the read that proves
    * the task new. A store may ignore it and check anyway; it must not refuse it.
    */
   fresh?: boolean;
