@@ -79,4 +79,22 @@ describePg('PostgreSQL store: lone appends', () => {
       await store.close();
     }
   });
+  it('sync: false on the kept connection: the row-less statement still turns synchronous commit off and writes', async () => {
+    const store = createPostgresStore({ connectionString: PG_URL, schema, sync: false });
+    await store.open();
+    const query = vi.spyOn(pg.Client.prototype, 'query');
+    try {
+      await store.append('s', [created(1)], { expectedLastEventId: 0, generation: 1 });
+      for (let i = 2; i <= 6; i++) await store.append('s', [step(i, i)], { expectedLastEventId: i - 1, generation: 1 });
+      const lone = query.mock.calls.filter((c) => typeof c[1] === 'function' && String((c[0] as { text?: unknown }).text).startsWith('WITH s AS'));
+      expect(lone.length).toBeGreaterThanOrEqual(4);
+      for (const c of lone) expect(String((c[0] as { text: string }).text)).toContain("set_config('synchronous_commit', 'off', true)");
+      expect(store.appendPaths).toEqual({ oneStatement: 6, locked: 0 });
+      expect((await store.readEvents('s')).map((e) => e.eventId)).toEqual([1, 2, 3, 4, 5, 6]);
+      expect((await store.getSummary('s'))!.lastEventId).toBe(6);
+    } finally {
+      query.mockRestore();
+      await store.close();
+    }
+  });
 });
