@@ -88,7 +88,7 @@ describePg('PostgreSQL store: lone appends', () => {
       for (let i = 2; i <= 6; i++) await store.append('s', [step(i, i)], { expectedLastEventId: i - 1, generation: 1 });
       const lone = query.mock.calls.filter((c) => typeof c[1] === 'function' && String((c[0] as { text?: unknown }).text).startsWith('WITH s AS'));
       expect(lone.length).toBeGreaterThanOrEqual(4);
-      for (const c of lone) expect(String((c[0] as { text: string }).text)).toContain("set_config('synchronous_commit', 'off', true)");
+      for (const c of lone) expect(String((c[0] as unknown as { text: string }).text)).toContain("set_config('synchronous_commit', 'off', true)");
       expect(store.appendPaths).toEqual({ oneStatement: 6, locked: 0 });
       expect((await store.readEvents('s')).map((e) => e.eventId)).toEqual([1, 2, 3, 4, 5, 6]);
       expect((await store.getSummary('s'))!.lastEventId).toBe(6);
