@@ -73,12 +73,17 @@ export function quoteLiteral(value: string): string {
 
 export const CONNECTION_TRIES = 5;
 const guarded = new WeakSet<object>();
+const ignoreError = (): void => undefined;
 
-/** A checked-out client's connection error rejects its query; unheard, it would crash the process. */
+/**
+ * A checked-out client's connection error rejects its query; unheard, it would crash the process.
+ * Once per client, also behind a pool that wraps each checkout anew (test: store/postgres-rows).
+ */
 export function guard(client: object): void {
   if (guarded.has(client)) return;
   guarded.add(client);
-  (client as { on?(e: string, f: () => void): void }).on?.('error', () => undefined);
+  const c = client as { on?(e: string, f: () => void): void; listeners?(e: string): unknown[] };
+  if (c.listeners?.('error').includes(ignoreError) !== true) c.on?.('error', ignoreError);
 }
 
 /** The server or the network dropped the connection (restart, pg_terminate_backend, reset). */
