@@ -350,13 +350,12 @@ export class PgAppender {
     });
   }
 
-  /** Each append of a failed batch again alone (after a lost connection, first: did it land?). */
+  /** Each append of a failed batch again alone (after a lost connection, first: did it land? and again if refused). */
   async #alone(entries: PendingAppend[], lost: boolean): Promise<void> {
     await Promise.all(
       entries.map(async (e) => {
         const landed = lost ? await this.#landed(e).catch(() => undefined) : undefined;
-        if (landed) this.#ctx.notifier!.add(e.taskId, landed.lastEventId, routine(e.events));
-        return landed ?? this.#appendOne(e);
+        return landed ?? this.#appendOnce(e).catch((err: unknown) => this.#retry(e, err, lost));
       }).map((p, i) => p.then(entries[i]!.resolve, entries[i]!.reject)),
     );
   }
@@ -460,11 +459,21 @@ export class PgAppender {
     return this.#appendOnce(a).catch((err: unknown) => this.#retry(a, err));
   }
 
-  /** #appendOne after its first try failed with `first`. */
-  async #retry(a: Omit<PendingAppend, 'resolve' | 'reject'>, first: unknown): Promise<AppendResult> {
+  /**
+   * #appendOne after its first try failed with `first` (`lost`: an earlier try lost its connection).
+   * After a lost connection, a later try's refusal (the head moved: TURNLOG_CONCURRENCY) may be the
+   * lost try itself, committed after the check before it looked (its statement still waited on a
+   * lock, or was still on its way): the events as stored decide (test: store/postgres-lost-reply-tcp).
+   */
+  async #retry(a: Omit<PendingAppend, 'resolve' | 'reject'>, first: unknown, lost = false): Promise<AppendResult> {
     let err = first;
     for (let attempt = 1; ; attempt++) {
-      if (!isConnectionLoss(err)) throw err;
+      if (!isConnectionLoss(err)) {
+        const landed = lost ? await this.#landed(a).catch(() => undefined) : undefined;
+        if (landed) return landed;
+        throw err;
+      }
+      lost = true;
       const landed = await this.#landed(a).catch(() => null);
       if (landed) return landed;
       if (attempt >= CONNECTION_TRIES) {
@@ -483,7 +492,7 @@ export class PgAppender {
     }
   }
 
-  /** The result of `a` if its events are stored exactly (a commit whose reply was lost), else undefined. */
+  /** The result of `a` if its events are stored exactly (a commit whose reply was lost; its notice goes now), else undefined. */
   async #landed(a: Omit<PendingAppend, 'resolve' | 'reject'>): Promise<AppendResult | undefined> {
     const from = a.options.expectedLastEventId + 1;
     const rows = await this.#ctx.query(`SELECT data FROM ${this.#ctx.s}.events WHERE task_id = $1 AND event_id BETWEEN $2 AND $3 ORDER BY event_id`, [a.taskId, from, from + a.events.length - 1]);
@@ -491,7 +500,10 @@ export class PgAppender {
     const stored = (e: HistoryEvent): Buffer => asBuffer(encodeEvent(externalize(e, this.#ctx.refBytes, new Map())));
     if (rows.length !== a.events.length || !rows.every((r: { data: Buffer }, i) => stored(a.events[i]!).equals(r.data))) return undefined;
     const summary = await getSummary(this.#ctx, a.taskId);
-    return summary ? { lastEventId: from + a.events.length - 1, summary } : undefined;
+    if (!summary) return undefined;
+    const lastEventId = from + a.events.length - 1;
+    this.#ctx.notifier!.add(a.taskId, lastEventId, routine(a.events));
+    return { lastEventId, summary };
   }
 
   /**
