@@ -58,8 +58,16 @@ export class TaskHandle<I = unknown, O = unknown> {
    * for a one-shot task, its final result, waiting for it if needed (Temporal's `getHandle(id).result()`).
    * @example const answer = await engine.task<string, string>('report-7').result();
    */
-  async result(): Promise<O> {
-    const r = await this.nextTurn();
+  result(): Promise<O> {
+    // Not async: one reaction on the turn's result instead of an async function awaiting it.
+    try {
+      return this.nextTurn().then((r) => this.#output(r));
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+
+  #output(r: TurnResult<O>): O {
     switch (r.status) {
       case 'completed':
       case 'suspended':

@@ -11,6 +11,9 @@ import { TurnContextImpl, runHandler } from '../attempt/context.js';
 import type { AttemptOutcome, TurnHost, TurnSpec } from '../attempt/host.js';
 import type { AttemptHandle, Executor } from './executor.js';
 
+/** A settled promise: a reaction on it runs on a later tick. */
+const LATER: Promise<void> = Promise.resolve();
+
 export class InlineExecutor implements Executor {
   readonly kind = 'inline' as const;
   readonly #workflows: ReadonlyMap<string, Workflow<any, any, any, any>>;
@@ -30,10 +33,20 @@ export class InlineExecutor implements Executor {
       );
     }
     const ctx = new TurnContextImpl(spec, host, this.#converter, wf.initialState);
-    // Run on a later tick so the engine finishes its bookkeeping before handler code starts.
-    const outcome = Promise.resolve()
-      .then(() => runHandler(wf.turn, ctx, this.#converter))
-      .catch((err: unknown): AttemptOutcome => ({ kind: 'failed', failure: errorToFailure(err) })); // the handle's outcome never rejects
+    // Run on a later tick so the engine finishes its bookkeeping before handler code starts. The
+    // outcome is settled by runHandler's own promise: a `.then` resolved with that promise would
+    // adopt it (two more promises and hops between the handler's return and the turn's end).
+    const converter = this.#converter;
+    const outcome = new Promise<AttemptOutcome>((resolve) => {
+      const failed = (err: unknown): void => resolve({ kind: 'failed', failure: errorToFailure(err) }); // the handle's outcome never rejects
+      void LATER.then(() => {
+        try {
+          runHandler(wf.turn, ctx, converter).then(resolve, failed);
+        } catch (err) {
+          failed(err);
+        }
+      });
+    });
     return {
       outcome,
       pid: 0,

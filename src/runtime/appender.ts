@@ -90,8 +90,13 @@ export class Appender {
     return fold(t.id, this.#materialize(t, drafts, this.generation(t)), t.state);
   }
 
-  /** Validates by folding first (an invalid batch throws before anything is written), then writes. */
-  async append(t: LockedTask, drafts: Draft[], lease?: Lease, time?: number): Promise<void> {
+  /**
+   * Validates by folding first (an invalid batch throws before anything is written), then writes.
+   * `ahead` is called with the state the append leaves once the write is handed to the store and
+   * before it is durable: work that needs only that state overlaps the write (a turn start's
+   * attempt, driver.ts). It must not throw, and what it does must be undone if the append fails.
+   */
+  async append(t: LockedTask, drafts: Draft[], lease?: Lease, time?: number, ahead?: (next: TaskState) => void): Promise<void> {
     if (drafts.length === 0) return;
     const generation = lease ? lease.generation : this.generation(t);
     const events = this.#materialize(t, drafts, generation, time);
@@ -101,7 +106,9 @@ export class Appender {
     try {
       const options: AppendOptions = lease ? { expectedLastEventId, generation, lease } : { expectedLastEventId, generation };
       if (t.fresh && expectedLastEventId === 0) options.fresh = true;
-      await this.#rt.store.append(t.id, events, options);
+      const written = this.#rt.store.append(t.id, events, options);
+      ahead?.(next);
+      await written;
     } catch (err) {
       // A create refused as stale is a lost race, not a fence (TaskCache.mutate reloads and decides
       // again): drop the entry without the supervisor's "task fenced" warning.

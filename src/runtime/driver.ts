@@ -90,15 +90,13 @@ export class Driver {
    * on the history as it now is; while `pre` is unwritten it goes to the caller, whose drafts
    * were built on the old state (TaskCache.mutate decides those again).
    */
-  async drive(t: LockedTask, pre: Draft[] = []): Promise<void> {
+  // A chain, not an async function awaiting #driveOnce: one promise a drive instead of two.
+  drive(t: LockedTask, pre: Draft[] = [], races = 0): Promise<void> {
     let pending = pre;
-    for (let races = 0; ; races++) {
-      try {
-        return await this.#driveOnce(t, pending, () => (pending = []));
-      } catch (err) {
-        if (pending.length > 0 || races >= MAX_RACES || !isTurnlogError(err, 'TURNLOG_CONCURRENCY')) throw err;
-      }
-    }
+    return this.#driveOnce(t, pending, () => (pending = [])).catch((err: unknown) => {
+      if (pending.length > 0 || races >= MAX_RACES || !isTurnlogError(err, 'TURNLOG_CONCURRENCY')) throw err;
+      return this.drive(t, pending, races + 1);
+    });
   }
 
   async #driveOnce(t: LockedTask, pre: Draft[], written: () => void): Promise<void> {
@@ -234,34 +232,54 @@ export class Driver {
       await this.#appender.append(t, drafts, lease, now);
       return this.drive(t);
     }
+    // While the start's write is made durable (the handler waits for it, DESIGN), the attempt is
+    // built from the state the append leaves: its spec, host and deadline timer. Undone if the
+    // append fails; a failure to build it leaves it to be built after the write, as before.
+    let ahead: Ahead | undefined;
+    const build = (s: TaskState): void => {
+      const ot = s.openTurn!;
+      // `done` is set below, before anything could read it: one settled promise for all until then.
+      const active: ActiveAttempt = { turn: ot.turn, attempt: ot.attempt, finalized: false, timers: [], renewFailures: 0, done: SETTLED };
+      const spec = turnSpecFor(s, this.#emptyInput, this.#rt.codec);
+      // Its callback takes the lock first, which this start holds until the attempt is set.
+      this.#supervisor.armDeadline(t, active, ot.deadline - now);
+      ahead = { active, spec, host: this.#host(t, active) };
+    };
     try {
-      await this.#appender.append(t, drafts, lease, now);
+      await this.#appender.append(t, drafts, lease, now, (s) => {
+        try {
+          build(s);
+        } catch {
+          for (const tm of ahead?.active.timers ?? []) tm.cancel();
+          ahead = undefined;
+        }
+      });
     } catch (err) {
       reservation?.release();
+      for (const tm of ahead?.active.timers ?? []) tm.cancel();
       throw err;
     }
     const s = t.state!;
     const ot = s.openTurn!;
-    // `done` is set just below, before anything could read it: one settled promise for all until then.
-    const active: ActiveAttempt = { turn: ot.turn, attempt: ot.attempt, finalized: false, timers: [], renewFailures: 0, done: SETTLED };
+    if (!ahead) build(s);
+    const { active, spec, host } = ahead!;
     t.active = active;
     this.#running.add(t);
     if (this.#running.size >= this.#pruneAt) this.running();
-    const spec = turnSpecFor(s, this.#emptyInput, this.#rt.codec);
     // Built only for a listener: with none (no observer, no tracing) it is garbage every attempt.
     if (this.#rt.observers.listens('attemptStarted')) {
       const trace = ot.inputs.find((i) => i.trace !== undefined)?.trace;
       this.#rt.observers.attemptStarted({ taskId: t.id, workflow: s.workflow, turn: ot.turn, attempt: ot.attempt, entryMode: ot.entryMode, executor: policy.executor, replayedCalls: spec.calls.length, time: now, ...(trace ? { trace } : {}) });
     }
-    this.#supervisor.armDeadline(t, active, ot.deadline - now);
+    // After the write: its tick gives up on an attempt that is not the task's active one yet.
     this.#supervisor.armRenewal(t, active, now);
-    active.done = this.#runAttempt(t, active, executor, spec, reservation);
+    active.done = this.#runAttempt(t, active, executor, spec, reservation, host);
   }
 
-  async #runAttempt(t: TaskEntry, active: ActiveAttempt, executor: Executor, spec: TurnSpec, reservation: Reservation | undefined): Promise<void> {
+  async #runAttempt(t: TaskEntry, active: ActiveAttempt, executor: Executor, spec: TurnSpec, reservation: Reservation | undefined, host: TurnHost): Promise<void> {
     let outcome: AttemptOutcome;
     try {
-      const handle = await executor.start(spec, this.#host(t, active), reservation);
+      const handle = await executor.start(spec, host, reservation);
       active.handle = handle;
       // Fenced or shut down while the worker was starting: it must not run on unowned.
       if (active.finalized) {
@@ -411,12 +429,19 @@ export class Driver {
   }
 
   async #finishAttempt(t: LockedTask, active: ActiveAttempt, outcome: AttemptOutcome): Promise<void> {
-    for (const tm of active.timers) tm.cancel();
+    // The attempt's timers are cancelled once the outcome's write is handed to the store (the
+    // append's `ahead`), so the write goes out first; nothing runs a timer in between (one
+    // synchronous run). Every other way out cancels them too.
+    const stopTimers = (): void => {
+      for (const tm of active.timers) tm.cancel();
+      active.timers.length = 0;
+    };
     // A child wait of this attempt stops with it (its record would be fenced anyway).
     active.stop?.abort(new FencedError(t.id, active.turn, active.attempt, 'the attempt ended'));
     releaseGrants(active); // a crashed or killed worker's steps never sent their records
     noteAttemptEnded(this.#rt, t.id, active, outcome);
     if (t.active !== active || active.finalized) {
+      stopTimers();
       this.#rt.log.debug?.('late outcome discarded', { taskId: t.id, turn: active.turn, outcome: outcome.kind });
       return;
     }
@@ -425,22 +450,28 @@ export class Driver {
     const build = (s: TaskState) => outcomeDrafts(s, active, ended, t.lease, this.#rt.clock.now(), this.#rt.encodesFailureText);
     let s = t.state!;
     let drafts: Draft[];
-    for (let races = 0; ; races++) {
-      const built = build(s);
-      drafts = built.drafts;
-      try {
-        await this.#appender.append(t, drafts, built.lease);
-        break;
-      } catch (err) {
-        // Another writer appended under our generation (a withdraw or a send on a shared store) and
-        // the re-read history still has this attempt's turn open: its outcome goes on top instead of
-        // being lost. When the history shows the turn ended elsewhere, decide again from there.
-        if (!isTurnlogError(err, 'TURNLOG_CONCURRENCY') || races >= MAX_RACES) throw err;
-        if (!stillOurs(t, active, err)) return this.drive(t);
-        s = t.state!;
+    try {
+      for (let races = 0; ; races++) {
+        const built = build(s);
+        drafts = built.drafts;
+        try {
+          await this.#appender.append(t, drafts, built.lease, undefined, stopTimers);
+          break;
+        } catch (err) {
+          // Another writer appended under our generation (a withdraw or a send on a shared store) and
+          // the re-read history still has this attempt's turn open: its outcome goes on top instead of
+          // being lost. When the history shows the turn ended elsewhere, decide again from there.
+          if (!isTurnlogError(err, 'TURNLOG_CONCURRENCY') || races >= MAX_RACES) throw err;
+          if (!stillOurs(t, active, err)) return this.drive(t);
+          s = t.state!;
+        }
       }
+    } finally {
+      stopTimers();
     }
-    await this.drive(t);
+    // A completed task decides nothing (decision rule 1): no drive, and a one-shot's result
+    // reaches its caller without the drive's promises before it.
+    if (t.state?.status !== 'completed') await this.drive(t);
   }
 
   /**
@@ -465,6 +496,13 @@ export class Driver {
     }
     return ex;
   }
+}
+
+/** An attempt built while its turn start is written (Driver#startAttempt). */
+interface Ahead {
+  active: ActiveAttempt;
+  spec: TurnSpec;
+  host: TurnHost;
 }
 
 function releaseGrant(active: ActiveAttempt, seq: number): void {

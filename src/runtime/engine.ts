@@ -241,15 +241,16 @@ export class Engine implements TaskClient {
    * Sends `input` to a task, creating it if needed, and returns its handle. A new or suspended
    * task starts a turn at once; a busy steerable task queues the input (steering).
    */
-  async start<I, O, S, P extends PayloadMode = 'json'>(
+  // Not async: the input path's promise makes the handle in its one reaction (every promise runs
+  // the step scope's hooks; an async function awaiting it made two more a new task).
+  start<I, O, S, P extends PayloadMode = 'json'>(
     // The input type is the workflow's, JSON-checked by defineWorkflow (an extra check here
     // would stop the literal widening of inputs to a workflow named by string).
     workflow: Workflow<I, O, S, P> | string,
     input: I,
     options: StartOptions = {},
   ): Promise<TaskHandle<I, O>> {
-    const { taskId, inputId } = await this.#p.inputs.start(workflow, input, options);
-    return new TaskHandle<I, O>(this, taskId, inputId);
+    return this.#p.inputs.start(workflow, input, options, (taskId, inputId) => new TaskHandle<I, O>(this, taskId, inputId));
   }
 
   /** A handle for an existing task (no I/O until used). */

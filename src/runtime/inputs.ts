@@ -6,7 +6,7 @@
  */
 import { nanoid } from 'nanoid';
 import { LastInputIdPreconditionError, PayloadEncodingError, PayloadTooLargeError, SteeringQueueFullError, TaskConflictError, TurnlogError, invalidArgument, taskNotFound } from '../errors.js';
-import { HISTORY_FORMAT_VERSION, type Payload, type TaskParent } from '../history/events.js';
+import { HISTORY_FORMAT_VERSION, type Payload, type TaskParent, type TraceContext } from '../history/events.js';
 import { payloadSize } from '../history/payload.js';
 import type { TaskState } from '../history/state.js';
 import { checkTaskId } from '../store/keys.js';
@@ -19,7 +19,7 @@ import type { Driver } from './driver.js';
 import { newerStateError } from './migration.js';
 import { checkId } from './options.js';
 import type { Runtime } from './runtime.js';
-import type { TaskCache, TaskEntry } from './task-cache.js';
+import type { LockedTask, TaskCache, TaskEntry } from './task-cache.js';
 import { newTaskId } from './task-ids.js';
 
 export class Inputs {
@@ -35,17 +35,24 @@ export class Inputs {
     this.#appender = appender;
   }
 
-  /** engine.start: the task (a fresh random id needs no read) and its input. */
-  async start(workflow: Workflow<any, any, any, any> | string, input: unknown, options: StartOptions): Promise<{ taskId: string; inputId: string }> {
-    this.#rt.assertOpen('start');
-    const wf = typeof workflow === 'string' ? this.#rt.workflow(workflow) : this.#rt.workflow(workflow.name);
-    // Time then 96 random bits (task-ids.ts): the store trusts that nothing is stored under it (TaskCache.createNew).
-    const taskId = options.taskId ?? newTaskId(this.#rt.clock.now());
-    checkTaskId(taskId);
-    // A fresh random id names no stored task: no reads (the store's append still checks).
-    const t = (options.taskId === undefined ? this.#cache.createNew(taskId) : undefined) ?? (await this.#cache.load(taskId));
-    const inputId = await this.send(t, wf, input, options);
-    return { taskId, inputId };
+  /**
+   * engine.start: the task (a fresh random id needs no read) and its input; resolves with
+   * `made(taskId, inputId)`. Not async, for the promises (see send): a throw is a rejection.
+   */
+  start<H>(workflow: Workflow<any, any, any, any> | string, input: unknown, options: StartOptions, made: (taskId: string, inputId: string) => H): Promise<H> {
+    try {
+      this.#rt.assertOpen('start');
+      const wf = typeof workflow === 'string' ? this.#rt.workflow(workflow) : this.#rt.workflow(workflow.name);
+      // Time then 96 random bits (task-ids.ts): the store trusts that nothing is stored under it (TaskCache.createNew).
+      const taskId = options.taskId ?? newTaskId(this.#rt.clock.now());
+      checkTaskId(taskId);
+      // A fresh random id names no stored task: no reads (the store's append still checks).
+      const fresh = options.taskId === undefined ? this.#cache.createNew(taskId) : undefined;
+      const sent = fresh ? this.send(fresh, wf, input, options) : this.#cache.load(taskId).then((t) => this.send(t, wf, input, options));
+      return sent.then((inputId) => made(taskId, inputId));
+    } catch (err) {
+      return Promise.reject(err);
+    }
   }
 
   /** engine.sendInput (TaskHandle.send): an input to an existing task. */
@@ -73,54 +80,71 @@ export class Inputs {
     // In the sender's async context, before the lock: the trace context to record (turnlog/otel).
     const trace = this.#rt.observers.traceContext();
     const traced = trace ? { trace } : undefined;
-    return this.#cache.mutate(t, async (t, retry) => {
+    return this.#cache.mutate(t, (t, retry) => {
       // Past or now: an ordinary input. Later: queued, not steering, taken by no turn before then.
       const scheduled = deliverAt !== undefined && deliverAt > this.#rt.clock.now() ? { deliverAt } : undefined;
-      // A lost race after this input was written (the turn start lost it): decide again, no second copy.
-      if (retry > 0 && t.state && (await this.#hasInput(t, inputId))) {
-        await this.#driver.drive(t);
-        return inputId;
-      }
-      const s = t.state;
-      if (!s) {
+      // A new task: no async function around the drive (two promises fewer a new task).
+      if (!t.state) {
         const policy = resolvePolicy(wf, this.#rt.defaultExecutor);
-        await this.#driver.drive(t, [
-          { type: 'TaskCreated', workflow: wf.name, kind: wf.kind, policy, formatVersion: HISTORY_FORMAT_VERSION },
-          { type: 'InputQueued', inputId, input: payload, steering: false, ...scheduled, ...traced },
-        ]);
-        return inputId;
+        return this.#driver
+          .drive(t, [
+            { type: 'TaskCreated', workflow: wf.name, kind: wf.kind, policy, formatVersion: HISTORY_FORMAT_VERSION },
+            { type: 'InputQueued', inputId, input: payload, steering: false, ...scheduled, ...traced },
+          ])
+          .then(() => inputId);
       }
-      if (s.workflow !== wf.name) {
-        throw new TaskConflictError(t.id, s.status, `it runs workflow ${s.workflow}, not ${wf.name}. Use another taskId.`);
-      }
-      if (options.inputId !== undefined && (await this.#hasInput(t, options.inputId))) return options.inputId;
-      // A state of newer code: refused before the input is written (docs/versioning.md#state-migrations).
-      const newer = newerStateError(t.id, wf, s);
-      if (newer) throw newer;
-      if (options.ifLastInputId !== undefined && s.lastInputId !== undefined && s.lastInputId !== options.ifLastInputId) {
-        throw new LastInputIdPreconditionError(t.id, options.ifLastInputId, s.lastInputId);
-      }
-      if (s.status === 'completed') {
-        throw new TaskConflictError(t.id, 'completed', `it ended (${s.outcome ?? 'unknown'}) and takes no more input. Start a new task.`);
-      }
-      if (s.openTurn && !t.active) await this.#driver.drive(t); // recover inline (L3) before queueing
-      if (scheduled) {
-        await this.#driver.drive(t, [...before, { type: 'InputQueued', inputId, input: payload, steering: false, ...scheduled, ...traced }]);
-        return inputId;
-      }
-      const busy = t.active !== undefined || t.state!.openTurn !== undefined;
-      if (busy) {
-        if (this.#rt.operatorOnly) {
-          throw new TaskConflictError(t.id, 'in_progress', `turn ${t.state!.turn} is running. Re-send once it has ended (an operator's re-send never steers a running turn).`);
-        }
-        if (!wf.steerable) {
-          throw new TaskConflictError(t.id, 'in_progress', `turn ${t.state!.turn} is running and workflow ${wf.name} does not accept steering inputs. Wait for the turn, or enable steering.`);
-        }
-        if (t.state!.queue.filter((q) => q.deliverAt === undefined).length >= wf.policy.steeringMaxQueued) throw new SteeringQueueFullError(t.id, wf.policy.steeringMaxQueued);
-      }
-      await this.#driver.drive(t, [...before, { type: 'InputQueued', inputId, input: payload, steering: busy, ...traced }]);
-      return inputId;
+      return this.#queueExisting(t, wf, inputId, payload, options, before, retry, scheduled, traced);
     });
+  }
+
+  /** {@link queue} for a task that exists, holding its lock. */
+  async #queueExisting(
+    t: LockedTask,
+    wf: Workflow<any, any, any, any>,
+    inputId: string,
+    payload: Payload,
+    options: SendOptions,
+    before: Draft[],
+    retry: number,
+    scheduled: { deliverAt: number } | undefined,
+    traced: { trace: TraceContext } | undefined,
+  ): Promise<string> {
+    // A lost race after this input was written (the turn start lost it): decide again, no second copy.
+    if (retry > 0 && (await this.#hasInput(t, inputId))) {
+      await this.#driver.drive(t);
+      return inputId;
+    }
+    const s = t.state!;
+    if (s.workflow !== wf.name) {
+      throw new TaskConflictError(t.id, s.status, `it runs workflow ${s.workflow}, not ${wf.name}. Use another taskId.`);
+    }
+    if (options.inputId !== undefined && (await this.#hasInput(t, options.inputId))) return options.inputId;
+    // A state of newer code: refused before the input is written (docs/versioning.md#state-migrations).
+    const newer = newerStateError(t.id, wf, s);
+    if (newer) throw newer;
+    if (options.ifLastInputId !== undefined && s.lastInputId !== undefined && s.lastInputId !== options.ifLastInputId) {
+      throw new LastInputIdPreconditionError(t.id, options.ifLastInputId, s.lastInputId);
+    }
+    if (s.status === 'completed') {
+      throw new TaskConflictError(t.id, 'completed', `it ended (${s.outcome ?? 'unknown'}) and takes no more input. Start a new task.`);
+    }
+    if (s.openTurn && !t.active) await this.#driver.drive(t); // recover inline (L3) before queueing
+    if (scheduled) {
+      await this.#driver.drive(t, [...before, { type: 'InputQueued', inputId, input: payload, steering: false, ...scheduled, ...traced }]);
+      return inputId;
+    }
+    const busy = t.active !== undefined || t.state!.openTurn !== undefined;
+    if (busy) {
+      if (this.#rt.operatorOnly) {
+        throw new TaskConflictError(t.id, 'in_progress', `turn ${t.state!.turn} is running. Re-send once it has ended (an operator's re-send never steers a running turn).`);
+      }
+      if (!wf.steerable) {
+        throw new TaskConflictError(t.id, 'in_progress', `turn ${t.state!.turn} is running and workflow ${wf.name} does not accept steering inputs. Wait for the turn, or enable steering.`);
+      }
+      if (t.state!.queue.filter((q) => q.deliverAt === undefined).length >= wf.policy.steeringMaxQueued) throw new SteeringQueueFullError(t.id, wf.policy.steeringMaxQueued);
+    }
+    await this.#driver.drive(t, [...before, { type: 'InputQueued', inputId, input: payload, steering: busy, ...traced }]);
+    return inputId;
   }
 
   /** The input as a payload, or a throw before anything is written (not JSON, over the limit). */

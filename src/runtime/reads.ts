@@ -11,6 +11,7 @@ import { appendHistory } from '../store/append-history.js';
 import type { CorruptMark } from '../store/history-store.js';
 import { checkTaskId } from '../store/keys.js';
 import type { TaskDescription, TurnResult } from '../client/task-client.js';
+import type { TaskState } from '../history/state.js';
 import type { TurnResults } from './results.js';
 import type { Runtime } from './runtime.js';
 import type { TaskCache, TaskEntry } from './task-cache.js';
@@ -98,20 +99,32 @@ export class Reads {
     return d;
   }
 
+  // turnResult and latestTurnResult are not async: a cached task's waiter promise is handed
+  // back as it is, so a turn's end reaches the caller two promises and a tick sooner.
+
   /** The outcome of the turn that took `inputId` (engine.turnResult). */
-  async turnResult<O>(taskId: string, inputId: string): Promise<TurnResult<O>> {
-    const t = this.#cache.cached(taskId) ?? (await this.#cache.load(taskId));
-    const s = t.state;
-    if (!s) throw taskNotFound(taskId);
-    return await this.#results.turnResult<O>(t, s, inputId);
+  turnResult<O>(taskId: string, inputId: string): Promise<TurnResult<O>> {
+    return this.#withTask(taskId, (t, s) => this.#results.turnResult<O>(t, s, inputId));
   }
 
   /** The result of the task's latest turn (engine.latestTurnResult). */
-  async latestTurnResult<O>(taskId: string): Promise<TurnResult<O>> {
-    const t = this.#cache.cached(taskId) ?? (await this.#cache.load(taskId));
-    const s = t.state;
-    if (!s) throw taskNotFound(taskId);
-    return await this.#results.latestTurnResult<O>(t, s);
+  latestTurnResult<O>(taskId: string): Promise<TurnResult<O>> {
+    return this.#withTask(taskId, (t, s) => this.#results.latestTurnResult<O>(t, s));
+  }
+
+  /** `fn` on the task's entry and state: at once when cached, else after its load; a throw is a rejection. */
+  #withTask<R>(taskId: string, fn: (t: TaskEntry, s: TaskState) => Promise<R>): Promise<R> {
+    const on = (t: TaskEntry): Promise<R> => {
+      const s = t.state;
+      if (!s) throw taskNotFound(taskId);
+      return fn(t, s);
+    };
+    try {
+      const t = this.#cache.cached(taskId);
+      return t ? on(t) : this.#cache.load(taskId).then(on);
+    } catch (err) {
+      return Promise.reject(err);
+    }
   }
 
   /** One task's history as a history file (the same bytes as `turnlog export`). */

@@ -362,25 +362,22 @@ export class TaskCache {
    * task as it now is, up to {@link MAX_RACES} times. `fn` learns which try it is (`retry`, 0 first) to
    * find what an earlier try already wrote (test: runtime/engine-races "lost race").
    */
-  async mutate<T>(first: TaskEntry, fn: (task: LockedTask, retry: number) => Promise<T>): Promise<T> {
-    let t = first;
-    for (let retry = 0; ; retry++) {
-      let creating = false;
-      try {
-        return await this.withLock(t, (task) => {
-          creating = task.state === undefined;
-          return fn(task, retry);
-        });
-      } catch (err) {
-        // A create refused as stale is a lost race too: another engine created the task and took
-        // its lease between our reads of its events and of its lease (a torn read on a shared
-        // store), so our create went without a lease at generation 0 (test: runtime/postgres-start-race).
-        const lost = isTurnlogError(err, 'TURNLOG_CONCURRENCY') || (creating && isTurnlogError(err, 'TURNLOG_STALE_GENERATION'));
-        if (retry >= MAX_RACES || !lost) throw err;
-        // A failed re-read dropped the entry: load it afresh.
-        t = await this.load(t.id);
-      }
-    }
+  // A chain, not an async function awaiting the lock: one promise a try instead of two (every
+  // promise runs the step scope's hooks; each new task and each send passes here).
+  mutate<T>(t: TaskEntry, fn: (task: LockedTask, retry: number) => Promise<T>, retry = 0): Promise<T> {
+    let creating = false;
+    return this.withLock(t, (task) => {
+      creating = task.state === undefined;
+      return fn(task, retry);
+    }).catch((err: unknown) => {
+      // A create refused as stale is a lost race too: another engine created the task and took
+      // its lease between our reads of its events and of its lease (a torn read on a shared
+      // store), so our create went without a lease at generation 0 (test: runtime/postgres-start-race).
+      const lost = isTurnlogError(err, 'TURNLOG_CONCURRENCY') || (creating && isTurnlogError(err, 'TURNLOG_STALE_GENERATION'));
+      if (retry >= MAX_RACES || !lost) throw err;
+      // A failed re-read dropped the entry: load it afresh.
+      return this.load(t.id).then((next) => this.mutate(next, fn, retry + 1));
+    });
   }
 }
 

@@ -49,16 +49,19 @@ export class GroupCommitter {
 
   /**
    * Queues one atomic write; resolves with `commit`'s value, which runs once the write is durable.
-   * `next`: a caller waits on it to go on (an append, not a snapshot or a lease renewal).
+   * `next`: a caller waits on it to go on (an append, not a snapshot or a lease renewal); `'new'`:
+   * such an append that creates its task (AppendOptions.fresh).
    */
-  submit<T>(taskId: string, ops: BatchOp[], sync: boolean, commit: () => T, next = false): Promise<T> {
+  submit<T>(taskId: string, ops: BatchOp[], sync: boolean, commit: () => T, next: boolean | 'new' = false): Promise<T> {
     return new Promise<T>((resolve, reject) => {
       const entry: Entry = { ops, sync, taskId, commit, resolve: resolve as (value: unknown) => void, reject };
       this.writes++;
       if (this.#writing) this.#queue.push(entry);
-      else if (this.#flushing && next && this.#lone === taskId) {
-        // The lone writer resumed by the last batch appends again: it goes out now, with whatever
-        // queued meanwhile, instead of after every other microtask of this tick (docs/storage.md).
+      else if (this.#flushing && next && (this.#lone === taskId || (next === 'new' && this.#lone !== undefined))) {
+        // The lone writer resumed by the last batch appends again, or creates a task (a caller
+        // starting tasks one after another: a new task has no earlier batch to ride with): it goes
+        // out now, with whatever queued meanwhile, instead of after every other microtask of this
+        // tick (docs/storage.md).
         this.#lone = undefined;
         this.#queue.push(entry);
         const next = this.#queue;

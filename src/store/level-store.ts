@@ -535,7 +535,8 @@ export class LevelHistoryStore implements HistoryStore {
           h.durable = next;
           return { lastEventId: next.lastEventId, summary: { ...summary } };
         },
-        true,
+        // A new task's first append goes out at once after a lone batch too (group-commit.ts).
+        options.fresh === true && options.expectedLastEventId === 0 ? 'new' : true,
       );
     }, options.fresh === true && options.expectedLastEventId === 0);
   }

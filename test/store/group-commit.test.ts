@@ -122,6 +122,47 @@ describe('GroupCommitter', () => {
     await Promise.all([b, p2]);
   });
 
+  it("a new task's first append after a lone batch goes out at once, and the lone writer's waits for it", async () => {
+    const w = controlledWriter();
+    const gc = new GroupCommitter(w.write, () => undefined);
+    const p1 = gc.submit('a', [put('a1')], true, () => undefined, true);
+    w.calls[0]!.resolve();
+    await p1;
+    // The caller resumed by a's batch starts task n: nothing else to wait for in this tick.
+    const n = gc.submit('n', [put('n1')], true, () => undefined, 'new');
+    expect(keys(w.calls[1]!.ops)).toEqual(['n1']);
+    // One batch in flight: a's next append (or another new task's) waits for n's.
+    const p2 = gc.submit('a', [put('a2')], true, () => undefined, true);
+    const m = gc.submit('m', [put('m1')], true, () => undefined, 'new');
+    expect(w.calls).toHaveLength(2);
+    w.calls[1]!.resolve();
+    await n;
+    await turn();
+    expect(keys(w.calls[2]!.ops)).toEqual(['a2', 'm1']);
+    w.calls[2]!.resolve();
+    await Promise.all([p2, m]);
+  });
+
+  it("after a batch of several writes, a new task's first append still waits for the tick", async () => {
+    const w = controlledWriter();
+    const gc = new GroupCommitter(w.write, () => undefined);
+    const first = gc.submit('a', [put('a1')], true, () => undefined, true);
+    const queued = ['b', 'c'].map((t) => gc.submit(t, [put(`${t}1`)], true, () => undefined, true));
+    w.calls[0]!.resolve();
+    await first;
+    await turn();
+    expect(keys(w.calls[1]!.ops)).toEqual(['b1', 'c1']);
+    w.calls[1]!.resolve();
+    await Promise.all(queued);
+    // Two callers were resumed: a new task's create waits for the tick, as their appends would.
+    const n = gc.submit('n', [put('n1')], true, () => undefined, 'new');
+    expect(w.calls).toHaveLength(2);
+    await turn();
+    expect(keys(w.calls[2]!.ops)).toEqual(['n1']);
+    w.calls[2]!.resolve();
+    await n;
+  });
+
   it('after a batch of several writes, their next appends still wait for the tick and go out together', async () => {
     const w = controlledWriter();
     const gc = new GroupCommitter(w.write, () => undefined);
