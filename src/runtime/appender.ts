@@ -95,28 +95,48 @@ export class Appender {
    * `ahead` is called with the state the append leaves once the write is handed to the store and
    * before it is durable: work that needs only that state overlaps the write (a turn start's
    * attempt, driver.ts). It must not throw, and what it does must be undone if the append fails.
+   * A promise chain, not an async function: one promise an append where the async function and
+   * its await made two (each runs the step scope's async hooks; a step's record comes here).
    */
-  async append(t: LockedTask, drafts: Draft[], lease?: Lease, time?: number, ahead?: (next: TaskState) => void): Promise<void> {
-    if (drafts.length === 0) return;
-    const generation = lease ? lease.generation : this.generation(t);
-    const events = this.#materialize(t, drafts, generation, time);
-    const next = fold(t.id, events, t.state);
-    const expectedLastEventId = t.state?.lastEventId ?? 0;
-    const started = performance.now();
+  append(t: LockedTask, drafts: Draft[], lease?: Lease, time?: number, ahead?: (next: TaskState) => void): Promise<void> {
+    if (drafts.length === 0) return Promise.resolve();
+    let events: HistoryEvent[];
+    let next: TaskState;
+    let expectedLastEventId: number;
+    let written: Promise<unknown>;
+    let started: number;
     try {
+      const generation = lease ? lease.generation : this.generation(t);
+      events = this.#materialize(t, drafts, generation, time);
+      next = fold(t.id, events, t.state);
+      expectedLastEventId = t.state?.lastEventId ?? 0;
       const options: AppendOptions = lease ? { expectedLastEventId, generation, lease } : { expectedLastEventId, generation };
       if (t.fresh && expectedLastEventId === 0) options.fresh = true;
-      const written = this.#rt.store.append(t.id, events, options);
+      started = performance.now();
+      written = this.#rt.store.append(t.id, events, options);
       ahead?.(next);
-      await written;
     } catch (err) {
-      // A create refused as stale is a lost race, not a fence (TaskCache.mutate reloads and decides
-      // again): drop the entry without the supervisor's "task fenced" warning.
-      if (isStale(err) && expectedLastEventId === 0 && t.state === undefined) this.#cache.forget(t);
-      else if (isStale(err)) this.#onStale(t, err);
-      else if (isTurnlogError(err, 'TURNLOG_CONCURRENCY')) await this.#refresh(t, err);
-      throw err;
+      return Promise.reject(err);
     }
+    return written.then(
+      () => this.#appended(t, events, next, lease, started),
+      (err: unknown) => {
+        // A create refused as stale is a lost race, not a fence (TaskCache.mutate reloads and decides
+        // again): drop the entry without the supervisor's "task fenced" warning.
+        if (isStale(err) && expectedLastEventId === 0 && t.state === undefined) this.#cache.forget(t);
+        else if (isStale(err)) this.#onStale(t, err);
+        else if (isTurnlogError(err, 'TURNLOG_CONCURRENCY')) {
+          return this.#refresh(t, err).then(() => {
+            throw err;
+          });
+        }
+        throw err;
+      },
+    );
+  }
+
+  /** After a durable append: the cached state, outcome logs, observers, compaction and snapshot. */
+  #appended(t: LockedTask, events: HistoryEvent[], next: TaskState, lease: Lease | undefined, started: number): void {
     const before = t.state;
     t.state = next;
     t.fresh = false;

@@ -353,21 +353,22 @@ export class Driver {
     // the re-read history still has this attempt's turn open, it goes on top instead of failing.
     // Promise chains, not async functions, on this path: every promise runs the step scope's
     // async hooks, and a durable step's CPU is mostly this path (docs/performance.md).
-    const record = (t: LockedTask, drafts: () => Draft[], races = 0): Promise<void> => {
+    // The reply is the append's reaction itself: one promise a try, where a `.catch` and a `.then` made two.
+    const record = <R>(t: LockedTask, drafts: () => Draft[], reply: () => R, races = 0): Promise<R> => {
       let appended: Promise<void>;
       try {
         appended = this.#appender.append(t, drafts());
       } catch (err) {
         appended = Promise.reject(err);
       }
-      return appended.catch((err: unknown) => {
+      return appended.then(reply, (err: unknown) => {
         if (races >= MAX_RACES || t.active !== active || !stillOurs(t, active, err)) return fenced(err);
-        return record(t, drafts, races + 1);
+        return record(t, drafts, reply, races + 1);
       });
     };
     const at = `Task ${t.id}, turn ${active.turn}`;
     const locked = <C extends CallRecord>(call: C): Promise<CallReplies[C['kind']]> =>
-      this.#cache.withLock(t, (t) => {
+      this.#cache.withLockNow(t, (t) => {
         check();
         const env: RecordEnv = {
           turn: active.turn,
@@ -381,7 +382,7 @@ export class Driver {
         };
         const rec = callSpec(call.kind).append(call as never, env) as Recording<CallReplies[C['kind']]>;
         if (rec.refused) throw (active.refused = rec.refused);
-        return record(t, rec.events).then(() => rec.reply());
+        return record(t, rec.events, rec.reply);
       });
     return {
       record: <C extends CallRecord>(call: C) => {

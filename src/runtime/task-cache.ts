@@ -59,6 +59,24 @@ class Moved {
 }
 
 const UNLOCKED: Promise<unknown> = Promise.resolve();
+/** The chain while {@link TaskCache.withLockNow} runs its `fn`'s synchronous part. */
+const SYNC_HOLD: Promise<unknown> = Promise.resolve();
+
+/**
+ * Makes `run` the lock's tail. The next holder waits on the release, which never rejects; it is
+ * `run`'s first reaction, so the count drops before the caller resumes. Two promises a hold, where
+ * `.finally` and a `.catch` made five (every promise costs the async hooks the step scope turns
+ * on). The last hold's release frees the lock for {@link TaskCache.withLockNow}'s fast path.
+ */
+function release<T>(t: TaskEntry, run: Promise<T>): Promise<T> {
+  const free = (): void => {
+    t.busy--;
+    if (t.chain === released) t.chain = UNLOCKED;
+  };
+  const released: Promise<unknown> = run.then(free, free);
+  t.chain = released;
+  return run;
+}
 
 /** One task as this engine holds it: folded state, lease, lock chain, running attempt, waiters. */
 export class TaskEntry {
@@ -343,16 +361,28 @@ export class TaskCache {
    * Only the lock hands out a LockedTask, so a function that mutates says so in its type.
    */
   withLock<T>(t: TaskEntry, fn: (task: LockedTask) => Promise<T>): Promise<T> {
+    if (t.chain === SYNC_HOLD) throw new Error(`internal: task ${t.id} was locked from inside its own lock's synchronous part`);
     t.busy++;
-    const run = t.chain.then(() => fn(t as LockedTask));
-    // The next holder waits on the release, which never rejects; it is `run`'s first reaction, so
-    // the count drops before the caller resumes. Two promises a hold, where `.finally` and a
-    // `.catch` made five (every promise costs the async hooks the step scope turns on).
-    t.chain = run.then(
-      () => void t.busy--,
-      () => void t.busy--,
-    );
-    return run;
+    return release(t, t.chain.then(() => fn(t as LockedTask)));
+  }
+
+  /**
+   * {@link withLock}, but a free lock runs `fn` at once, in the caller's turn: no hop through the
+   * chain (two promises less a hold, each one running the step scope's async hooks: a step's
+   * record takes the lock this way). `fn`'s synchronous part must not lock the same task.
+   */
+  withLockNow<T>(t: TaskEntry, fn: (task: LockedTask) => Promise<T>): Promise<T> {
+    if (t.chain !== UNLOCKED) return this.withLock(t, fn);
+    t.busy++;
+    t.chain = SYNC_HOLD;
+    let run: Promise<T>;
+    try {
+      // A native promise passes through Promise.resolve as itself; a plain value is wrapped.
+      run = Promise.resolve(fn(t as LockedTask));
+    } catch (err) {
+      run = Promise.reject(err);
+    }
+    return release(t, run);
   }
 
   /**

@@ -61,3 +61,42 @@ it('a holder that throws synchronously, or returns a plain value, holds and rele
   expect(await after).toBe('after');
   expect(seen).toEqual(['sync in 3', 'sync caller 2', 'plain in 2', 'plain caller 1', 'after in 1', 'after caller 0']);
 });
+
+it('withLockNow runs a free lock\'s holder at once and queues behind a held one; its synchronous part cannot lock the task again; the lock is free again after the last release', async () => {
+  const cache = new TaskCache({} as Runtime);
+  const t = new TaskEntry('t');
+  const order: string[] = [];
+  let holding = 0;
+  const hold = (name: string, now: boolean) =>
+    (now ? cache.withLockNow.bind(cache) : cache.withLock.bind(cache))(t, async () => {
+      expect(++holding).toBe(1);
+      order.push(`${name} in`);
+      await new Promise((r) => setTimeout(r, 5));
+      order.push(`${name} out`);
+      holding--;
+      return name;
+    });
+  // Free: the holder's synchronous part has run when withLockNow returns.
+  const a = hold('a', true);
+  expect(order).toEqual(['a in']);
+  // Held: withLockNow queues as withLock does, in call order.
+  const b = hold('b', false);
+  const c = hold('c', true);
+  expect(order).toEqual(['a in']);
+  expect(t.busy).toBe(3);
+  expect(await Promise.all([a, b, c])).toEqual(['a', 'b', 'c']);
+  expect(order).toEqual(['a in', 'a out', 'b in', 'b out', 'c in', 'c out']);
+  expect(t.busy).toBe(0);
+  // Free again: at once, and a plain value or a synchronous throw hold and release like a promise.
+  const plain = cache.withLockNow(t, (() => 'plain') as never);
+  expect(t.busy).toBe(1);
+  expect(await plain).toBe('plain');
+  await expect(cache.withLockNow(t, () => {
+    throw new Error('sync throw');
+  })).rejects.toThrow('sync throw');
+  expect(t.busy).toBe(0);
+  // Locking the task again inside the synchronous part would run two holders at once: refused.
+  await expect(cache.withLockNow(t, async () => cache.withLock(t, async () => 'nested'))).rejects.toThrow(/inside its own lock/);
+  expect(await cache.withLockNow(t, async () => 'after')).toBe('after');
+  expect(t.busy).toBe(0);
+});
