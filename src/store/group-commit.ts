@@ -16,8 +16,9 @@ interface Entry {
   taskId: string;
   /** Runs synchronously once the batch is durable; the write's promise resolves with its value. */
   commit: () => unknown;
-  resolve: (value: unknown) => void;
-  reject: (err: unknown) => void;
+  /** Absent for a write that went out alone: the batch's own reaction settles it. */
+  resolve: ((value: unknown) => void) | undefined;
+  reject: ((err: unknown) => void) | undefined;
 }
 
 /**
@@ -53,15 +54,32 @@ export class GroupCommitter {
    * such an append that creates its task (AppendOptions.fresh).
    */
   submit<T>(taskId: string, ops: BatchOp[], sync: boolean, commit: () => T, next: boolean | 'new' = false): Promise<T> {
+    // The lone writer resumed by the last batch appends again, or creates a task (a caller
+    // starting tasks one after another: a new task has no earlier batch to ride with): it goes
+    // out now, with whatever queued meanwhile, instead of after every other microtask of this
+    // tick (docs/storage.md).
+    const resumed = this.#flushing && next !== false && (this.#lone === taskId || (next === 'new' && this.#lone !== undefined));
+    if (!this.#writing && this.#queue.length === 0 && (!this.#flushing || resumed)) {
+      // Alone (an idle store, or a writer going out at once with nothing queued): the batch's
+      // reaction settles it and is what the caller awaits. One promise, where the write's own
+      // promise and the batch's reaction made two (each runs the step scope's hooks).
+      this.writes++;
+      this.#lone = undefined;
+      const entries: Entry[] = [{ ops, sync, taskId, commit, resolve: undefined, reject: undefined }];
+      return this.#start(entries).then(
+        () => this.#settle(entries, undefined) as T,
+        (err: unknown) => {
+          const e = err ?? new Error('batch write failed');
+          this.#settle(entries, e);
+          throw e;
+        },
+      );
+    }
     return new Promise<T>((resolve, reject) => {
       const entry: Entry = { ops, sync, taskId, commit, resolve: resolve as (value: unknown) => void, reject };
       this.writes++;
       if (this.#writing) this.#queue.push(entry);
-      else if (this.#flushing && next && (this.#lone === taskId || (next === 'new' && this.#lone !== undefined))) {
-        // The lone writer resumed by the last batch appends again, or creates a task (a caller
-        // starting tasks one after another: a new task has no earlier batch to ride with): it goes
-        // out now, with whatever queued meanwhile, instead of after every other microtask of this
-        // tick (docs/storage.md).
+      else if (resumed) {
         this.#lone = undefined;
         this.#queue.push(entry);
         const next = this.#queue;
@@ -85,6 +103,14 @@ export class GroupCommitter {
   }
 
   #run(entries: Entry[]): void {
+    this.#start(entries).then(
+      () => void this.#settle(entries, undefined),
+      (err: unknown) => void this.#settle(entries, err ?? new Error('batch write failed')),
+    );
+  }
+
+  /** Writes `entries` as one batch. */
+  #start(entries: Entry[]): Promise<void> {
     this.#writing = true;
     this.batches++;
     if (this.#listeners.size > 0) for (const l of this.#listeners) l(entries.length);
@@ -100,19 +126,15 @@ export class GroupCommitter {
         sync ||= e.sync;
       }
     }
-    let pending: Promise<void>;
     try {
-      pending = this.#write(ops, sync);
+      return this.#write(ops, sync);
     } catch (err) {
-      pending = Promise.reject(err);
+      return Promise.reject(err);
     }
-    pending.then(
-      () => this.#settle(entries, undefined),
-      (err: unknown) => this.#settle(entries, err ?? new Error('batch write failed')),
-    );
   }
 
-  #settle(entries: Entry[], err: unknown): void {
+  /** Commits or fails a written batch's entries; returns the first entry's commit value. */
+  #settle(entries: Entry[], err: unknown): unknown {
     let failed: Entry[] = [];
     const values: unknown[] = [];
     if (err === undefined) {
@@ -125,10 +147,10 @@ export class GroupCommitter {
       this.#onFailure(tasks);
     }
     for (let i = 0; i < entries.length; i++) {
-      if (err === undefined) entries[i]!.resolve(values[i]);
-      else entries[i]!.reject(err);
+      if (err === undefined) entries[i]!.resolve?.(values[i]);
+      else entries[i]!.reject?.(err);
     }
-    for (const e of failed) e.reject(err);
+    for (const e of failed) e.reject?.(err);
     // The next batch goes out on the next tick: the callers just resolved submit their next
     // writes in microtasks, which run first, so they join one batch instead of one going out
     // alone. A batch of one write had one caller to wait for: its next write goes out at once.
@@ -136,6 +158,7 @@ export class GroupCommitter {
     this.#flushing = true;
     this.#lone = entries.length === 1 && err === undefined ? entries[0]!.taskId : undefined;
     process.nextTick(this.#onTick);
+    return values[0];
   }
 
   readonly #onTick = (): void => {
