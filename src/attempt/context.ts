@@ -59,6 +59,11 @@ function abortReason(kind: CancelKind, spec: TurnSpec, reason: string): TurnlogE
   }
 }
 
+/** A reserved record slot (TurnContextImpl's #reserve): `record` must be called exactly once. */
+type Slot = { record<T, R = T>(write: () => Promise<T>, then?: (v: T) => R): Promise<R> };
+/** Which flow limit a step waited for, and how long. */
+type Limited = { limit: string; waitedMs: number };
+
 // Implements the unchecked (`custom`) shape: the payload checks are compile-time only.
 export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I, S, 'custom'> {
   readonly taskId: string;
@@ -173,7 +178,21 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     return undefined;
   }
 
-  async step<T>(name: string, fn: StepFn<T>, options: StepOptions = {}): Promise<T> {
+  step<T>(name: string, fn: StepFn<T>, options: StepOptions = {}): Promise<T> {
+    try {
+      return this.#step(name, fn, options);
+    } catch (err) {
+      return Promise.reject(err);
+    }
+  }
+
+  /**
+   * ctx.step's body. Not an async function: a first try that returns a plain value (no limit, no
+   * timeout) is recorded with one reaction that also releases the slot and returns the value, where
+   * the async function, its await and the slot's release made three promises (each runs the step
+   * scope's async hooks). Anything else goes on in {@link #stepTries}.
+   */
+  #step<T>(name: string, fn: StepFn<T>, options: StepOptions): Promise<T> {
     const ms = options.timeoutMs;
     if (ms !== undefined && !(typeof ms === 'number' && Number.isFinite(ms) && ms > 0)) {
       throw invalidArgument(`Task ${this.taskId}, turn ${this.turn}: step "${String(name)}" timeoutMs must be a finite number of milliseconds > 0, got ${String(ms)}.`);
@@ -190,27 +209,66 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     if (!name.isWellFormed()) throw invalidArgument(`Task ${this.taskId}: step ${illFormedText('name', name)}.`);
     const seq = ++this.#seq;
     const recorded = this.#replayed(seq, { kind: 'step', name });
-    if (recorded) return this.#converter.fromPayload<T>(CALLS.step.result(recorded, this.#spec.taken));
+    if (recorded) return Promise.resolve(this.#converter.fromPayload<T>(CALLS.step.result(recorded, this.#spec.taken)));
     this.#checkFenced();
     const slot = this.#reserve();
     // Streamed as new work only here, after the replay branch: a replayed step never starts again.
     this.#host.emit?.({ kind: 'step-started', seq, name });
     const policy = { ...this.#spec.stepRetry, ...options.retry };
-    const timeoutMs = options.timeoutMs;
-    let started = this.#host.now();
+    const started = this.#host.now();
+    const scope = runningStep;
+    if (limit !== undefined || ms !== undefined || scope === undefined) return this.#stepTries(name, fn, seq, slot, policy, ms, limit, started, undefined);
+    let out: T | PromiseLike<T>;
+    try {
+      out = scope.run({ ctx: this, seq }, () => (takesNothing(fn) ? (fn as () => T | Promise<T>)() : fn(this.signal)));
+      // Reading `then` may throw too (a proxy): that try failed, as an await of it would have.
+      if (isThenable(out)) return this.#stepTries(name, fn, seq, slot, policy, ms, limit, started, { out });
+    } catch (err) {
+      return this.#stepTries(name, fn, seq, slot, policy, ms, limit, started, { err });
+    }
+    let result: Payload;
+    try {
+      result = encodeFor(this.#converter, out, 'stepResult', `Task ${this.taskId}, turn ${this.turn}, step "${name}" result`);
+    } catch (err) {
+      return this.#stepFailed(slot, seq, name, started, undefined, err);
+    }
+    // Return what a replay would return, so the first run and later attempts see the same value.
+    return slot.record(
+      () => this.#host.record({ kind: 'step', seq, name, result, durationMs: this.#host.now() - started }),
+      () => this.#converter.fromPayload<T>(result),
+    );
+  }
+
+  /** Records a step's failure, then rethrows it. */
+  async #stepFailed(slot: Slot, seq: number, name: string, started: number, limited: Limited | undefined, err: unknown): Promise<never> {
+    const failure = errorToFailure(err);
+    await slot.record(() => this.#host.record({ kind: 'step', seq, name, failure, durationMs: this.#host.now() - started, ...limited }));
+    throw err;
+  }
+
+  /**
+   * A step's tries from its flow-limit slot on, with retries; `first` is the first try's outcome
+   * when {@link #step} ran it already (a thenable, or what it threw).
+   */
+  async #stepTries<T>(
+    name: string,
+    fn: StepFn<T>,
+    seq: number,
+    slot: Slot,
+    policy: RetryPolicy,
+    timeoutMs: number | undefined,
+    limit: string | undefined,
+    started: number,
+    first: { out?: T | PromiseLike<T>; err?: unknown } | undefined,
+  ): Promise<T> {
     // With a limit: which one and how long the step waited for it, recorded with the step.
-    let limited: { limit: string; waitedMs: number } | undefined;
-    const fail = async (err: unknown): Promise<never> => {
-      const failure = errorToFailure(err);
-      await slot.record(() => this.#host.record({ kind: 'step', seq, name, failure, durationMs: this.#host.now() - started, ...limited }));
-      throw err;
-    };
+    let limited: Limited | undefined;
     if (limit !== undefined) {
       try {
         limited = { limit, waitedMs: this.#host.acquire ? await this.#host.acquire(limit, seq, this.signal) : 0 };
       } catch (err) {
         limited = { limit, waitedMs: this.#host.now() - started };
-        return fail(err);
+        return this.#stepFailed(slot, seq, name, started, limited, err);
       }
       started = this.#host.now();
     }
@@ -218,18 +276,24 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     let value: T;
     for (let attempt = 1; ; attempt++) {
       try {
-        const out = scope.run({ ctx: this, seq }, () => (timeoutMs === undefined ? (takesNothing(fn) ? (fn as () => T | Promise<T>)() : fn(this.signal)) : this.#withTimeout(name, fn, timeoutMs)));
+        if (first !== undefined && 'err' in first) throw first.err;
+        const out =
+          first !== undefined
+            ? first.out!
+            : scope.run({ ctx: this, seq }, () => (timeoutMs === undefined ? (takesNothing(fn) ? (fn as () => T | Promise<T>)() : fn(this.signal)) : this.#withTimeout(name, fn, timeoutMs)));
+        first = undefined;
         // A fn that returned a plain value is not awaited: two promises less, each one running the scope's hooks.
         value = isThenable(out) ? await out : out;
         break;
       } catch (err) {
-        if (attempt >= policy.maxAttempts || !isRetryable(err, policy) || this.signal.aborted) return fail(err);
+        first = undefined;
+        if (attempt >= policy.maxAttempts || !isRetryable(err, policy) || this.signal.aborted) return this.#stepFailed(slot, seq, name, started, limited, err);
         // A server's suggested delay (RetryAfterError) wins over the backoff, uncapped and unjittered.
         const delay = isRetryAfterError(err) ? err.retryAfterMs : backoffDelay(policy, attempt, this.#host.random?.() ?? Math.random());
         try {
           await this.#host.sleep(delay, this.signal);
         } catch {
-          return fail(err);
+          return this.#stepFailed(slot, seq, name, started, limited, err);
         }
       }
     }
@@ -237,7 +301,7 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     try {
       result = encodeFor(this.#converter, value, 'stepResult', `Task ${this.taskId}, turn ${this.turn}, step "${name}" result`);
     } catch (err) {
-      return fail(err);
+      return this.#stepFailed(slot, seq, name, started, limited, err);
     }
     await slot.record(() => this.#host.record({ kind: 'step', seq, name, result, durationMs: this.#host.now() - started, ...limited }));
     // Return what a replay would return, so the first run and later attempts see the same value.
@@ -499,18 +563,18 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
    * open the write starts synchronously: no promise per record beyond the write's own (each one
    * runs the step scope's async hooks, docs/performance.md).
    */
-  #reserve(): { record<T>(write: () => Promise<T>): Promise<T> } {
+  #reserve(): Slot {
     const slot = this.#reserved++;
     return {
-      record: <T>(write: () => Promise<T>): Promise<T> => {
-        if (slot === this.#released) return this.#write(write);
-        return new Promise<void>((r) => this.#slotWaiters.set(slot, r)).then(() => this.#write(write));
+      record: <T, R = T>(write: () => Promise<T>, then?: (v: T) => R): Promise<R> => {
+        if (slot === this.#released) return this.#write(write, then);
+        return new Promise<void>((r) => this.#slotWaiters.set(slot, r)).then(() => this.#write(write, then));
       },
     };
   }
 
-  /** Runs a slot's write, then releases the slot (whatever the outcome) to the next one. */
-  #write<T>(write: () => Promise<T>): Promise<T> {
+  /** Runs a slot's write, then releases the slot (whatever the outcome) to the next one; `then` maps the reply. */
+  #write<T, R = T>(write: () => Promise<T>, then?: (v: T) => R): Promise<R> {
     let pending: Promise<T>;
     try {
       this.#checkFenced();
@@ -521,7 +585,7 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     return pending.then(
       (v) => {
         this.#release();
-        return v;
+        return then ? then(v) : (v as unknown as R);
       },
       (err: unknown) => {
         // The store could not take the record: the handler must not go on past it, nor record
