@@ -214,17 +214,18 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     const slot = this.#reserve();
     // Streamed as new work only here, after the replay branch: a replayed step never starts again.
     this.#host.emit?.({ kind: 'step-started', seq, name });
-    const policy = { ...this.#spec.stepRetry, ...options.retry };
+    // The retry policy is built only where a try may be retried (#stepTries): no object a step here.
+    const retry = options.retry;
     const started = this.#host.now();
     const scope = runningStep;
-    if (limit !== undefined || ms !== undefined || scope === undefined) return this.#stepTries(name, fn, seq, slot, policy, ms, limit, started, undefined);
+    if (limit !== undefined || ms !== undefined || scope === undefined) return this.#stepTries(name, fn, seq, slot, retry, ms, limit, started, undefined);
     let out: T | PromiseLike<T>;
     try {
       out = scope.run({ ctx: this, seq }, () => (takesNothing(fn) ? (fn as () => T | Promise<T>)() : fn(this.signal)));
       // Reading `then` may throw too (a proxy): that try failed, as an await of it would have.
-      if (isThenable(out)) return this.#stepTries(name, fn, seq, slot, policy, ms, limit, started, { out });
+      if (isThenable(out)) return this.#stepTries(name, fn, seq, slot, retry, ms, limit, started, { out });
     } catch (err) {
-      return this.#stepTries(name, fn, seq, slot, policy, ms, limit, started, { err });
+      return this.#stepTries(name, fn, seq, slot, retry, ms, limit, started, { err });
     }
     let result: Payload;
     try {
@@ -255,7 +256,7 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     fn: StepFn<T>,
     seq: number,
     slot: Slot,
-    policy: RetryPolicy,
+    retry: Partial<RetryPolicy> | undefined,
     timeoutMs: number | undefined,
     limit: string | undefined,
     started: number,
@@ -273,6 +274,7 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
       started = this.#host.now();
     }
     const scope = runningStep ?? (await stepScope());
+    const policy: RetryPolicy = retry === undefined ? this.#spec.stepRetry : { ...this.#spec.stepRetry, ...retry };
     let value: T;
     for (let attempt = 1; ; attempt++) {
       try {
