@@ -166,31 +166,46 @@ export class Scanner {
   }
 
   /**
-   * Loads and drives one task; never throws (one task must not stop the others, nor Engine.open).
-   * True when it is left waiting for a scheduled input with its wake-up armed.
+   * Loads and drives one task; never rejects (one task must not stop the others, nor Engine.open).
+   * True when it is left waiting for a scheduled input with its wake-up armed. Promise chains, not
+   * an async function: a claimed task loads without an await (TaskCache.loadNow), and each await
+   * and async function is a promise more, each paying the step scope's async hooks.
    */
-  async #recoverTask(id: string, claim?: { previous: Lease | undefined }): Promise<boolean> {
-    if (!this.#rt.open || this.#cache.corruptMark(id)) return false;
+  #recoverTask(id: string, claim?: { previous: Lease | undefined }): Promise<boolean> {
+    if (!this.#rt.open || this.#cache.corruptMark(id)) return NOT_ARMED;
+    const now = this.#cache.loadNow(id);
+    if (now !== undefined) return this.#driveLoaded(now, claim);
     // One task that cannot be loaded (an unreadable or corrupt history, an id an older version
     // accepted) must not stop the others' recovery (test: runtime/engine "cannot be loaded").
-    let t: TaskEntry;
-    try {
-      t = await this.#cache.load(id);
-    } catch (err) {
-      // A corrupt task was logged and marked by the cache (isolate); every other task is still served.
-      if (this.#cache.corruptMark(id)) return false;
-      this.#rt.log.error('recovery failed: the task cannot be loaded', { taskId: id, error: err });
-      return false;
-    }
-    if (t.active) return false;
-    await this.#cache
+    return this.#cache.load(id).then(
+      (t) => this.#driveLoaded(t, claim),
+      (err: unknown) => {
+        // A corrupt task was logged and marked by the cache (isolate); every other task is still served.
+        if (!this.#cache.corruptMark(id)) this.#rt.log.error('recovery failed: the task cannot be loaded', { taskId: id, error: err });
+        return false;
+      },
+    );
+  }
+
+  #driveLoaded(t: TaskEntry, claim: { previous: Lease | undefined } | undefined): Promise<boolean> {
+    if (t.active) return NOT_ARMED;
+    return this.#cache
       // Not an async function: one resolved with drive's promise adds two promises and two ticks.
       .withLock(t, (t) => (claim ? this.#driveClaimed(t, claim) : this.#driver.drive(t)))
-      .catch((err) => logFailure(this.#rt.log, 'recovery failed', { taskId: id }, err));
-    // Waiting for a scheduled input, its wake-up armed: nothing of it needs to stay in memory.
+      .then(
+        () => this.#parked(t),
+        (err: unknown) => {
+          logFailure(this.#rt.log, 'recovery failed', { taskId: t.id }, err);
+          return this.#parked(t);
+        },
+      );
+  }
+
+  /** Waiting for a scheduled input, its wake-up armed: nothing of it needs to stay in memory. */
+  #parked(t: TaskEntry): boolean {
     const s = t.state;
     if (s && !t.active && t.busy === 0 && s.openTurn === undefined && nextWakeAt(s) !== undefined && !s.queue.some((q) => isDue(q, this.#rt.clock.now()))) {
-      this.#cache.forgetIdle(id);
+      this.#cache.forgetIdle(t.id);
       return true;
     }
     return false;
@@ -261,6 +276,8 @@ export class Scanner {
 }
 
 const ORPHAN_BATCH = 100;
+/** #recoverTask's answer for a task it did not drive (shared: nothing to allocate). */
+const NOT_ARMED: Promise<boolean> = Promise.resolve(false);
 
 /** A recovery pass's concurrency: slots taken and released, and one waiter for a free slot or for none taken. */
 class Slots {

@@ -221,6 +221,12 @@ export interface EventLog {
    * makes those three reads.
    */
   readTaskStart?(taskId: string, limit: number): Promise<TaskStart>;
+  /**
+   * Optional, for a store that read a task's start ahead (the LevelDB store, for the tasks a
+   * `claimDueWork` page handed out): what `readTaskStart` would return, synchronously and without
+   * I/O, or undefined when it would have to read. The engine then loads the task without an await.
+   */
+  takeTaskStart?(taskId: string, limit: number): TaskStart | undefined;
 }
 
 /** What {@link EventLog.readTaskStart} returns. */

@@ -777,27 +777,36 @@ export class LevelHistoryStore implements HistoryStore {
    * those hints (or with a payload reference to resolve) it reads as getSnapshot, readEvents, getLease.
    */
   readTaskStart(taskId: string, limit: number): Promise<TaskStart> {
+    const start = this.takeTaskStart(taskId, limit);
+    return start === undefined ? this.#readTaskStart(taskId, limit) : Promise.resolve(start);
+  }
+
+  /**
+   * What {@link readTaskStart} gives a claimed task, from its claim's read, synchronously and
+   * once; undefined when it would read (then readTaskStart reads). The task cache builds a claimed
+   * task's entry with it in the claim's tick: no promise nor await for its load.
+   */
+  takeTaskStart(taskId: string, limit: number): TaskStart | undefined {
     const tail = this.#tailHints.get(taskId);
+    if (tail === undefined) return undefined;
     const h = this.#heads.get(taskId);
-    if (tail === undefined || h === undefined || h.ready !== null || !this.#snapshotHints.has(taskId) || limit <= tail.values.length || this.#state !== 'open') {
-      return this.#readTaskStart(taskId, limit);
-    }
+    if (h === undefined || h.ready !== null || !this.#snapshotHints.has(taskId) || limit <= tail.values.length || this.#state !== 'open') return undefined;
     try {
       const raw = this.#snapshotHints.get(taskId);
-      if (raw !== undefined && raw.length < 4) return this.#readTaskStart(taskId, limit);
+      if (raw !== undefined && raw.length < 4) return undefined;
       const snapshot = raw === undefined ? undefined : { eventId: raw.readUInt32BE(0), data: new Uint8Array(raw.subarray(4)) };
-      if (tail.from !== (snapshot?.eventId ?? 0) + 1) return this.#readTaskStart(taskId, limit);
+      if (tail.from !== (snapshot?.eventId ?? 0) + 1) return undefined;
       const events = new Array<HistoryEvent>(tail.values.length + 1);
       for (let i = 0; i < tail.values.length; i++) events[i] = this.#decode(taskId, tail.keys[i]!, tail.values[i]!);
       events[tail.values.length] = tail.last;
-      if (events.some(holdsRef)) return this.#readTaskStart(taskId, limit);
+      if (events.some(holdsRef)) return undefined;
       this.#snapshotHints.delete(taskId);
       this.#tailHints.delete(taskId);
       const lease = h.durable.lease;
-      return Promise.resolve({ snapshot, events, lease: lease && { ...lease } });
+      return { snapshot, events, lease: lease && { ...lease } };
     } catch {
-      // Unreadable: the reads below report it where they find it.
-      return this.#readTaskStart(taskId, limit);
+      // Unreadable: the reads of readTaskStart report it where they find it.
+      return undefined;
     }
   }
 

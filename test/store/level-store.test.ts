@@ -275,6 +275,39 @@ describe('LevelHistoryStore on disk', () => {
     await store.close();
   });
 
+  it('takeTaskStart gives a claimed task\'s start synchronously and once, as readTaskStart would read it; undefined without a claim\'s read', async () => {
+    let store = new LevelHistoryStore(dir.path);
+    await store.open();
+    const t = Date.now();
+    const g = { time: t, generation: 1 };
+    const lease = { owner: 'old', instance: 'old-1', generation: 1, expiresAt: t + 3_600_000 };
+    for (const id of ['a', 'b']) await store.append(id, [created(1, g), started(2, 1, g), ...steps(3, 2)], { expectedLastEventId: 0, generation: 1, lease });
+    await store.close();
+
+    store = new LevelHistoryStore(dir.path);
+    await store.open();
+    expect(store.takeTaskStart('a', 1_000)).toBeUndefined(); // nothing claimed yet
+    await store.claimDueWork({ now: t, instance: 'new-1', limit: 10 });
+    const reads = ['getMany', 'get', 'iterator'].map((m) => vi.spyOn(Level.prototype, m as 'get'));
+    let a;
+    try {
+      a = store.takeTaskStart('a', 1_000);
+      for (const r of reads) expect(r).not.toHaveBeenCalled();
+    } finally {
+      for (const r of reads) r.mockRestore();
+    }
+    expect(a?.events.map((e) => e.eventId)).toEqual([1, 2, 3, 4]);
+    expect(a?.snapshot).toBeUndefined();
+    expect(a?.lease).toEqual({ ...lease, expiresAt: 0 });
+    expect(store.takeTaskStart('a', 1_000)).toBeUndefined(); // taken once
+    expect(await store.readTaskStart('a', 1_000)).toEqual(a); // the read finds the same
+    // A write after the claim drops the hint: nothing to take, the read has the write.
+    await store.append('b', [step(5, 3, g)], { expectedLastEventId: 4, generation: 1 });
+    expect(store.takeTaskStart('b', 1_000)).toBeUndefined();
+    expect((await store.readTaskStart('b', 1_000)).events.map((e) => e.eventId)).toEqual([1, 2, 3, 4, 5]);
+    await store.close();
+  });
+
   it('corrupt event bytes give HistoryCorruptError naming the key; other tasks still read', async () => {
     let store = new LevelHistoryStore(dir.path);
     await store.open();
