@@ -190,8 +190,10 @@ export class Scanner {
   #driveLoaded(t: TaskEntry, claim: { previous: Lease | undefined } | undefined): Promise<boolean> {
     if (t.active) return NOT_ARMED;
     return this.#cache
-      // Not an async function: one resolved with drive's promise adds two promises and two ticks.
-      .withLock(t, (t) => (claim ? this.#driveClaimed(t, claim) : this.#driver.drive(t)))
+      // A free lock drives at once (withLockNow: two promises less); drive's synchronous part locks
+      // nothing (its appends, the attempt's records and timers take the lock later). Not an async
+      // function: one resolved with drive's promise adds two promises and two ticks.
+      .withLockNow(t, (t) => (claim ? this.#driveClaimed(t, claim) : this.#driver.drive(t)))
       .then(
         () => this.#parked(t),
         (err: unknown) => {
