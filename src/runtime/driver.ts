@@ -293,9 +293,13 @@ export class Driver {
       const failure = errorToFailure(err);
       outcome = { kind: 'failed', failure: { ...failure, code: failure.code ?? 'TURNLOG_WORKER_START' } };
     }
-    await this.#cache.withLock(t, (t) => this.#finishAttempt(t, active, outcome)).catch((err) =>
-      logFailure(this.#rt.log, 'finishing a turn failed', { taskId: t.id, turn: active.turn }, err),
-    );
+    // A try around the await, not a `.catch` on it: one promise less between a handler's return
+    // and its outcome's write.
+    try {
+      await this.#cache.withLock(t, (t) => this.#finishAttempt(t, active, outcome));
+    } catch (err) {
+      logFailure(this.#rt.log, 'finishing a turn failed', { taskId: t.id, turn: active.turn }, err);
+    }
     this.#startWaiting();
   }
 
