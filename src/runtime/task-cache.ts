@@ -434,10 +434,14 @@ export class TaskCache {
   // promise runs the step scope's hooks; each new task and each send passes here).
   mutate<T>(t: TaskEntry, fn: (task: LockedTask, retry: number) => Promise<T>, retry = 0): Promise<T> {
     let creating = false;
-    return this.withLock(t, (task) => {
+    const run = (task: LockedTask): Promise<T> => {
       creating = task.state === undefined;
       return fn(task, retry);
-    }).catch((err: unknown) => {
+    };
+    // A task just named by this engine (createNew) has a free lock nobody else can know of: its
+    // create runs at once, up to its start's write (two promises and a hop less a new task).
+    const locked = t.fresh && retry === 0 ? this.withLockNow(t, run) : this.withLock(t, run);
+    return locked.catch((err: unknown) => {
       // A create refused as stale is a lost race too: another engine created the task and took
       // its lease between our reads of its events and of its lease (a torn read on a shared
       // store), so our create went without a lease at generation 0 (test: runtime/postgres-start-race).
