@@ -203,15 +203,30 @@ export class Scanner {
       );
   }
 
-  /** Waiting for a scheduled input, its wake-up armed: nothing of it needs to stay in memory. */
+  /**
+   * Waiting for a scheduled input, its wake-up armed (true: its due claim stays): nothing of it
+   * needs to stay in memory. Its load's pin lasts until the next immediate (TaskCache.load), so it
+   * leaves the cache then, unless it is in use; checked here, `busy` counted that pin and no task
+   * was ever dropped or kept its claim (test: runtime/scanner-parked).
+   */
   #parked(t: TaskEntry): boolean {
-    const s = t.state;
-    if (s && !t.active && t.busy === 0 && s.openTurn === undefined && nextWakeAt(s) !== undefined && !s.queue.some((q) => isDue(q, this.#rt.clock.now()))) {
-      this.#cache.forgetIdle(t.id);
-      return true;
-    }
-    return false;
+    if (!this.#waiting(t)) return false;
+    if (this.#parking.push(t) === 1) setImmediate(this.#park);
+    return true;
   }
+
+  #waiting(t: TaskEntry): boolean {
+    const s = t.state;
+    return s !== undefined && !t.active && s.openTurn === undefined && nextWakeAt(s) !== undefined && !s.queue.some((q) => isDue(q, this.#rt.clock.now()));
+  }
+
+  /** Tasks left waiting since the last {@link #park}: one immediate for all, after their pins'. */
+  #parking: TaskEntry[] = [];
+  readonly #park = (): void => {
+    const parking = this.#parking;
+    this.#parking = [];
+    for (const t of parking) if (t.busy === 0 && this.#cache.get(t.id) === t && this.#waiting(t)) this.#cache.forgetIdle(t.id);
+  };
 
   /** Drives an orphan this engine claimed (a shared store), releasing its lease if no turn started. */
   async #driveClaimed(t: LockedTask, claim: { previous: Lease | undefined }): Promise<void> {
