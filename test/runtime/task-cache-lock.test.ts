@@ -4,6 +4,7 @@
  * dropped by the time a caller resumes (an idle entry may then be evicted).
  */
 import { expect, it } from 'vitest';
+import fc from 'fast-check';
 import { TaskCache, TaskEntry } from '../../src/runtime/task-cache.js';
 import type { Runtime } from '../../src/runtime/runtime.js';
 
@@ -99,4 +100,102 @@ it('withLockNow runs a free lock\'s holder at once and queues behind a held one;
   await expect(cache.withLockNow(t, async () => cache.withLock(t, async () => 'nested'))).rejects.toThrow(/inside its own lock/);
   expect(await cache.withLockNow(t, async () => 'after')).toBe('after');
   expect(t.busy).toBe(0);
+});
+
+/**
+ * Property: whatever mix of withLock and withLockNow holders (synchronous throws, plain values,
+ * holds of a few microtasks or a macrotask, rejections), issued in bursts and from the reactions of
+ * earlier holds (a caller resuming after its hold and taking the lock again at once, as a step's
+ * next record does), holders never overlap, enter in call order, each caller gets its own outcome,
+ * and the lock ends free (a later withLockNow runs its holder synchronously) with busy back to 0.
+ */
+it('withLock and withLockNow holders never overlap and enter in call order, whatever they do (property)', async () => {
+  type Body = { kind: 'throw' } | { kind: 'plain' } | { kind: 'micro'; n: number; fail: boolean } | { kind: 'macro'; fail: boolean };
+  type Op = { now: boolean; body: Body; then?: Op | undefined; gap: number };
+  const body: fc.Arbitrary<Body> = fc.oneof(
+    fc.constant<Body>({ kind: 'throw' }),
+    fc.constant<Body>({ kind: 'plain' }),
+    fc.record({ kind: fc.constant('micro' as const), n: fc.integer({ min: 0, max: 4 }), fail: fc.boolean() }),
+    fc.record({ kind: fc.constant('macro' as const), fail: fc.boolean() }),
+  );
+  const leaf = fc.record({ now: fc.boolean(), body, gap: fc.integer({ min: 0, max: 3 }) });
+  const op: fc.Arbitrary<Op> = fc.record({ now: fc.boolean(), body, gap: fc.integer({ min: 0, max: 3 }), then: fc.option(leaf, { nil: undefined }) });
+  await fc.assert(
+    fc.asyncProperty(fc.array(op, { minLength: 1, maxLength: 12 }), async (ops) => {
+      const cache = new TaskCache({} as Runtime);
+      const t = new TaskEntry('t');
+      let holding = 0;
+      let overlap = false;
+      const called: number[] = [];
+      const entered: number[] = [];
+      const settled: Promise<unknown>[] = [];
+      let next = 0;
+      const issue = (o: Op): void => {
+        const id = next++;
+        called.push(id);
+        const fn = (): unknown => {
+          if (++holding > 1) overlap = true;
+          entered.push(id);
+          const leave = (): void => void holding--;
+          switch (o.body.kind) {
+            case 'throw':
+              leave();
+              throw new Error(`throw ${id}`);
+            case 'plain':
+              leave();
+              return id;
+            case 'micro': {
+              const { n, fail } = o.body;
+              let p: Promise<unknown> = Promise.resolve();
+              for (let i = 0; i < n; i++) p = p.then(() => undefined);
+              return p.then(() => {
+                leave();
+                if (fail) throw new Error(`fail ${id}`);
+                return id;
+              });
+            }
+            case 'macro': {
+              const { fail } = o.body;
+              return new Promise((r) => setImmediate(r)).then(() => {
+                leave();
+                if (fail) throw new Error(`fail ${id}`);
+                return id;
+              });
+            }
+          }
+        };
+        const p = (o.now ? cache.withLockNow(t, fn as never) : cache.withLock(t, fn as never)) as Promise<unknown>;
+        // The caller resumes and, for a follow-up, locks again at once (a step's next record).
+        const own = p.then(
+          (v: unknown) => {
+            if (v !== id) throw new Error(`caller ${id} got ${String(v)}`);
+            if (o.then) issue(o.then);
+          },
+          (err: Error) => {
+            if (!err.message.endsWith(` ${id}`)) throw err;
+            if (o.then) issue(o.then);
+          },
+        );
+        settled.push(own);
+      };
+      for (const o of ops) {
+        issue(o);
+        for (let i = 0; i < o.gap; i++) await Promise.resolve();
+      }
+      // Follow-ups are issued from reactions: wait until nothing more is added.
+      for (let seen = -1; seen !== settled.length; ) {
+        seen = settled.length;
+        await Promise.all(settled);
+        await new Promise((r) => setImmediate(r));
+      }
+      expect(overlap).toBe(false);
+      expect(entered).toEqual(called);
+      expect(t.busy).toBe(0);
+      let ranAtOnce = false;
+      const last = cache.withLockNow(t, (async () => void (ranAtOnce = true)) as never);
+      expect(ranAtOnce).toBe(true);
+      await last;
+    }),
+    { numRuns: 300 },
+  );
 });

@@ -160,4 +160,43 @@ describe('ctx.idempotencyKey(name?)', () => {
     expect(out.before).toBe(printed[0]);
     expect((await h.history()).filter((e) => e.type === 'WorkerCrashed')).toHaveLength(1);
   });
+  it('a step fn that returns a plain value (recorded at once) keeps its own key in work it leaves running, after later steps started', async () => {
+    const log = keyLog();
+    let leftDone!: () => void;
+    const left = new Promise<void>((r) => (leftDone = r));
+    const wf = defineWorkflow({
+      name: 'left-running',
+      turn: async (ctx) => {
+        log.note('before-a', ctx);
+        await ctx.step('a', () => {
+          log.note('a', ctx);
+          // Work the fn leaves running past its plain return: still step a's scope.
+          setTimeout(() => {
+            log.note('a-left', ctx);
+            void Promise.resolve().then(() => log.note('a-left-later', ctx));
+            setTimeout(leftDone, 1);
+          }, 5);
+          return 'plain';
+        });
+        await ctx.step('b', async () => {
+          log.note('b', ctx);
+          await left; // a's leftover work runs while b is the running step
+          log.note('b-after', ctx);
+        });
+        log.note('after', ctx);
+        return 'done';
+      },
+    });
+    const engine = await Engine.open({ store: new MemoryHistoryStore(), workflows: [wf], logger: silentLogger, scanIntervalMs: 0 });
+    cleanups.push(() => engine.shutdown({ graceMs: 0 }));
+    const h = await engine.start(wf, null, { taskId: 'left' });
+    expect(await h.result()).toBe('done');
+    const k = log.keys;
+    expect(k['before-a']).toEqual(k['a']);
+    expect(k['a-left']).toEqual(k['a']);
+    expect(k['a-left-later']).toEqual(k['a']);
+    expect(k['b-after']).toEqual(k['b']);
+    expect(k['b']![0]).not.toBe(k['a']![0]);
+    expect(new Set([k['a']![0], k['b']![0], k['after']![0]]).size).toBe(3);
+  });
 });
