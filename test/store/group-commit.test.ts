@@ -237,7 +237,7 @@ describe('GroupCommitter', () => {
     expect(await Promise.all([settled(queuedB), settled(p2)])).toEqual(['ok', 'ok']);
   });
 
-  it('any interleaving of appends, other writes, settles, failures and ticks: one batch in flight, every write in one batch, in submission order per task, each settled once', async () => {
+  it('any interleaving of appends, new tasks\' first appends, other writes, settles, failures and ticks: one batch in flight, every write in one batch, in submission order per task, each settled once', async () => {
     // A small seeded generator: the same cases on every run.
     let seed = 12345;
     const rand = (n: number) => {
@@ -258,7 +258,8 @@ describe('GroupCommitter', () => {
       const outcomes = new Map<string, number>();
       const all: Promise<unknown>[] = [];
       let next = 0;
-      const submit = (task: string, append: boolean) => {
+      // `'new'`: a new task's first append (AppendOptions.fresh), which may go out at once after a lone batch.
+      const submit = (task: string, append: boolean | 'new') => {
         const k = `${task}:${next++}`;
         submitted.set(task, [...(submitted.get(task) ?? []), k]);
         outcomes.set(k, 0);
@@ -281,7 +282,7 @@ describe('GroupCommitter', () => {
       let settledCalls = 0;
       for (let op = 0; op < 40; op++) {
         const r = rand(10);
-        if (r < 5) submit(`t${rand(3)}`, rand(4) !== 0);
+        if (r < 5) submit(`t${rand(3)}`, rand(4) === 0 ? false : rand(3) === 0 ? 'new' : true);
         else if (r < 8 && settledCalls < w.calls.length) {
           const c = w.calls[settledCalls++]!;
           if (rand(8) === 0) c.reject(new Error('write failed'));
