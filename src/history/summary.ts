@@ -75,7 +75,7 @@ export function summarize(taskId: string, prev: TaskSummary | undefined, events:
  * a new hidden class of its own for every property added to it later, so each completed task's
  * summary had its own (~360 bytes, and every reader of summaries went megamorphic; docs/performance.md).
  */
-function copySummary(prev: TaskSummary): TaskSummary {
+export function copySummary(prev: TaskSummary): TaskSummary {
   const s: TaskSummary = {
     taskId: prev.taskId,
     workflow: prev.workflow,
