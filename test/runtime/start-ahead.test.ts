@@ -120,3 +120,38 @@ for (const fresh of [true, false]) {
     });
   }
 }
+
+/** Returns only when its turn times out: a shutdown's abort leaves it running (its engine "crashed"). */
+const stubborn = defineWorkflow({
+  name: 'slow',
+  turnTimeoutMs: 1_000,
+  graceMs: 60_000,
+  turn: async (ctx) => {
+    await new Promise<void>((r) => ctx.signal.addEventListener('abort', () => ctx.timeoutExceeded && r()));
+    return 'saw the timeout';
+  },
+});
+
+it('a recovered attempt (the scanner drives it under a free lock at once): a deadline that passes while its start is written marks the turn after that start', async () => {
+  const clock = new ManualClock();
+  const store = new HeldStarts();
+  const logger = capture();
+  await store.open();
+  const first = await Engine.open({ store, clock, workflows: [stubborn], logger, scanIntervalMs: 0 });
+  const h = await first.start(stubborn, null, { taskId: 'crashed' });
+  await first.shutdown({ graceMs: 0 }); // the turn stays in progress, as after a crash
+  await clock.advance(10);
+  store.hold();
+  const engine = await Engine.open({ store, clock, workflows: [stubborn], logger, scanIntervalMs: 0 });
+  cleanups.push(() => engine.shutdown({ graceMs: 0 }));
+  await until(() => store.held === 1);
+  await clock.advance(5_000);
+  store.release();
+  await engine.recovered();
+  expect(await engine.task(h.taskId).result()).toBe('saw the timeout');
+  const types = (await engine.history(h.taskId)).map((e) => e.type);
+  // Attempt 1 (the dead engine's), attempt 2 recovered, its marker, its own outcome.
+  expect(types.slice(types.lastIndexOf('TurnStarted'))).toEqual(['TurnStarted', 'TimeoutCancelRequested', 'TurnCompleted', 'TaskCompleted']);
+  expect(types.filter((t) => t === 'TurnStarted')).toHaveLength(2);
+  expect(logger.errors.filter((l) => !l.startsWith('warn'))).toEqual([]);
+});
