@@ -202,6 +202,9 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
       throw invalidArgument(`Task ${this.taskId}, turn ${this.turn}: step "${String(name)}" limit must be the non-empty name of a flow limit, got ${JSON.stringify(limit)}.`);
     }
     if (limit !== undefined && !limit.isWellFormed()) throw invalidArgument(`Task ${this.taskId}: step ${illFormedText('limit', limit)}.`);
+    // Read before a seq and a record slot are taken: a throw past that point would leave the slot
+    // unrecorded, and every later record of the attempt waiting for it (test: attempt/step-options).
+    const retry = options.retry;
     const stopped = this.intercept({ kind: 'step', name });
     if (stopped) return stopped;
     // Names are matched on replay: one with no UTF-8 form would be recorded as another name.
@@ -215,7 +218,6 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     // Streamed as new work only here, after the replay branch: a replayed step never starts again.
     this.#host.emit?.({ kind: 'step-started', seq, name });
     // The retry policy is built only where a try may be retried (#stepTries): no object a step here.
-    const retry = options.retry;
     const started = this.#host.now();
     const scope = runningStep;
     if (limit !== undefined || ms !== undefined || scope === undefined) return this.#stepTries(name, fn, seq, slot, retry, ms, limit, started, undefined);
@@ -273,8 +275,15 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
       }
       started = this.#host.now();
     }
-    const scope = runningStep ?? (await stepScope());
-    const policy: RetryPolicy = retry === undefined ? this.#spec.stepRetry : { ...this.#spec.stepRetry, ...retry };
+    let scope: StepScope;
+    let policy: RetryPolicy;
+    try {
+      scope = runningStep ?? (await stepScope());
+      // Spreading the step's retry options runs its getters: what they throw fails the step, recorded.
+      policy = retry === undefined ? this.#spec.stepRetry : { ...this.#spec.stepRetry, ...retry };
+    } catch (err) {
+      return this.#stepFailed(slot, seq, name, started, limited, err);
+    }
     let value: T;
     for (let attempt = 1; ; attempt++) {
       try {
