@@ -205,6 +205,7 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     // Read before a seq and a record slot are taken: a throw past that point would leave the slot
     // unrecorded, and every later record of the attempt waiting for it (test: attempt/step-options).
     const retry = options.retry;
+    if (retry !== undefined) this.#checkRetry(name, retry);
     const stopped = this.intercept({ kind: 'step', name });
     if (stopped) return stopped;
     // Names are matched on replay: one with no UTF-8 form would be recorded as another name.
@@ -247,6 +248,17 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     const failure = errorToFailure(err);
     await slot.record(() => this.#host.record({ kind: 'step', seq, name, failure, durationMs: this.#host.now() - started, ...limited }));
     throw err;
+  }
+
+  // The same ranges as the workflow's `retry` (defineWorkflow): a NaN maxAttempts never stopped
+  // retrying. Read before a seq is taken, so a refusal (or a getter's throw) takes no slot.
+  #checkRetry(name: string, retry: Partial<RetryPolicy>): void {
+    const bad = (field: string, v: unknown, min: number, max: number): TurnlogError =>
+      invalidArgument(`Task ${this.taskId}, turn ${this.turn}: step "${String(name)}" retry.${field} must be a number from ${min} to ${max}, got ${String(v)}.`);
+    const max = retry.maxAttempts;
+    if (max !== undefined && !(typeof max === 'number' && max >= 1 && max <= 1000)) throw bad('maxAttempts', max, 1, 1000);
+    const jitter = retry.jitter;
+    if (jitter !== undefined && !(typeof jitter === 'number' && jitter >= 0 && jitter <= 1)) throw bad('jitter', jitter, 0, 1);
   }
 
   /**

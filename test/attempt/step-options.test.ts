@@ -48,3 +48,39 @@ for (const [label, options, fn] of [
     expect(steps.map((e) => (e as { name: string }).name)).toEqual(label.startsWith('a getter') ? ['second'] : ['first', 'second']);
   });
 }
+
+// A step's own retry options take the workflow's ranges: `maxAttempts: NaN` used to retry a
+// failing fn until the turn's signal aborted (`attempt >= NaN` is never true).
+for (const [label, retry] of [
+  ['maxAttempts NaN', { maxAttempts: Number.NaN }],
+  ['maxAttempts 0', { maxAttempts: 0 }],
+  ['maxAttempts above 1,000', { maxAttempts: 1001 }],
+  ['jitter 2', { jitter: 2 }],
+] as const) {
+  it(`a step's retry ${label} is refused before fn runs, with the step's name; the next step is recorded`, async () => {
+    let calls = 0;
+    const wf = defineWorkflow({
+      name: 'opts-range',
+      turn: async (ctx) => {
+        const first = await ctx
+          .step('charge', () => {
+            calls++;
+            throw new Error('down');
+          }, { retry })
+          .then(
+            () => 'ran',
+            (e: { code?: string; message: string }) => `${e.code}: ${e.message}`,
+          );
+        const second = await ctx.step('second', () => 2);
+        return `${first} | ${second}`;
+      },
+    });
+    const engine = await Engine.open({ store: new MemoryHistoryStore(), workflows: [wf], logger: silentLogger, scanIntervalMs: 0 });
+    cleanups.push(() => engine.shutdown({ graceMs: 0 }));
+    const h = await engine.start(wf, null, { taskId: 'r' });
+    const out = String(await h.result());
+    expect(out).toMatch(/^TURNLOG_INVALID_ARGUMENT: Task r, turn 1: step "charge" retry\.(maxAttempts|jitter) must be a number from /);
+    expect(out.endsWith(' | 2')).toBe(true);
+    expect(calls).toBe(0);
+  });
+}
