@@ -26,7 +26,19 @@ export async function retryAfterLoss(ctx: PgStoreContext, a: AppendRequest, firs
   let err = first;
   for (let attempt = 1; ; attempt++) {
     if (!isConnectionLoss(err)) {
-      const landed = lost ? await findLanded(ctx, a).catch(() => undefined) : undefined;
+      if (!lost) throw err;
+      let landed: AppendResult | undefined;
+      try {
+        landed = await findLanded(ctx, a);
+      } catch (checkErr) {
+        // The refusal may be the lost try itself: with no answer from the stored events, "nothing
+        // was written" would be a guess. Unavailable (retryable) says what is known.
+        throw new TurnlogError(
+          'TURNLOG_STORE_UNAVAILABLE',
+          `Store ${ctx.location}: task ${a.taskId}'s append lost its connection, a retry was refused (${(err as Error)?.message ?? String(err)}), and whether the lost try landed could not be checked (${(checkErr as Error)?.message ?? String(checkErr)}). Read the task's history once PostgreSQL is reachable before appending again.`,
+          { cause: checkErr },
+        );
+      }
       if (landed) return landed;
       throw err;
     }
