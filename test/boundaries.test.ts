@@ -68,7 +68,15 @@ const PACKAGES: Partial<Record<Room, RegExp>> = {
 const NO_BUILTINS: readonly Room[] = ['errors', 'replay', 'client', 'workflow', 'internal', 'timeline', 'stream'];
 
 /** The executor's child side runs inside workers: it may reach only these (plus executor/ protocol). */
-const CHILD_SIDE = ['src/executor/child-main.ts', 'src/executor/protocol.ts'];
+const CHILD_SIDE = [
+  'src/executor/child-main.ts',
+  'src/executor/protocol.ts',
+  // protocol.ts's parts (it re-exports them).
+  'src/executor/protocol-messages.ts',
+  'src/executor/protocol-engine-frames.ts',
+  'src/executor/protocol-worker-frames.ts',
+  'src/executor/frame-reader.ts',
+];
 // internal/: the wire layer (internal/wire/wire.ts, fields.ts) the protocol encodes frames with.
 const CHILD_ROOMS: readonly Room[] = ['errors', 'history', 'internal', 'attempt', 'workflow'];
 
