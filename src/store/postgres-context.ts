@@ -71,24 +71,16 @@ export class PgStoreContext {
   }
 
   /**
-   * A pooled connection with the store's error listener on it (guard); a closed store or a failure
-   * to connect is refused as `what` (TURNLOG_STORE_UNAVAILABLE). The caller releases it.
-   */
-  async connect(what: string): Promise<PgClientLike> {
-    const client = await this.checkedPool().connect().catch((err: unknown) => {
-      throw unavailable(err, this.location, what);
-    });
-    guard(client);
-    return client;
-  }
-
-  /**
    * One statement on a guarded client (not `pool.query`, whose one-shot error listener leaves a
    * second connection error of a terminated session unheard: an uncaught exception under
    * `pg_terminate_backend`, test: runtime/postgres-failures). `name`: run it as that prepared statement.
    */
   async query(text: string, values: unknown[], what = 'a read', name?: string): Promise<any[]> {
-    const client = await this.connect(what);
+    const pool = this.checkedPool();
+    const client = await pool.connect().catch((err: unknown) => {
+      throw unavailable(err, this.location, what);
+    });
+    guard(client);
     let broken: Error | undefined;
     try {
       if (name === undefined) return (await client.query(text, values)).rows;
@@ -107,8 +99,12 @@ export class PgStoreContext {
    * insert race: retry, so the loser re-reads the head and fails with the contract's error.
    */
   async tx<T>(fn: (c: PgClientLike) => Promise<T>, sync = true): Promise<T> {
+    const pool = this.checkedPool();
     for (let attempt = 1; ; attempt++) {
-      const client = await this.connect('a write');
+      const client = await pool.connect().catch((err: unknown) => {
+        throw unavailable(err, this.location, 'a write');
+      });
+      guard(client);
       let broken: Error | undefined;
       // BEGIN rides with the transaction's first statement when that one has no parameters
       // (lockHead): a multi-statement simple query, one round trip fewer per write.
