@@ -19,7 +19,7 @@ import { PgBatchWriter } from './postgres-batch.js';
 import type { PgStoreContext } from './postgres-context.js';
 import { retryAfterLoss } from './postgres-lost-reply.js';
 import type { PgClientLike } from './postgres-options.js';
-import { ClockFrame, LEASE_UPSERT, asBuffer, guard, isConnectionLoss, unavailable } from './postgres-rows.js';
+import { ClockFrame, LEASE_UPSERT, asBuffer, isConnectionLoss, unavailable } from './postgres-rows.js';
 import { applyAppend, type TaskHead } from './task-head.js';
 
 export { queryConfig, type Statement } from './postgres-append-request.js';
@@ -236,19 +236,14 @@ export class PgAppender {
     const bytes = events.map((e) => encodeEvent(externalize(e, this.#ctx.refBytes, blobs)));
     const { shape, key, values } = casStatement(taskId, plan, events, bytes, blobs, !sync);
     const st = this.#casStatement(key, () => casSql(this.#ctx.s, shape));
-    const pool = this.#ctx.checkedPool();
     let client: PgClientLike;
     const kept = this.#keptBusy ? undefined : this.#kept;
     if (kept !== undefined) {
+      this.#ctx.checkedPool(); // a closed store refuses the kept connection too
       this.#keptBusy = true;
       client = kept;
     } else {
-      try {
-        client = await pool.connect();
-      } catch (err) {
-        throw unavailable(err, this.#ctx.location, 'a write');
-      }
-      guard(client);
+      client = await this.#ctx.connect('a write');
     }
     let broken: Error | undefined;
     try {

@@ -13,8 +13,8 @@ import { SUMMARY_UPSERT, queryConfig, routine, type AppendRequest, type PendingA
 import { CONTENTION, type PgStoreContext } from './postgres-context.js';
 import { findLanded } from './postgres-lost-reply.js';
 import type { SqlClient } from './postgres-migrations.js';
-import type { PgClientLike, StoreLogger } from './postgres-options.js';
-import { ClockFrame, DB_NOW, LEASE_UPSERT, asBuffer, guard, isConnectionLoss, quoteLiteral, toLease, toSummary, unavailable, type LeaseRow, type SummaryRow } from './postgres-rows.js';
+import type { StoreLogger } from './postgres-options.js';
+import { ClockFrame, DB_NOW, LEASE_UPSERT, asBuffer, isConnectionLoss, quoteLiteral, toLease, toSummary, unavailable, type LeaseRow, type SummaryRow } from './postgres-rows.js';
 import { applyAppend, type TaskHead } from './task-head.js';
 
 /** The default: stderr, one line, as the engine's default logger writes a warning. */
@@ -172,14 +172,7 @@ export class PgBatchWriter {
   /** The batch statement: the tasks it wrote (their heads held) and the database's now. */
   async #casBatch(items: CasItem[], sync: boolean): Promise<[Set<string>, number]> {
     const st = this.#host.statement(batchKey(!sync), () => casBatchSql(this.#ctx.s, !sync));
-    const pool = this.#ctx.checkedPool();
-    let client: PgClientLike;
-    try {
-      client = await pool.connect();
-    } catch (err) {
-      throw unavailable(err, this.#ctx.location, 'a write');
-    }
-    guard(client);
+    const client = await this.#ctx.connect('a write');
     let broken: Error | undefined;
     try {
       const values = casBatchValues(items);

@@ -31,6 +31,12 @@ export interface LockedHead {
   hasLease: boolean;
 }
 
+/** A checked-out client, with the store's error listener on it. */
+function guarded(client: PgClientLike): PgClientLike {
+  guard(client);
+  return client;
+}
+
 export class PgStoreContext {
   readonly options: PostgresStoreOptions;
   /** The PostgreSQL schema, and the same quoted for SQL text. */
@@ -71,16 +77,25 @@ export class PgStoreContext {
   }
 
   /**
+   * A pooled connection with the store's error listener on it (guard); a closed store is refused
+   * (TURNLOG_STORE_CLOSED), a failure to connect too, as `what` (TURNLOG_STORE_UNAVAILABLE). The
+   * caller releases it. Not an async function: the pool's promise chained once, as the callers'
+   * `.catch` was (an async wrapper costs every query and transaction a promise, test:
+   * store/postgres-lone-append).
+   */
+  connect(what: string): Promise<PgClientLike> {
+    return this.checkedPool().connect().then(guarded, (err: unknown) => {
+      throw unavailable(err, this.location, what);
+    });
+  }
+
+  /**
    * One statement on a guarded client (not `pool.query`, whose one-shot error listener leaves a
    * second connection error of a terminated session unheard: an uncaught exception under
    * `pg_terminate_backend`, test: runtime/postgres-failures). `name`: run it as that prepared statement.
    */
   async query(text: string, values: unknown[], what = 'a read', name?: string): Promise<any[]> {
-    const pool = this.checkedPool();
-    const client = await pool.connect().catch((err: unknown) => {
-      throw unavailable(err, this.location, what);
-    });
-    guard(client);
+    const client = await this.connect(what);
     let broken: Error | undefined;
     try {
       if (name === undefined) return (await client.query(text, values)).rows;
@@ -99,12 +114,8 @@ export class PgStoreContext {
    * insert race: retry, so the loser re-reads the head and fails with the contract's error.
    */
   async tx<T>(fn: (c: PgClientLike) => Promise<T>, sync = true): Promise<T> {
-    const pool = this.checkedPool();
     for (let attempt = 1; ; attempt++) {
-      const client = await pool.connect().catch((err: unknown) => {
-        throw unavailable(err, this.location, 'a write');
-      });
-      guard(client);
+      const client = await this.connect('a write');
       let broken: Error | undefined;
       // BEGIN rides with the transaction's first statement when that one has no parameters
       // (lockHead): a multi-statement simple query, one round trip fewer per write.
