@@ -3,33 +3,21 @@
  * an isolated worker, and under replay testing; only the {@link TurnHost} it talks to differs
  * (engine appends, protocol frames, a recorded history).
  */
-import type { AsyncLocalStorage } from 'node:async_hooks';
-import { ChildFailedError, FencedError, PayloadEncodingError, PayloadTooLargeError, TurnlogError, invalidArgument, isRetryAfterError, isTurnlogError, type PayloadField } from '../errors.js';
-import type { EntryMode, Payload, RetryPolicy } from '../history/events.js';
+import { ChildFailedError, FencedError, PayloadTooLargeError, TurnlogError, invalidArgument, isTurnlogError } from '../errors.js';
+import type { EntryMode, Payload } from '../history/events.js';
 import { errorToFailure, failureToError } from '../history/failure.js';
 import type { ChildOutcome } from '../history/state.js';
-import { MAX_PAYLOAD_BYTES, payloadSize, type PayloadConverter } from '../history/payload.js';
+import { payloadSize, type PayloadConverter } from '../history/payload.js';
 import { illFormedText } from '../history/well-formed.js';
 import type { Workflow } from '../workflow/define-workflow.js';
 import { EXIT, SUSPENSION, type CancelKind, type ChildHandle, type StartChildOptions, type ExitForRecovery, type StepFn, type StepOptions, type Suspension, type TurnContext, type WaitOptions, type WaitResult } from '../workflow/context.js';
 import { CALLS, replayMismatch, type CallIntent, type Recorded } from './calls.js';
+import { encodeFor } from './encode.js';
 import type { AttemptOutcome, TurnHost, TurnSpec } from './host.js';
-import { backoffDelay } from './backoff.js';
+import { StepRunner, runningStepOf, type Slot } from './step-runner.js';
 
 export type { AttemptOutcome, TurnHost, TurnSpec } from './host.js';
 
-// Which step's fn is running, so ctx.idempotencyKey() inside it (and its retries, and parallel
-// steps) names that step through the fn's awaits (test: test/workflow/idempotency-key.test.ts).
-// Loaded by the first step, not at import (node:async_hooks is unverified in startup snapshots),
-// and synchronously where Node has getBuiltinModule (≥ 20.16): a snapshot-restored process never
-// settles a dynamic import() (test: test/examples/startup-snapshot.test.ts).
-type StepScope = AsyncLocalStorage<{ ctx: object; seq: number }>;
-let runningStep: StepScope | undefined;
-async function stepScope(): Promise<StepScope> {
-  const builtin = (process as { getBuiltinModule?: (id: string) => unknown }).getBuiltinModule;
-  const hooks = builtin ? (builtin('node:async_hooks') as typeof import('node:async_hooks')) : await import('node:async_hooks');
-  return (runningStep ??= new hooks.AsyncLocalStorage());
-}
 // node:crypto is nineteen internal modules (~15 ms of CPU in a cold worker process) that only
 // idempotencyKey() needs: taken at its first call through getBuiltinModule (Node ≥ 20.16);
 // older Node imports it at load, and runHandler waits for that before any handler runs.
@@ -58,11 +46,6 @@ function abortReason(kind: CancelKind, spec: TurnSpec, reason: string): TurnlogE
       return new TurnlogError('TURNLOG_ENGINE_CLOSED', `${at}: engine shutting down (${reason}).`);
   }
 }
-
-/** A reserved record slot (TurnContextImpl's #reserve): `record` must be called exactly once. */
-type Slot = { record<T, R = T>(write: () => Promise<T>, then?: (v: T) => R): Promise<R> };
-/** Which flow limit a step waited for, and how long. */
-type Limited = { limit: string; waitedMs: number };
 
 // Implements the unchecked (`custom`) shape: the payload checks are compile-time only.
 export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I, S, 'custom'> {
@@ -100,6 +83,8 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
   #released = 0;
   /** Records waiting for their slot's turn, by slot number. */
   #slotWaiters = new Map<number, () => void>();
+  /** Runs steps from their reserved slot on (step-runner.ts). */
+  #steps: StepRunner;
 
   constructor(spec: TurnSpec, host: TurnHost, converter: PayloadConverter, initialState: (() => S) | undefined) {
     this.#spec = spec;
@@ -119,6 +104,7 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     this.#checkpoint = spec.checkpoint;
     this.#timeoutExceeded = spec.timeoutExceeded;
     this.#cancelRequested = spec.cancelRequested;
+    this.#steps = new StepRunner(this, host, converter, spec);
     if (spec.timeoutExceeded) this.cancel('timeout', 'deadline already passed');
     else if (spec.cancelRequested) this.cancel('cancel', 'cancel requested before this attempt');
   }
@@ -187,10 +173,9 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
   }
 
   /**
-   * ctx.step's body. Not an async function: a first try that returns a plain value (no limit, no
-   * timeout) is recorded with one reaction that also releases the slot and returns the value, where
-   * the async function, its await and the slot's release made three promises (each runs the step
-   * scope's async hooks). Anything else goes on in {@link #stepTries}.
+   * ctx.step's body up to its record slot; the step runner takes it from there. Not an async
+   * function, nor is the runner's `run`: a step that returns a plain value makes no promise but
+   * its record's (docs/performance.md).
    */
   #step<T>(name: string, fn: StepFn<T>, options: StepOptions): Promise<T> {
     const ms = options.timeoutMs;
@@ -205,7 +190,7 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     // Read before a seq and a record slot are taken: a throw past that point would leave the slot
     // unrecorded, and every later record of the attempt waiting for it (test: attempt/step-options).
     const retry = options.retry;
-    if (retry !== undefined) this.#checkRetry(name, retry);
+    if (retry !== undefined) this.#steps.checkRetry(name, retry);
     const stopped = this.intercept({ kind: 'step', name });
     if (stopped) return stopped;
     // Names are matched on replay: one with no UTF-8 form would be recorded as another name.
@@ -218,117 +203,9 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     const slot = this.#reserve();
     // Streamed as new work only here, after the replay branch: a replayed step never starts again.
     this.#host.emit?.({ kind: 'step-started', seq, name });
-    // The retry policy is built only where a try may be retried (#stepTries): no object a step here.
+    // The retry policy is built only where a try may be retried (the runner's tries): no object a step here.
     const started = this.#host.now();
-    const scope = runningStep;
-    if (limit !== undefined || ms !== undefined || scope === undefined) return this.#stepTries(name, fn, seq, slot, retry, ms, limit, started, undefined);
-    let out: T | PromiseLike<T>;
-    try {
-      out = scope.run({ ctx: this, seq }, () => (takesNothing(fn) ? (fn as () => T | Promise<T>)() : fn(this.signal)));
-      // Reading `then` may throw too (a proxy): that try failed, as an await of it would have.
-      if (isThenable(out)) return this.#stepTries(name, fn, seq, slot, retry, ms, limit, started, { out });
-    } catch (err) {
-      return this.#stepTries(name, fn, seq, slot, retry, ms, limit, started, { err });
-    }
-    let result: Payload;
-    try {
-      result = encodeFor(this.#converter, out, 'stepResult', `Task ${this.taskId}, turn ${this.turn}, step "${name}" result`);
-    } catch (err) {
-      return this.#stepFailed(slot, seq, name, started, undefined, err);
-    }
-    // Return what a replay would return, so the first run and later attempts see the same value.
-    return slot.record(
-      () => this.#host.record({ kind: 'step', seq, name, result, durationMs: this.#host.now() - started }),
-      () => this.#converter.fromPayload<T>(result),
-    );
-  }
-
-  /** Records a step's failure, then rethrows it. */
-  async #stepFailed(slot: Slot, seq: number, name: string, started: number, limited: Limited | undefined, err: unknown): Promise<never> {
-    const failure = errorToFailure(err);
-    await slot.record(() => this.#host.record({ kind: 'step', seq, name, failure, durationMs: this.#host.now() - started, ...limited }));
-    throw err;
-  }
-
-  // The same ranges as the workflow's `retry` (defineWorkflow): a NaN maxAttempts never stopped
-  // retrying. Read before a seq is taken, so a refusal (or a getter's throw) takes no slot.
-  #checkRetry(name: string, retry: Partial<RetryPolicy>): void {
-    const bad = (field: string, v: unknown, min: number, max: number): TurnlogError =>
-      invalidArgument(`Task ${this.taskId}, turn ${this.turn}: step "${String(name)}" retry.${field} must be a number from ${min} to ${max}, got ${String(v)}.`);
-    const max = retry.maxAttempts;
-    if (max !== undefined && !(typeof max === 'number' && max >= 1 && max <= 1000)) throw bad('maxAttempts', max, 1, 1000);
-    const jitter = retry.jitter;
-    if (jitter !== undefined && !(typeof jitter === 'number' && jitter >= 0 && jitter <= 1)) throw bad('jitter', jitter, 0, 1);
-  }
-
-  /**
-   * A step's tries from its flow-limit slot on, with retries; `first` is the first try's outcome
-   * when {@link #step} ran it already (a thenable, or what it threw).
-   */
-  async #stepTries<T>(
-    name: string,
-    fn: StepFn<T>,
-    seq: number,
-    slot: Slot,
-    retry: Partial<RetryPolicy> | undefined,
-    timeoutMs: number | undefined,
-    limit: string | undefined,
-    started: number,
-    first: { out?: T | PromiseLike<T>; err?: unknown } | undefined,
-  ): Promise<T> {
-    // With a limit: which one and how long the step waited for it, recorded with the step.
-    let limited: Limited | undefined;
-    if (limit !== undefined) {
-      try {
-        limited = { limit, waitedMs: this.#host.acquire ? await this.#host.acquire(limit, seq, this.signal) : 0 };
-      } catch (err) {
-        limited = { limit, waitedMs: this.#host.now() - started };
-        return this.#stepFailed(slot, seq, name, started, limited, err);
-      }
-      started = this.#host.now();
-    }
-    let scope: StepScope;
-    let policy: RetryPolicy;
-    try {
-      scope = runningStep ?? (await stepScope());
-      // Spreading the step's retry options runs its getters: what they throw fails the step, recorded.
-      policy = retry === undefined ? this.#spec.stepRetry : { ...this.#spec.stepRetry, ...retry };
-    } catch (err) {
-      return this.#stepFailed(slot, seq, name, started, limited, err);
-    }
-    let value: T;
-    for (let attempt = 1; ; attempt++) {
-      try {
-        if (first !== undefined && 'err' in first) throw first.err;
-        const out =
-          first !== undefined
-            ? first.out!
-            : scope.run({ ctx: this, seq }, () => (timeoutMs === undefined ? (takesNothing(fn) ? (fn as () => T | Promise<T>)() : fn(this.signal)) : this.#withTimeout(name, fn, timeoutMs)));
-        first = undefined;
-        // A fn that returned a plain value is not awaited: two promises less, each one running the scope's hooks.
-        value = isThenable(out) ? await out : out;
-        break;
-      } catch (err) {
-        first = undefined;
-        if (attempt >= policy.maxAttempts || !isRetryable(err, policy) || this.signal.aborted) return this.#stepFailed(slot, seq, name, started, limited, err);
-        // A server's suggested delay (RetryAfterError) wins over the backoff, uncapped and unjittered.
-        const delay = isRetryAfterError(err) ? err.retryAfterMs : backoffDelay(policy, attempt, this.#host.random?.() ?? Math.random());
-        try {
-          await this.#host.sleep(delay, this.signal);
-        } catch {
-          return this.#stepFailed(slot, seq, name, started, limited, err);
-        }
-      }
-    }
-    let result: Payload;
-    try {
-      result = encodeFor(this.#converter, value, 'stepResult', `Task ${this.taskId}, turn ${this.turn}, step "${name}" result`);
-    } catch (err) {
-      return this.#stepFailed(slot, seq, name, started, limited, err);
-    }
-    await slot.record(() => this.#host.record({ kind: 'step', seq, name, result, durationMs: this.#host.now() - started, ...limited }));
-    // Return what a replay would return, so the first run and later attempts see the same value.
-    return this.#converter.fromPayload<T>(result);
+    return this.#steps.run(name, fn, seq, slot, retry, ms, limit, started);
   }
 
   emit(chunk: unknown): void {
@@ -340,27 +217,8 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     if (this.#fenced === undefined) this.#host.emit?.({ kind: 'chunk', data });
   }
 
-  /** One try of a step's fn under its own signal, which aborts (and the try fails) after `ms`. */
-  async #withTimeout<T>(name: string, fn: StepFn<T>, ms: number): Promise<T> {
-    const c = new AbortController();
-    const stop = (): void => c.abort(this.signal.reason);
-    this.signal.addEventListener('abort', stop, { once: true });
-    const timedOut = this.#host.sleep(ms, c.signal).then(() => {
-      const err = new TurnlogError('TURNLOG_STEP_TIMED_OUT', `Task ${this.taskId}, turn ${this.turn}: step "${name}" took longer than its timeoutMs ${ms}. Raise timeoutMs, or make the step honour its signal.`);
-      c.abort(err);
-      throw err;
-    });
-    try {
-      return await Promise.race([Promise.resolve().then(() => fn(c.signal)), timedOut]);
-    } finally {
-      this.signal.removeEventListener('abort', stop);
-      if (!c.signal.aborted) c.abort();
-      timedOut.catch(() => undefined);
-    }
-  }
-
   idempotencyKey(name = ''): string {
-    const running = runningStep?.getStore();
+    const running = runningStepOf();
     const seq = running?.ctx === this ? running.seq : this.#seq + 1;
     // Hashed: fixed length and charset whatever the task id holds, and no separator ambiguity.
     const digest = hashing().createHash('sha256').update(JSON.stringify([this.taskId, this.turn, seq, name])).digest('base64url');
@@ -646,27 +504,6 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
   }
 }
 
-/**
- * Converts a value the handler produced, naming it in a refusal. Payloads over the hard cap are
- * refused here, in whichever process runs the handler, so no worker frame outgrows the
- * protocol's cap; the engine checks its configured (lower or equal) limits on receipt.
- */
-function encodeFor(converter: PayloadConverter, value: unknown, field: PayloadField, subject: string): Payload {
-  let p: Payload;
-  try {
-    p = converter.toPayload(value);
-  } catch (err) {
-    // Thrown by the module's converter, perhaps from its own copy of turnlog: checked by code, not class.
-    if (isTurnlogError(err, 'TURNLOG_PAYLOAD_ENCODING') && typeof (err as PayloadEncodingError).about === 'function') throw (err as PayloadEncodingError).about(subject);
-    throw err;
-  }
-  const size = payloadSize(p);
-  if (size > MAX_PAYLOAD_BYTES) {
-    throw new PayloadTooLargeError(field, size, MAX_PAYLOAD_BYTES, subject, "That is turnlog's hard cap (no limit can be set above it): keep large data outside the task and pass a reference.");
-  }
-  return p;
-}
-
 /** `p`, or a rejection with the signal's reason once it aborts. */
 function untilAborted<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
   if (signal.aborted) return Promise.reject(signal.reason);
@@ -684,37 +521,6 @@ function untilAborted<T>(p: Promise<T>, signal: AbortSignal): Promise<T> {
       },
     );
   });
-}
-
-function isRetryable(err: unknown, policy: RetryPolicy): boolean {
-  try {
-    return retryable(err, policy);
-  } catch {
-    return false; // a value whose inspection throws (a hostile Proxy) is not retried, but recorded
-  }
-}
-
-function retryable(err: unknown, policy: RetryPolicy): boolean {
-  if (typeof err !== 'object' || err === null) return true;
-  const e = err as { nonRetryable?: unknown; type?: unknown; name?: unknown; code?: unknown };
-  if (e.nonRetryable === true) return false;
-  if (e.code === 'TURNLOG_FENCED' || e.code === 'TURNLOG_NON_DETERMINISM') return false;
-  const type = typeof e.type === 'string' ? e.type : typeof e.name === 'string' ? e.name : '';
-  return !policy.nonRetryableTypes.includes(type);
-}
-
-// `() => …` (or `async () => …`) reads no argument: an arrow has no `arguments` of its own, and
-// its source says it declares none (rest and default parameters have length 0 too, hence the
-// source). Such a fn is not handed the turn's signal, which Node 20 builds in 3.4-5 µs at its
-// first read (one-step turns at 100 in flight: 86.5 -> 77 µs of main-thread CPU; docs/decisions.md).
-const NO_PARAMETER_ARROW = /^(?:async\s*)?\(\s*\)\s*=>/;
-const fnSource = Function.prototype.toString;
-function takesNothing(fn: (...args: never[]) => unknown): boolean {
-  return fn.length === 0 && NO_PARAMETER_ARROW.test(fnSource.call(fn));
-}
-
-function isThenable<T>(v: T | PromiseLike<T>): v is PromiseLike<T> {
-  return (typeof v === 'object' || typeof v === 'function') && v !== null && typeof (v as { then?: unknown }).then === 'function';
 }
 
 function isSuspension(v: unknown): v is Suspension {
