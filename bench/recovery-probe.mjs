@@ -2,7 +2,7 @@
  * Recovery pass probe (issue #16; docs/performance.md, "Recovering 10,000 tasks: where the 224 µs a
  * task went"). Not a bench section: a measuring tool for A/B builds, run after `npm run build`.
  *
- *   node bench/recovery-probe.mjs [N] [--warm] [--hooks] [--never] [--prof=out.cpuprofile] [--sites=out.heapprofile] [--heap]
+ *   node bench/recovery-probe.mjs [N] [--warm] [--hooks] [--never] [--prof=out.cpuprofile] [--sites=out.heapprofile] [--heap] [--conc=K]
  *
  * Writes N one-step tasks a SIGKILLed engine left mid-turn (as bench/recovery.bench.ts does), opens
  * a new engine on them (64 at once) and prints, from `Engine.open` to `recovered()`: wall time,
@@ -12,9 +12,13 @@
  * pass first (as the bench does); --hooks counts promises a task (async_hooks), --psites also by
  * creation site; --never uses a handler that never returns (recovery proper, without the turn's
  * run); --prof and --sites write an inspector CPU profile or sampling heap profile of the pass;
- * --heap (with node --expose-gc) prints the heap after the pass and writes a heap snapshot.
+ * --heap (with node --expose-gc) prints the heap after the pass and writes a heap snapshot;
+ * --conc=K recovers K at once instead of 64; --make=DIR writes the N-task store to DIR (turns of a day, so
+ * they rerun when recovered later, not time out) and exits,
+ * --from=DIR / --warm-from=DIR recover a copy of such a store (the pass / the warm-up's 1,000) instead of
+ * building one in the process (callgrind: the store's build is not counted with the pass).
  */
-import { mkdtempSync, rmSync, readdirSync, readFileSync } from 'node:fs';
+import { cpSync, mkdtempSync, rmSync, readdirSync, readFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { performance, PerformanceObserver } from 'node:perf_hooks';
@@ -38,15 +42,21 @@ const N = Number(args.find((a) => /^\d+$/.test(a)) ?? 10000);
 const never = args.includes('--never');
 const oneStep = defineWorkflow({ name: 'one-step', turn: never ? async () => new Promise(() => {}) : async (ctx, n) => ctx.step('double', () => n * 2) });
 
-async function crashedStore(n) {
-  const dir = mkdtempSync(join(tmpdir(), 'turnlog-recprof-'));
+async function crashedStore(n, into) {
+  const copyOf = into === undefined ? storeArg(n) : undefined;
+  if (copyOf !== undefined) {
+    const dir = mkdtempSync(join(tmpdir(), 'turnlog-recprof-'));
+    cpSync(copyOf, dir, { recursive: true });
+    return dir;
+  }
+  const dir = into ?? mkdtempSync(join(tmpdir(), 'turnlog-recprof-'));
   const store = new LevelHistoryStore(dir, { sync: false });
   await store.open();
   const start = Date.now();
   const writes = [];
   for (let i = 0; i < n; i++) {
     const id = `task-${String(i).padStart(6, '0')}`;
-    const events = historyBuilder(id, { start, tick: 1, owner: 'dead', instance: 'dead-1' }).created({ workflow: 'one-step', kind: 'one-shot' }).input(i).turnStarted().build();
+    const events = historyBuilder(id, { start, tick: 1, owner: 'dead', instance: 'dead-1' }).created({ workflow: 'one-step', kind: 'one-shot', ...(into === undefined ? {} : { policy: { turnTimeoutMs: 86_400_000 } }) }).input(i).turnStarted().build();
     writes.push(store.append(id, events, { expectedLastEventId: 0, generation: events[0].generation }));
     if (writes.length >= 500) await Promise.all(writes.splice(0));
   }
@@ -54,6 +64,12 @@ async function crashedStore(n) {
   await store.close();
   return dir;
 }
+/** --from=DIR (the pass) and --warm-from=DIR (the warm-up): a copy of a store --make wrote, instead of building one in this process. */
+function storeArg(n) {
+  const flag = n === 1000 && args.includes('--warm') && !warmed ? '--warm-from=' : '--from=';
+  return args.find((a) => a.startsWith(flag))?.slice(flag.length);
+}
+let warmed = false;
 function threads() {
   const out = {};
   for (const tid of readdirSync('/proc/self/task')) {
@@ -111,5 +127,12 @@ async function pass(n, concurrency, label) {
   console.log(`${label} n=${n}: open ${openMs.toFixed(0)} ms, recovered ${ms.toFixed(0)} ms, CPU ${((cpu.user + cpu.system) / 1000).toFixed(0)} ms (${((cpu.user + cpu.system) / n).toFixed(0)} µs/task)` +
     (hook ? `, promises/task ${(promises / n).toFixed(1)}` : '') + ` alloc ${kb.toFixed(1)} KB/task heap+${((h1-h0)/1e6).toFixed(1)}MB` + ` ELU ${elu.utilization.toFixed(2)} gc ${gcMs.toFixed(0)} ms/${gcN}` + ` commits ${JSON.stringify(stats)} threads ${JSON.stringify(d)}`);
 }
+const make = args.find((a) => a.startsWith('--make='))?.slice(7);
+if (make !== undefined) {
+  await crashedStore(N, make);
+  process.exit(0);
+}
 if (args.includes('--warm')) await pass(1000, 1, 'warm');
-await pass(N, 64, 'pass');
+warmed = true;
+const conc = Number(args.find((a) => a.startsWith('--conc='))?.slice(7) ?? 64);
+await pass(N, conc, 'pass');
