@@ -140,4 +140,17 @@ describe("decide: a re-run's lazy reason survives copies", () => {
     expect(structuredClone(d).reason).toBe(text);
     expect(Object.keys(d)).toContain('reason');
   });
+
+  it('equals the plain object it reads as (own fields in order, reason formatted from the facts of its own decision)', () => {
+    const s = fold('task-1', historyBuilder().created({ kind: 'multi-turn' }).input('q').turnStarted().build());
+    const d = decide(s, undefined, T0 + 5_000);
+    const reason = 'turn 1 attempt 1 has no live owner; deadline 2026-01-01T00:01:02.000Z (1767225662000) not reached at now 2026-01-01T00:00:05.000Z (1767225605000); re-run as attempt 2 replaying 0 recorded call(s)';
+    const plain = { kind: 'rerun', rule: 'recover', turn: 1, attempt: 2, reason };
+    expect(Object.keys(d)).toEqual(['kind', 'rule', 'turn', 'attempt', 'reason']);
+    expect({ ...d }).toStrictEqual(plain);
+    expect(d).toEqual(plain);
+    // Decided again later, the first decision's reason still names its own now.
+    decide(s, undefined, T0 + 9_000);
+    expect(d.reason).toBe(reason);
+  });
 });
