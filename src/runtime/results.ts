@@ -35,6 +35,7 @@ export class TurnResults {
       return new Promise<TurnResult<O>>((resolve, reject) => {
         const list = t.waiters.get(inputId) ?? [];
         list.push({ resolve: resolve as (v: TurnResult) => void, reject });
+        if (t.waiters.size === 0) t.waiters = new Map(); // its own map: it starts as the shared empty one
         t.waiters.set(inputId, list);
       });
     }
@@ -207,6 +208,8 @@ export class TurnResults {
   }
 
   resolveWaiters(t: TaskEntry, inputIds: string[], result: TurnResult): void {
+    // Its own map at the first result: it starts as the shared empty one (TaskEntry).
+    if (inputIds.length > 0 && t.recent.size === 0) t.recent = new Map();
     for (const id of inputIds) {
       t.recent.set(id, result);
       if (t.recent.size > RECENT_RESULTS) t.recent.delete(t.recent.keys().next().value!);

@@ -79,6 +79,15 @@ function release<T>(t: TaskEntry, run: Promise<T>): Promise<T> {
 }
 
 /** One task as this engine holds it: folded state, lease, lock chain, running attempt, waiters. */
+/** A map that stays empty: its `set` throws (an engine bug: entries get their own map first). */
+class EmptyMap<K, V> extends Map<K, V> {
+  override set(): this {
+    throw new Error('turnlog engine bug: an entry wrote to the shared empty map (use its own map)');
+  }
+}
+/** The shared empty `waiters` and `recent` of task entries. */
+const NO_ENTRIES: Map<any, any> = new EmptyMap();
+
 export class TaskEntry {
   state: TaskState | undefined;
   lease: Lease | undefined;
@@ -87,7 +96,12 @@ export class TaskEntry {
   /** Operations queued on or holding the lock; a busy entry is never evicted. */
   busy = 0;
   active: ActiveAttempt | undefined;
-  waiters = new Map<string, Deferred<TurnResult>[]>();
+  // The two maps below start as one shared empty map each (NO_ENTRIES: reads and deletes only)
+  // and get their own at their first entry (results.ts): most entries never have a waiter, and a
+  // recovered one-step task kept two empty maps (heap snapshot after recovering 10,000 tasks:
+  // 20,053 Maps; docs/performance.md).
+  /** Waiters for the turn that takes each input (by input id); its own map from the first (addWaiter). */
+  waiters: Map<string, Deferred<TurnResult>[]> = NO_ENTRIES;
   /** Waiters for the end of the next turn, whatever input it takes (handles without an input id). */
   turnWaiters: Deferred<TurnResult>[] = [];
   snapshotAt = 0;
@@ -96,7 +110,7 @@ export class TaskEntry {
   /** The last turn terminal event appended by this engine (waiters' results are built from it). */
   lastTerminal: TurnTerminalEvent | undefined;
   /** Results of recently finished inputs, so `nextTurn()` after the fact needs no history scan. */
-  recent = new Map<string, TurnResult>();
+  recent: Map<string, TurnResult> = NO_ENTRIES;
   /** The result of the last turn this engine saw end. */
   lastResult: TurnResult | undefined;
   /** Set when the scanner claimed this orphan: the dead lease it replaced (for LeaseClaimed). */
