@@ -24,7 +24,7 @@ import { Activation } from './activation.js';
 import { isCaptureMode, resolveOptions, type ActivateOptions, type EngineOptions, type EngineSettings, type OperatorOptions } from './options.js';
 import { Observers, type EngineObserver } from './observe.js';
 import type { StreamItem, StreamOptions } from '../stream/items.js';
-import type { Runtime } from './runtime.js';
+import { EngineRuntime, type Runtime } from './runtime.js';
 import { SCHEDULE_WORKFLOW, Schedules, type ScheduleInfo, type ScheduleSpec } from './schedules.js';
 import { noteEngineActivation } from './work-log.js';
 
@@ -57,29 +57,18 @@ export class Engine implements TaskClient {
   private constructor(options: EngineOptions, operatorOnly = false) {
     const o = (this.#o = resolveOptions(options, operatorOnly));
     const engine = this;
-    this.#rt = {
-      ...o,
-      observers: new Observers(o.log, o.observerOption, {
-        workerPools: () => [...new Set(engine.#executors.values())].flatMap((ex) => (ex.workerCount === undefined ? [] : [{ executor: ex.kind, workers: ex.workerCount }])),
-      }),
-      get store() {
-        return engine.store;
-      },
-      get owner() {
-        return engine.owner;
-      },
-      get instance() {
-        return engine.instance;
-      },
-      get open() {
-        return engine.#state === 'open';
-      },
-      get limiter() {
-        return engine.#act.limiter;
-      },
+    const observers = new Observers(o.log, o.observerOption, {
+      workerPools: () => [...new Set(engine.#executors.values())].flatMap((ex) => (ex.workerCount === undefined ? [] : [{ executor: ex.kind, workers: ex.workerCount }])),
+    });
+    this.#rt = new EngineRuntime(o, observers, {
+      store: () => engine.store,
+      owner: () => engine.owner,
+      instance: () => engine.instance,
+      open: () => engine.#state === 'open',
+      limiter: () => engine.#act.limiter,
       assertOpen: (api) => this.#assertOpen(api),
       workflow: (name) => this.#workflow(name),
-    };
+    });
     this.#p = wireParts(this.#rt, this.#executors, this);
     this.#act = new Activation(this.#rt, this.#p, this.#executors);
     // Schedules run as tasks of a built-in workflow every engine registers (docs/time.md#schedules).

@@ -24,3 +24,61 @@ export interface Runtime extends EngineSettings {
   /** The registered workflow `name` (the built-in schedule workflow too), or TURNLOG_WORKFLOW_NOT_FOUND. */
   workflow(name: string): Workflow<any, any, any, any>;
 }
+
+/** What the engine facade answers for its {@link Runtime}, read on every access (engine.ts). */
+export interface RuntimeHost {
+  store(): HistoryStore;
+  owner(): string;
+  instance(): string;
+  open(): boolean;
+  limiter(): Limiter;
+  assertOpen(api: string): void;
+  workflow(name: string): Workflow<any, any, any, any>;
+}
+
+// The settings' fields, copied onto the instance by the constructor.
+// eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging
+export interface EngineRuntime extends EngineSettings {}
+
+/**
+ * The {@link Runtime} of an engine: a class, so every engine's has the same hidden class. It was
+ * an object literal with getters, whose accessors (per-engine closures) gave each engine's a map
+ * of its own: code the first engine in a process had optimized deoptimized ("wrong map") at its
+ * first read of the next one's (`rt.open`, `rt.codec`, `rt.observers` in the driver, appender and
+ * store paths) and was compiled again (the recovery bench's pass after its warm-up engine:
+ * docs/performance.md).
+ */
+// eslint-disable-next-line @typescript-eslint/no-unsafe-declaration-merging
+export class EngineRuntime implements Runtime {
+  readonly observers: Observers;
+  readonly #host: RuntimeHost;
+
+  constructor(settings: EngineSettings, observers: Observers, host: RuntimeHost) {
+    // resolveOptions returns one literal shape: the same fields in the same order every engine.
+    Object.assign(this, settings);
+    this.observers = observers;
+    this.#host = host;
+  }
+
+  get store(): HistoryStore {
+    return this.#host.store();
+  }
+  get owner(): string {
+    return this.#host.owner();
+  }
+  get instance(): string {
+    return this.#host.instance();
+  }
+  get open(): boolean {
+    return this.#host.open();
+  }
+  get limiter(): Limiter {
+    return this.#host.limiter();
+  }
+  assertOpen(api: string): void {
+    this.#host.assertOpen(api);
+  }
+  workflow(name: string): Workflow<any, any, any, any> {
+    return this.#host.workflow(name);
+  }
+}
