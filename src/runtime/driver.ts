@@ -104,6 +104,14 @@ export class Driver {
     let leaseRead = false;
     for (;;) {
       if (t.active || !this.#rt.open) {
+        // Closing, no attempt: a task cancel with no turn open completes the task in the same
+        // append. A suspended task is not due work, so no recovery pass would complete it later
+        // (test: runtime/cancel-at-shutdown).
+        if (!t.active && pending.length) {
+          const preview = this.#appender.preview(t, pending);
+          const d = preview && decide(preview, undefined, this.#rt.clock.now());
+          if (d?.kind === 'complete-task') pending = [...pending, { type: 'TaskCompleted', outcome: d.outcome }];
+        }
         if (pending.length) await this.#appender.append(t, pending);
         return;
       }
