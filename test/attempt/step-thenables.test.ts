@@ -54,3 +54,16 @@ for (const [label, options] of [
     expect(steps).toEqual(cases.map((c) => (c[2].startsWith('!') ? c[2] : 'ok')));
   });
 }
+
+it("a step fn's thenable has its then called exactly once, on every path (a second call would run a lazy thenable's work twice)", async () => {
+  let calls = 0;
+  const lazy = (): Promise<string> => thenable((ok) => void (calls++, ok(`run ${calls}`)));
+  const wf = defineWorkflow({
+    name: 'lazy-thenables',
+    turn: async (ctx) => [await ctx.step('plain', lazy), await ctx.step('timeout', lazy, { timeoutMs: 60_000 }), await ctx.step('retry', lazy, { retry: { maxAttempts: 2 } })],
+  });
+  const engine = await Engine.open({ store: new MemoryHistoryStore(), workflows: [wf], logger: silentLogger, scanIntervalMs: 0 });
+  cleanups.push(() => engine.shutdown({ graceMs: 0 }));
+  expect(await (await engine.start(wf, null, { taskId: 'lazy' })).result()).toEqual(['run 1', 'run 2', 'run 3']);
+  expect(calls).toBe(3);
+});
