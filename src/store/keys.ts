@@ -261,3 +261,8 @@ export class TaskKeys {
     return (this.#workflowIndex ??= concat([Prefix.workflowIndex, workflowBytes(workflow), 0, this.#task()]));
   }
 }
+
+/** Task ids in key order (their UTF-8 bytes), sorted in place. */
+export function sortIds(ids: string[]): string[] {
+  return ids.sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
+}

@@ -2,25 +2,17 @@
  * The default {@link HistoryStore}: one LevelDB directory through `level`, owned by one
  * process (LevelDB's lock). docs/storage.md describes the key layout, group commit and
  * why the append path does no read I/O. Here: open and close, the lock on a task's head and
- * every write; the head cache is level-heads.ts's, the reads level-reads.ts's.
+ * every write; the head cache is level-heads.ts's, the reads level-reads.ts's, the recovery scans
+ * (claimDueWork, listRecoverable) level-claims.ts's, the checks at open level-open.ts's.
  */
 import { Level } from 'level';
-import {
-  HistoryCorruptError,
-  StoreLockedError,
-  TurnlogError,
-  invalidArgument,
-  isHistoryUnreadable,
-  isTurnlogError,
-} from '../errors.js';
-import { inspectStoreDir } from './store-dir.js';
+import { TurnlogError, invalidArgument, isHistoryUnreadable } from '../errors.js';
 import { encodeEvent } from '../history/codec.js';
 import { checkRefBytes, externalize } from './payload-refs.js';
 import { isLaterCut } from './task-head.js';
-import { HISTORY_FORMAT_VERSION, type HistoryEvent, type Lease, type TaskSummary } from '../history/events.js';
+import { type HistoryEvent, type Lease, type TaskSummary } from '../history/events.js';
 import type { LeaseRequest } from '../history/lease.js';
 import { GroupCommitter, type BatchOp } from './group-commit.js';
-import { claimFromIndex, type IndexEntry } from './due-work.js';
 import type {
   CorruptMark,
   AppendOptions,
@@ -36,31 +28,28 @@ import type {
 } from './history-store.js';
 import {
   Prefix,
-  STORE_FORMAT_VERSION,
   checkTaskId,
   corruptKey,
-  describeKey,
   eventKey,
   payloadKey,
   payloadRange,
   eventRange,
   leaseKey,
-  metaKey,
   prefixEnd,
   prefixOnly,
   snapshotKey,
+  sortIds,
   statusIndexPrefix,
   summaryKey,
-  summaryKeyOf,
-  taskBytesOfKey,
   taskIdOfKey,
   TaskKeys,
 } from './keys.js';
 import { LevelHeads, type HeadEntry, type TailHint } from './level-heads.js';
 import { LevelReads } from './level-reads.js';
-import { decodeEventRecord, decodeSummaryRecord, parseJson } from './level-records.js';
+import { LevelClaims } from './level-claims.js';
+import { checkDirectory, checkFormat, openError } from './level-open.js';
+import { decodeEventRecord } from './level-records.js';
 import { encodeLease, encodeSummary } from './records.js';
-import { decodeCursorBytes, encodeCursor } from './paging.js';
 import {
   EMPTY_HEAD,
   applyAppend,
@@ -68,7 +57,6 @@ import {
   applyRelease,
   applyRenew,
   isPurgeable,
-  isRecoverable,
   type TaskHead,
 } from './task-head.js';
 
@@ -93,8 +81,6 @@ export interface LevelHistoryStoreOptions {
    */
   maxCachedHeads?: number;
 }
-
-const FORMAT_META = 'format';
 
 type State = 'new' | 'opening' | 'open' | 'closing' | 'closed';
 
@@ -121,6 +107,7 @@ export class LevelHistoryStore implements HistoryStore {
   /** The head cache (level-heads.ts) and the reads over it (level-reads.ts). */
   readonly #cache: LevelHeads;
   readonly #reads: LevelReads;
+  readonly #claims: LevelClaims;
   // The cache's maps, held here too: the append path reads them as its own fields.
   readonly #heads: Map<string, HeadEntry>;
   readonly #snapshotHints: Map<string, Buffer | undefined>;
@@ -144,6 +131,7 @@ export class LevelHistoryStore implements HistoryStore {
     this.#evictAt = maxHeads;
     this.#cache = new LevelHeads(maxHeads, this);
     this.#reads = new LevelReads(this.#cache, this, () => this.#checkOpen(), (taskId, fn) => this.#withHead(taskId, fn));
+    this.#claims = new LevelClaims(this.#cache, this.#reads, this);
     this.#heads = this.#cache.heads;
     this.#snapshotHints = this.#cache.snapshotHints;
     this.#tailHints = this.#cache.tailHints;
@@ -189,69 +177,22 @@ export class LevelHistoryStore implements HistoryStore {
 
   async #doOpen(): Promise<void> {
     try {
-      await this.#checkDirectory();
+      await checkDirectory(this.location, this.#create);
       this.#db = new Level<Buffer, Buffer>(this.location, { keyEncoding: 'buffer', valueEncoding: 'buffer' });
       this.#cache.db = this.#db;
       await this.#db.open({ createIfMissing: this.#create });
     } catch (err) {
       this.#state = 'closed';
-      if (isTurnlogError(err)) throw err;
-      if (isLockedError(err)) throw new StoreLockedError(this.location, { cause: err });
-      throw new TurnlogError(
-        'TURNLOG_STORE_OPEN',
-        `Store ${this.location} could not be opened: ${osCause(err)}. Check that the path names a directory this process may create and write.`,
-        { cause: err },
-      );
+      throw openError(this.location, err);
     }
     try {
-      await this.#checkFormat();
+      await checkFormat(this.#db, this.location);
     } catch (err) {
       this.#state = 'closed';
       await this.#db.close();
       throw err;
     }
     this.#state = 'open';
-  }
-
-  /** Refuses, before LevelDB writes a byte, a directory that is not a turnlog store (store-dir.ts). */
-  async #checkDirectory(): Promise<void> {
-    const state = await inspectStoreDir(this.location);
-    if (state === 'store' || (this.#create && (state === 'missing' || state === 'empty'))) return;
-    const what =
-      state === 'not-directory'
-        ? 'is not a directory'
-        : state === 'foreign'
-          ? 'is a non-empty directory that holds no turnlog store'
-          : 'holds no turnlog store';
-    throw new TurnlogError(
-      'TURNLOG_STORE_NOT_FOUND',
-      `Store ${this.location} ${what}; nothing was written to it. Point the store at its own directory (default .turnlog), or at an existing store.`,
-    );
-  }
-
-  async #checkFormat(): Promise<void> {
-    const key = metaKey(FORMAT_META);
-    const raw = await this.#db.get(key);
-    if (raw === undefined) {
-      // A LevelDB with data but no turnlog meta record belongs to something else: leave it alone.
-      if ((await this.#db.keys({ limit: 1 }).all()).length > 0) {
-        throw new TurnlogError(
-          'TURNLOG_STORE_NOT_FOUND',
-          `Store ${this.location} is a LevelDB written by something other than turnlog (it has no turnlog format record); nothing was written to it. Point the store at its own directory.`,
-        );
-      }
-      const meta = { store: STORE_FORMAT_VERSION, history: HISTORY_FORMAT_VERSION };
-      await this.#db.put(key, Buffer.from(JSON.stringify(meta)), { sync: true });
-      return;
-    }
-    const meta = parseJson(raw, key) as { store?: unknown };
-    if (typeof meta.store !== 'number') throw new HistoryCorruptError(describeKey(key), 'no store format version');
-    if (meta.store > STORE_FORMAT_VERSION) {
-      throw new TurnlogError(
-        'TURNLOG_HISTORY_FORMAT',
-        `Store ${this.location} has store format version ${meta.store}; this build reads up to ${STORE_FORMAT_VERSION}. Upgrade turnlog to open it.`,
-      );
-    }
   }
 
   async close(): Promise<void> {
@@ -567,60 +508,23 @@ export class LevelHistoryStore implements HistoryStore {
   }
 
 
+  // ---------------------------------------------------------------------------------------------
+  // Recovery scans (level-claims.ts)
+
   /** From the status index, a page at a time (store/due-work.ts has the rules). */
   async claimDueWork(request: ClaimRequest): Promise<DueBatch> {
     this.#checkOpen();
-    let marks: Map<string, CorruptMark> | undefined;
-    return claimFromIndex(request, async (status, cursor, limit) => {
-      const prefix = statusIndexPrefix(status);
-      const range = cursor === undefined ? { gte: prefix, lt: prefixEnd(prefix) } : { gt: decodeCursorBytes(cursor), lt: prefixEnd(prefix) };
-      const keys = await this.#db.keys({ ...range, limit: limit + 1 }).all();
-      const pageKeys = keys.slice(0, limit);
-      const ids = pageKeys.map(taskIdOfKey);
-      // Every key of the page's tasks from the id bytes in their index keys, each built once.
-      const tasks = pageKeys.map(taskBytesOfKey);
-      const summaryKeys = tasks.map(summaryKeyOf);
-      const raws = ids.length ? await this.#db.getMany(summaryKeys) : [];
-      if (status === 'completed' && ids.length) marks ??= await this.#reads.marks();
-      const entries = ids.map((id, i): IndexEntry => {
-        const raw = raws[i];
-        if (raw === undefined) return { taskId: id };
-        try {
-          return { taskId: id, summary: decodeSummaryRecord(id, summaryKeys[i]!, raw), marked: marks?.has(id) ?? false };
-        } catch {
-          return { taskId: id, unreadable: true };
-        }
-      });
-      // Leases matter only to in-progress tasks: the engine recovers these next, so their heads are
-      // loaded here for the whole page in one read (LevelHeads.prime) and their appends read nothing.
-      if (status === 'in_progress') {
-        await this.#cache.prime(entries, tasks);
-        for (const e of entries) if (e.summary) e.lease = this.#cache.cached(e.taskId)?.lease;
-      }
-      return keys.length > limit ? { entries, next: encodeCursor(pageKeys[pageKeys.length - 1]!) } : { entries };
-    });
+    return this.#claims.claimDueWork(request);
   }
 
-  async listRecoverable(now: number, instance: string): Promise<string[]> {
-    this.#checkOpen();
-    const prefix = statusIndexPrefix('in_progress');
-    const keys = await this.#db.keys({ gte: prefix, lt: prefixEnd(prefix) }).all();
-    const ids = keys.map(taskIdOfKey);
-    const raws = await this.#db.getMany(ids.map(summaryKey));
-    const out: string[] = [];
-    for (let i = 0; i < ids.length; i++) {
-      const id = ids[i]!;
-      const raw = raws[i];
-      if (raw === undefined) continue;
-      try {
-        if (isRecoverable(decodeSummaryRecord(id, summaryKey(id), raw), await this.getLease(id), now, instance)) out.push(id);
-      } catch {
-        // An unreadable summary or lease: return the task, so the engine loads it, finds what
-        // is corrupt and isolates that one task instead of the whole scan failing.
-        out.push(id);
-      }
+  // Not async: the scan's own async function is the one promise, as when it was written here.
+  listRecoverable(now: number, instance: string): Promise<string[]> {
+    try {
+      this.#checkOpen();
+    } catch (err) {
+      return Promise.reject(err);
     }
-    return sortIds(out);
+    return this.#claims.listRecoverable(now, instance);
   }
 }
 
@@ -644,24 +548,4 @@ function indexOps(keys: TaskKeys, prev: TaskSummary | undefined, next: TaskSumma
 /** A Buffer view of encoded bytes, without the copy `Buffer.from(uint8array)` makes. */
 function asBuffer(bytes: Uint8Array): Buffer {
   return Buffer.isBuffer(bytes) ? bytes : Buffer.from(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-}
-
-
-function sortIds(ids: string[]): string[] {
-  return ids.sort((a, b) => Buffer.compare(Buffer.from(a), Buffer.from(b)));
-}
-
-/** The innermost cause's message (`ENOTDIR: not a directory, mkdir '…'`): LevelDB's own is generic. */
-function osCause(err: unknown): string {
-  let e = err as { message?: unknown; cause?: unknown } | undefined;
-  for (let i = 0; i < 5 && e && typeof e.cause === 'object' && e.cause !== null; i++) e = e.cause as typeof e;
-  return typeof e?.message === 'string' ? e.message : String(err);
-}
-
-/** classic-level reports a held lock as LEVEL_LOCKED, directly or as the open error's cause. */
-function isLockedError(err: unknown): boolean {
-  for (let e = err as { code?: unknown; cause?: unknown } | undefined, i = 0; e && i < 5; e = e.cause as typeof e, i++) {
-    if (e.code === 'LEVEL_LOCKED') return true;
-  }
-  return false;
 }
