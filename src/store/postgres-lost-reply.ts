@@ -7,11 +7,12 @@
 import { TurnlogError } from '../errors.js';
 import { encodeEvent } from '../history/codec.js';
 import type { HistoryEvent } from '../history/events.js';
+import { summarize } from '../history/summary.js';
 import type { AppendResult } from './history-store.js';
 import { externalize } from './payload-refs.js';
 import { routine, type AppendRequest } from './postgres-append-request.js';
 import type { PgStoreContext } from './postgres-context.js';
-import { getSummary } from './postgres-reads.js';
+import { getSummary, readEvents } from './postgres-reads.js';
 import { CONNECTION_TRIES, asBuffer, isConnectionLoss } from './postgres-rows.js';
 
 /**
@@ -61,16 +62,22 @@ export async function retryAfterLoss(ctx: PgStoreContext, a: AppendRequest, firs
   }
 }
 
-/** The result of `a` if its events are stored exactly (a commit whose reply was lost; its notice goes now), else undefined. */
+/**
+ * The result of `a` if its events are stored exactly (a commit whose reply was lost; its notice goes
+ * now), else undefined: its last event id and the summary as of that event, as the append returns.
+ */
 export async function findLanded(ctx: PgStoreContext, a: AppendRequest): Promise<AppendResult | undefined> {
   const from = a.options.expectedLastEventId + 1;
   const rows = await ctx.query(`SELECT data FROM ${ctx.s}.events WHERE task_id = $1 AND event_id BETWEEN $2 AND $3 ORDER BY event_id`, [a.taskId, from, from + a.events.length - 1]);
   // Compared as written: a large payload is stored by reference (externalize), not inline.
   const stored = (e: HistoryEvent): Buffer => asBuffer(encodeEvent(externalize(e, ctx.refBytes, new Map())));
   if (rows.length !== a.events.length || !rows.every((r: { data: Buffer }, i) => stored(a.events[i]!).equals(r.data))) return undefined;
-  const summary = await getSummary(ctx, a.taskId);
+  let summary = await getSummary(ctx, a.taskId);
   if (!summary) return undefined;
   const lastEventId = from + a.events.length - 1;
+  // Appends landed after this one (another store's, while the reply was lost): the current summary
+  // is theirs. The result is the summary this append made, folded from the history through it.
+  if (summary.lastEventId !== lastEventId) summary = summarize(a.taskId, undefined, await readEvents(ctx, a.taskId, { toEventId: lastEventId }));
   ctx.notifier!.add(a.taskId, lastEventId, routine(a.events));
   return { lastEventId, summary };
 }

@@ -1,7 +1,8 @@
 /**
  * A lone append (postgres-appender.ts #lone) whose statement committed but whose reply was lost
  * (the connection dropped after the commit): the retry finds its events stored (#landed) and
- * resolves as written, also when a payload is stored by reference (payloadRefBytes).
+ * resolves as written, also when a payload is stored by reference (payloadRefBytes), and with
+ * the summary as of its own last event even when another store appended after it.
  */
 import pg from 'pg';
 import { afterAll, expect, it, vi } from 'vitest';
@@ -51,5 +52,43 @@ describePg('PostgreSQL store: a lone append whose reply was lost after its commi
       await store.close();
     }
   });
-});
 
+  it('another store appended after the lost one: the result is the summary as of the landed append', async () => {
+    const a = createPostgresStore({ connectionString: PG_URL, schema });
+    const b = createPostgresStore({ connectionString: PG_URL, schema });
+    await a.open();
+    await b.open();
+    const id = 'lost-then-moved';
+    const query = vi.spyOn(pg.Client.prototype, 'query');
+    try {
+      await a.append(id, [created(1)], { expectedLastEventId: 0, generation: 1 });
+      await a.append(id, [step(2, 1)], { expectedLastEventId: 1, generation: 1 });
+      let dropped = 0;
+      query.mockImplementation(function (this: pg.Client, ...args: unknown[]) {
+        const [config, cb] = args as [{ text?: string }, ((err: unknown, res?: unknown) => void) | undefined];
+        // Event 3 is written, its reply lost; before the check reads it, store b appends event 4.
+        if (dropped === 0 && typeof cb === 'function' && String(config?.text).startsWith('WITH s AS')) {
+          dropped++;
+          const lost = Object.assign(new Error('Connection terminated unexpectedly'), { code: '57P01' });
+          return Reflect.apply(originalQuery, this, [
+            config,
+            (err: unknown) => void b.append(id, [step(4, 3)], { expectedLastEventId: 3, generation: 1 }).then(() => cb(err ?? lost), cb),
+          ]) as unknown;
+        }
+        return Reflect.apply(originalQuery, this, args) as unknown;
+      } as never);
+      const r = await a.append(id, [step(3, 2)], { expectedLastEventId: 2, generation: 1 });
+      expect(dropped).toBe(1);
+      query.mockRestore();
+      expect((await b.getSummary(id))!.lastEventId).toBe(4);
+      // What a store returns for an append is the summary that append made: event 3's, not event 4's.
+      expect(r.lastEventId).toBe(3);
+      expect(r.summary).toMatchObject({ taskId: id, lastEventId: 3, status: 'pending' });
+      expect(r.summary.updatedAt).toBe(step(3, 2).time);
+    } finally {
+      query.mockRestore();
+      await a.close();
+      await b.close();
+    }
+  });
+});
