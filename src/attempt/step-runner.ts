@@ -77,7 +77,8 @@ export class StepRunner {
     try {
       out = scope.run({ ctx: this.#ctx, seq }, () => (takesNothing(fn) ? (fn as () => T | Promise<T>)() : fn(this.#ctx.signal)));
       // Reading `then` may throw too (a proxy): that try failed, as an await of it would have.
-      if (isThenable(out)) return this.#tries(name, fn, seq, slot, retry, ms, limit, started, { out });
+      const then = thenOf(out);
+      if (then !== undefined) return this.#tries(name, fn, seq, slot, retry, ms, limit, started, { out: once(out as PromiseLike<T>, then) });
     } catch (err) {
       return this.#tries(name, fn, seq, slot, retry, ms, limit, started, { err });
     }
@@ -114,7 +115,7 @@ export class StepRunner {
     timeoutMs: number | undefined,
     limit: string | undefined,
     started: number,
-    first: { out?: T | PromiseLike<T>; err?: unknown } | undefined,
+    first: { out?: PromiseLike<T>; err?: unknown } | undefined,
   ): Promise<T> {
     const ctx = this.#ctx;
     // With a limit: which one and how long the step waited for it, recorded with the step.
@@ -140,14 +141,19 @@ export class StepRunner {
     let value: T;
     for (let attempt = 1; ; attempt++) {
       try {
-        if (first !== undefined && 'err' in first) throw first.err;
-        const out =
-          first !== undefined
-            ? first.out!
-            : scope.run({ ctx, seq }, () => (timeoutMs === undefined ? (takesNothing(fn) ? (fn as () => T | Promise<T>)() : fn(ctx.signal)) : this.#withTimeout(name, fn, timeoutMs)));
+        let out: T | PromiseLike<T> | undefined;
+        let pending: PromiseLike<T> | undefined;
+        if (first !== undefined) {
+          if ('err' in first) throw first.err;
+          pending = first.out;
+        } else {
+          out = scope.run({ ctx, seq }, () => (timeoutMs === undefined ? (takesNothing(fn) ? (fn as () => T | Promise<T>)() : fn(ctx.signal)) : this.#withTimeout(name, fn, timeoutMs)));
+          const then = thenOf(out);
+          if (then !== undefined) pending = once(out as PromiseLike<T>, then);
+        }
         first = undefined;
         // A fn that returned a plain value is not awaited: two promises less, each one running the scope's hooks.
-        value = isThenable(out) ? await out : out;
+        value = pending !== undefined ? await pending : (out as T);
         break;
       } catch (err) {
         first = undefined;
@@ -220,6 +226,21 @@ function takesNothing(fn: (...args: never[]) => unknown): boolean {
   return fn.length === 0 && NO_PARAMETER_ARROW.test(fnSource.call(fn));
 }
 
-function isThenable<T>(v: T | PromiseLike<T>): v is PromiseLike<T> {
-  return (typeof v === 'object' || typeof v === 'function') && v !== null && typeof (v as { then?: unknown }).then === 'function';
+type Then = (this: unknown, onFulfilled: (v: unknown) => void, onRejected: (err: unknown) => void) => unknown;
+
+/** `v`'s `then` if it is a function (a thenable), read once, as Promises/A+ does (2.3.3.1); a throw is the try's. */
+function thenOf(v: unknown): Then | undefined {
+  if ((typeof v !== 'object' && typeof v !== 'function') || v === null) return undefined;
+  const then = (v as { then?: unknown }).then;
+  return typeof then === 'function' ? (then as Then) : undefined;
+}
+
+/**
+ * `v` to await with `then` (thenOf's read) as its only read: a native promise as it is (await
+ * reads no `then` of one: no promise added on a step's path), any other thenable behind an object
+ * whose `then` calls that function on it, so the await does not read the thenable's again.
+ */
+function once<T>(v: PromiseLike<T>, then: Then): PromiseLike<T> {
+  if (Object.getPrototypeOf(v) === Promise.prototype) return v;
+  return { then: (onFulfilled: (v: unknown) => void, onRejected: (err: unknown) => void) => then.call(v, onFulfilled, onRejected) } as unknown as PromiseLike<T>;
 }
