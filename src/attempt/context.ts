@@ -72,6 +72,8 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
   #shutdownRequested = false;
   #cancelKind: CancelKind | undefined;
   #fenced: string | undefined;
+  /** Names a refused chunk; made by the first emit, not by every one. */
+  #emitSubject: string | undefined;
   #storeLost: string | undefined;
   #tooLarge: PayloadTooLargeError | undefined;
   /** Patch ids answered in this attempt, and how (one answer per id). */
@@ -210,7 +212,7 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
 
   emit(chunk: unknown): void {
     // Checked even where nothing is streamed (replay testing), so a bad chunk throws everywhere alike.
-    const subject = `Task ${this.taskId}, turn ${this.turn}, ctx.emit() chunk`;
+    const subject = (this.#emitSubject ??= `Task ${this.taskId}, turn ${this.turn}, ctx.emit() chunk`);
     const data = encodeFor(this.#converter, chunk, 'chunk', subject);
     const size = payloadSize(data);
     if (size > MAX_CHUNK_BYTES) throw new PayloadTooLargeError('chunk', size, MAX_CHUNK_BYTES, subject, 'Emit smaller chunks; keep large data in a step result or outside the task.');

@@ -4,8 +4,9 @@
  * listen here. A throwing listener is logged and never breaks the engine (invariant 10).
  */
 import type { AttemptOutcome, EmitItem } from '../attempt/host.js';
-import type { EntryMode, ExecutorKind, HistoryEvent, Payload, TraceContext } from '../history/events.js';
+import type { EntryMode, ExecutorKind, HistoryEvent, TraceContext } from '../history/events.js';
 import type { TaskState } from '../history/state.js';
+import type { PayloadConverter } from '../history/payload.js';
 import type { Logger } from '../logger.js';
 import type { Runtime } from './runtime.js';
 import type { ActiveAttempt, TaskEntry } from './task-cache.js';
@@ -193,8 +194,8 @@ export class Observers {
     for (const o of this.#list) if (o.attemptEnded) this.#guard('attemptEnded', e.taskId, () => o.attemptEnded!(e));
   }
 
-  /** `decode` runs only when a public listener wants the output (the hub decodes when read). */
-  output(raw: RawOutput, decode: (p: Payload) => unknown): void {
+  /** `converter` decodes a chunk only when a public listener wants the output (the hub decodes when read). */
+  output(raw: RawOutput, converter: PayloadConverter): void {
     // No closure per call here: this runs for every token.
     for (const l of this.#internalOutput) {
       try {
@@ -208,7 +209,7 @@ export class Observers {
       if (!o.output) continue;
       if (!e) {
         const { item, ...rest } = raw;
-        const output: OutputEvent['output'] = item.kind === 'chunk' ? { kind: 'chunk', data: decode(item.data) } : { kind: 'step-started', seq: item.seq, name: item.name };
+        const output: OutputEvent['output'] = item.kind === 'chunk' ? { kind: 'chunk', data: converter.fromPayload(item.data) } : { kind: 'step-started', seq: item.seq, name: item.name };
         e = { ...rest, output };
       }
       const ev = e;
@@ -246,5 +247,5 @@ export function noteAttemptEnded(rt: Runtime, taskId: string, active: ActiveAtte
 export function emitOutput(rt: Runtime, t: TaskEntry, active: ActiveAttempt, item: EmitItem, dropped = 0): void {
   if (t.active !== active || active.finalized) return;
   const raw: RawOutput = { taskId: t.id, turn: active.turn, attempt: active.attempt, item, afterEventId: t.state?.lastEventId ?? 0, dropped, time: rt.clock.now() };
-  rt.observers.output(raw, (p) => rt.converter.fromPayload(p));
+  rt.observers.output(raw, rt.converter);
 }

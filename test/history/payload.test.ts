@@ -123,3 +123,28 @@ describe('payload sizes', () => {
     expect(2 * MAX_PAYLOAD_BYTES + 1024 * 1024).toBeLessThan(MAX_FRAME_BYTES);
   });
 });
+
+describe('JSON bytes', () => {
+  // Short ASCII strings are encoded by hand (no TextEncoder): the bytes must be TextEncoder's, and
+  // anything else (non-ASCII, longer) takes TextEncoder's path.
+  const enc = new TextEncoder();
+  it.each([
+    ['an empty string', ''],
+    ['a token', 'token 1.2 '],
+    ['63 ASCII characters of JSON', 'x'.repeat(61)],
+    ['64', 'x'.repeat(62)],
+    ['65', 'x'.repeat(63)],
+    ['control characters (escaped by JSON)', '\u0000\t\n\u007f'],
+    ['non-ASCII', 'héllo ✓'],
+    ['non-ASCII at the end of 64', `${'x'.repeat(61)}é`],
+    ['a lone surrogate (escaped by JSON)', '\ud800'],
+    ['an emoji', '👋 hi'],
+    ['an object', { token: 'a', n: 1, nested: [true, null] }],
+  ])('encodes %s as TextEncoder does, and decodes it back', (_what, value) => {
+    const p = conv.toPayload(value);
+    expect([...p.data]).toEqual([...enc.encode(JSON.stringify(value))]);
+    expect(conv.fromPayload(p)).toEqual(value);
+    // Metadata bytes equal to "json/plain" but not the converter's own array decode the same.
+    expect(conv.fromPayload({ metadata: { encoding: enc.encode('json/plain') }, data: p.data })).toEqual(value);
+  });
+});
