@@ -46,7 +46,7 @@ async function run(ops: Op[], writesHere: boolean): Promise<void> {
   const readers: { from: string | undefined; stopAfter: number | undefined; got: Promise<string[]> }[] = [];
   const read = async (from: string | undefined, stopAfter: number | undefined): Promise<string[]> => {
     const out: string[] = [];
-    for await (const item of hub.read('t', { from, pollMs: 1 }) as AsyncGenerator<StreamItem>) {
+    for await (const item of hub.read('t', { ...(from === undefined ? {} : { from }), pollMs: 1 }) as AsyncGenerator<StreamItem>) {
       out.push(item.kind === 'chunk' ? `${item.offset}=${String(item.data)}` : item.offset);
       if (stopAfter !== undefined && out.length >= stopAfter) break;
     }
