@@ -58,6 +58,12 @@ export interface TurnHost {
   /** Retry backoff; rejects when `signal` aborts. */
   sleep(ms: number, signal: AbortSignal): Promise<void>;
   /**
+   * Calls `fn` once `ms` have passed on the engine's clock unless cancelled first: an executor's
+   * own housekeeping (the process executor's liveness check), without the AbortSignal that
+   * `sleep` needs. Absent where no executor needs it (a worker, replay); real time then.
+   */
+  setTimer?(fn: () => void, ms: number): { cancel(): void };
+  /**
    * The end of the recorded wait at `seq` (ctx.waitFor), once WaitEnded is durable, payloads
    * decoded. The engine ends it (a signal, or the timeout on its clock); may never resolve.
    */

@@ -291,7 +291,8 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
   /** Engine-clock and real (performance.now) time of the last complete frame (liveness). */
   #lastFrameAt = 0;
   #lastFrameReal = 0;
-  readonly #stopLiveness = new AbortController();
+  /** The liveness check's next run (cancelled when the attempt ends). */
+  #livenessTimer: { cancel(): void } | undefined;
 
   constructor(spec: TurnSpec, host: TurnHost, pool: WorkerPool, reuse: boolean, logger: Logger | undefined, heartbeatTimeoutMs: number) {
     this.#spec = spec;
@@ -361,7 +362,7 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
     // Heartbeats start with the turn, after Ready: a slow module load is not silence.
     if (this.#heartbeatTimeoutMs > 0) {
       void w.ready.then((ok) => {
-        if (ok && !this.#done) void this.#watchLiveness();
+        if (ok && !this.#done) this.#watchLiveness();
       });
     }
   }
@@ -369,31 +370,41 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
   /**
    * Kills the worker once no complete frame arrived for the heartbeat timeout, on the engine's
    * clock and in real time both: heartbeats are real-time, so advancing a ManualClock alone
-   * never kills a healthy worker.
+   * never kills a healthy worker. A cancelled timer, not a sleep with an AbortSignal: the
+   * signal's creation and its abort (a DOMException) cost a turn 0.1–0.7 ms of engine CPU
+   * after a quiet spell (docs/performance.md, "The pre-warmed worker turn's engine side").
    */
-  async #watchLiveness(): Promise<void> {
-    const limit = this.#heartbeatTimeoutMs;
+  #watchLiveness(): void {
     this.#lastFrameAt = this.#host.now();
     this.#lastFrameReal = performance.now();
-    let wait = limit;
-    for (;;) {
-      try {
-        await this.#host.sleep(wait, this.#stopLiveness.signal);
-      } catch {
-        return; // the attempt ended
-      }
+    this.#armLiveness(this.#heartbeatTimeoutMs);
+  }
+
+  #armLiveness(ms: number): void {
+    const check = (): void => {
+      this.#livenessTimer = undefined;
       // Timers run before I/O: let frames already in the pipe in before judging (engine stalls).
-      await new Promise((r) => setImmediate(r));
-      if (this.#done) return;
-      const silent = Math.min(this.#host.now() - this.#lastFrameAt, Math.round(performance.now() - this.#lastFrameReal));
-      if (silent >= limit) {
-        return this.#protocolViolation(
-          `no complete frame for ${silent} ms during turn ${this.#spec.turn} (heartbeats come every ${HEARTBEAT_INTERVAL_MS} ms): ` +
-            `its event loop is blocked or its fd 3 carries bytes that are not frames. A handler that blocks its event loop that long needs a larger ProcessExecutor({ heartbeatTimeoutMs }) (0 turns the check off)`,
-        );
-      }
-      wait = limit - silent;
+      setImmediate(() => this.#checkLiveness());
+    };
+    if (this.#host.setTimer) {
+      this.#livenessTimer = this.#host.setTimer(check, ms);
+    } else {
+      const t = setTimeout(check, ms);
+      this.#livenessTimer = { cancel: () => clearTimeout(t) };
     }
+  }
+
+  #checkLiveness(): void {
+    if (this.#done) return;
+    const limit = this.#heartbeatTimeoutMs;
+    const silent = Math.min(this.#host.now() - this.#lastFrameAt, Math.round(performance.now() - this.#lastFrameReal));
+    if (silent >= limit) {
+      return this.#protocolViolation(
+        `no complete frame for ${silent} ms during turn ${this.#spec.turn} (heartbeats come every ${HEARTBEAT_INTERVAL_MS} ms): ` +
+          `its event loop is blocked or its fd 3 carries bytes that are not frames. A handler that blocks its event loop that long needs a larger ProcessExecutor({ heartbeatTimeoutMs }) (0 turns the check off)`,
+      );
+    }
+    this.#armLiveness(limit - silent);
   }
 
   queue(p: Promise<WorkerProcess>, cancel: () => void): void {
@@ -564,7 +575,8 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
     if (this.#done) return;
     this.#done = true;
     for (const c of this.#acquiring.values()) c.abort(new Error('the attempt ended'));
-    this.#stopLiveness.abort();
+    this.#livenessTimer?.cancel();
+    this.#livenessTimer = undefined;
     this.#settle(o);
   }
 }

@@ -15,7 +15,7 @@ import type { Executor, Reservation } from '../executor/executor.js';
 import type { AttemptOutcome, EmitItem, TurnHost, TurnSpec } from '../attempt/host.js';
 import { callSpec, type CallRecord, type CallRecords, type CallReplies, type RecordEnv, type Recording } from '../attempt/calls.js';
 import { turnSpecFor } from '../attempt/turn-spec.js';
-import { sleep } from './clock.js';
+import { sleep, type Timer } from './clock.js';
 import { isStale, logFailure, type Appender } from './appender.js';
 import { endDrafts, finalizeDrafts, outcomeDrafts, oversized, turnStartDrafts, withinLimits, type Draft } from './drafts.js';
 import { NONE, migrateState, needsMigration, newerStateError } from './migration.js';
@@ -545,6 +545,9 @@ class AttemptHost implements TurnHost, RecordEnv {
   }
   sleep(ms: number, signal: AbortSignal): Promise<void> {
     return sleep(this.#d.rt.clock, ms, signal);
+  }
+  setTimer(fn: () => void, ms: number): Timer {
+    return this.#d.rt.clock.setTimer(fn, ms);
   }
   wait(seq: number): Promise<WaitOutcome> {
     return this.#d.waits.wait(this.#t, this.#active, seq);
