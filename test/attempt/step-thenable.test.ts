@@ -16,14 +16,14 @@ afterEach(async () => {
 });
 
 /** A thenable whose `then` getter counts its reads: the first read settles with 'first', any later one with 'later'. */
-function thenable(): { value: PromiseLike<string>; reads: () => number } {
+function thenable(): { value: Promise<string>; reads: () => number } {
   let reads = 0;
   const value = {
     get then() {
       const n = ++reads;
       return (resolve: (v: string) => void) => resolve(n === 1 ? 'first' : 'later');
     },
-  } as unknown as PromiseLike<string>;
+  } as unknown as Promise<string>; // a bare thenable, typed as StepFn's Promise<T>
   return { value, reads: () => reads };
 }
 
