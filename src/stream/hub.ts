@@ -317,7 +317,8 @@ class StreamReader implements AsyncGenerator<StreamItem, void, undefined> {
   }
 
   next(): Promise<IteratorResult<StreamItem, void>> {
-    if (this.#busy) return this.#busy.then(() => this.next());
+    // Also after a failed read: it ended the reader, so this call is done, as a generator's (test: stream/hub-reader-queued).
+    if (this.#busy) return this.#busy.then(() => this.next(), () => this.next());
     if (this.#state === ENDED) return DONE;
     if (this.#state === READING && this.#at < this.#batch.length) {
       if (!this.#alive()) return this.#end();
