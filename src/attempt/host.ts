@@ -82,3 +82,25 @@ export interface TurnHost {
    */
   acquire?(limit: string, seq: number, signal: AbortSignal): Promise<number>;
 }
+
+/** An own static of the engine's own executors, which call the host's methods on it. */
+export const HOST_AS_IS: unique symbol = Symbol('turnlog.host-as-is');
+
+const HOST_METHODS = ['record', 'pendingInputCount', 'now', 'sleep', 'setTimer', 'wait', 'random', 'emit', 'acquire'] as const satisfies readonly (keyof TurnHost)[];
+
+/**
+ * The host an executor is given. The engine's own executors get it as is: a class instance whose
+ * methods live on its prototype (one object an attempt, no closures). Any other executor, a
+ * user's own `Executor` included, gets a plain object of the same methods bound to it, so it may
+ * spread, copy or detach them (`{ ...host, emit }`), as a plain object of functions always allowed.
+ */
+export function hostFor(executor: object, host: TurnHost): TurnHost {
+  const ctor = (executor as { constructor?: unknown }).constructor;
+  if (typeof ctor === 'function' && Object.hasOwn(ctor, HOST_AS_IS)) return host;
+  const plain: Record<string, unknown> = {};
+  for (const key of HOST_METHODS) {
+    const fn = host[key] as ((...args: unknown[]) => unknown) | undefined;
+    if (typeof fn === 'function') plain[key] = fn.bind(host);
+  }
+  return plain as unknown as TurnHost;
+}

@@ -8,13 +8,15 @@ import { errorToFailure } from '../history/failure.js';
 import type { PayloadConverter } from '../history/payload.js';
 import type { Workflow } from '../workflow/define-workflow.js';
 import { TurnContextImpl, runHandler } from '../attempt/context.js';
-import type { AttemptOutcome, TurnHost, TurnSpec } from '../attempt/host.js';
+import { HOST_AS_IS, type AttemptOutcome, type TurnHost, type TurnSpec } from '../attempt/host.js';
 import type { AttemptHandle, Executor } from './executor.js';
 
 /** A settled promise: a reaction on it runs on a later tick. */
 const LATER: Promise<void> = Promise.resolve();
 
 export class InlineExecutor implements Executor {
+  /** Calls the host's methods on it: given the engine's host object as is (attempt/host.ts, hostFor). */
+  static readonly [HOST_AS_IS] = true;
   readonly kind = 'inline' as const;
   readonly #workflows: ReadonlyMap<string, Workflow<any, any, any, any>>;
   readonly #converter: PayloadConverter;

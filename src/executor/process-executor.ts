@@ -11,7 +11,7 @@ import { FencedError, PayloadTooLargeError, TurnlogError, invalidArgument } from
 import type { FailureInfo, WorkflowKind } from '../history/events.js';
 import { errorToFailure } from '../history/failure.js';
 import type { Logger } from '../logger.js';
-import type { AttemptOutcome, CancelKind, TurnHost, TurnSpec } from '../attempt/host.js';
+import { HOST_AS_IS, type AttemptOutcome, type CancelKind, type TurnHost, type TurnSpec } from '../attempt/host.js';
 import { CALLS, type CallRecord, type CallReply } from '../attempt/calls.js';
 import type { Workflow } from '../workflow/define-workflow.js';
 import { workflowMap } from '../workflow/workflow-source.js';
@@ -100,6 +100,8 @@ function isEntryScript(path: string): boolean {
  * const engine = await Engine.open({ workflows, executors: { process: exec }, defaultExecutor: 'process' });
  */
 export class ProcessExecutor implements Executor {
+  /** Calls the host's methods on it: given the engine's host object as is (attempt/host.ts, hostFor). */
+  static readonly [HOST_AS_IS] = true;
   readonly kind = 'process' as const;
   readonly #pool: WorkerPool;
   readonly #reuse: boolean;

@@ -12,7 +12,7 @@ import type { TaskState, WaitOutcome } from '../history/state.js';
 import { decide, isDue } from '../replay/index.js';
 import type { Decision } from '../replay/decision.js';
 import type { Executor, Reservation } from '../executor/executor.js';
-import type { AttemptOutcome, EmitItem, TurnHost, TurnSpec } from '../attempt/host.js';
+import { hostFor, type AttemptOutcome, type EmitItem, type TurnHost, type TurnSpec } from '../attempt/host.js';
 import { callSpec, type CallRecord, type CallRecords, type CallReplies, type RecordEnv, type Recording } from '../attempt/calls.js';
 import { turnSpecFor } from '../attempt/turn-spec.js';
 import { sleep, type Timer } from './clock.js';
@@ -287,7 +287,7 @@ export class Driver {
   async #runAttempt(t: TaskEntry, active: ActiveAttempt, executor: Executor, spec: TurnSpec, reservation: Reservation | undefined, host: TurnHost): Promise<void> {
     let outcome: AttemptOutcome;
     try {
-      const handle = await executor.start(spec, host, reservation);
+      const handle = await executor.start(spec, hostFor(executor, host), reservation);
       active.handle = handle;
       // Fenced or shut down while the worker was starting: it must not run on unowned.
       if (active.finalized) {
