@@ -10,6 +10,7 @@ import { ProcessExecutor } from '../../src/executor/process-executor.js';
 import { silentLogger } from '../../src/logger.js';
 import type { HistoryEvent } from '../../src/history/events.js';
 import * as fixtures from '../fixtures/workflows/index.js';
+import { killQuietly, until } from '../helpers/processes.js';
 
 const MODULE = fileURLToPath(new URL('../../dist/test/fixtures/workflows/index.js', import.meta.url));
 const cleanups: (() => Promise<void> | void)[] = [];
@@ -22,27 +23,13 @@ async function warmEngine(): Promise<{ engine: Engine; exec: ProcessExecutor; wa
   cleanups.push(async () => {
     const pids = exec.workerPids;
     await exec.close();
-    for (const pid of pids) {
-      try {
-        process.kill(pid, 'SIGKILL');
-      } catch {
-        // gone
-      }
-    }
+    for (const pid of pids) killQuietly(pid);
   });
   await until(() => exec.readyWarmCount === 1, 'a warm worker');
   const warm = exec.workerPids;
   const engine = await Engine.open({ store: new MemoryHistoryStore(), workflows: Object.values(fixtures), executors: { process: exec }, logger: silentLogger, scanIntervalMs: 0 });
   cleanups.push(() => engine.shutdown({ graceMs: 100 }));
   return { engine, exec, warm };
-}
-
-async function until(cond: () => boolean | Promise<boolean>, what: string, limitMs = 15_000): Promise<void> {
-  const end = Date.now() + limitMs;
-  while (!(await cond())) {
-    if (Date.now() > end) throw new Error(`gave up waiting for ${what}`);
-    await new Promise((r) => setTimeout(r, 10));
-  }
 }
 
 const TERMINALS = ['TurnCompleted', 'TurnFailed', 'TurnSuspended', 'TurnCancelled', 'TurnTimedOut'];

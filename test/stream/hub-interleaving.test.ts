@@ -5,8 +5,9 @@
 import fc from 'fast-check';
 import { describe, expect, it } from 'vitest';
 import type { HistoryEvent } from '../../src/history/events.js';
-import { StreamHub, type StreamSource } from '../../src/stream/hub.js';
+import { StreamHub } from '../../src/stream/hub.js';
 import type { StreamItem } from '../../src/stream/items.js';
+import { completedEvent as completed, stepEvent as step, stubSource } from '../helpers/stream-source.js';
 
 type Op = { op: 'append' } | { op: 'chunk' } | { op: 'tick'; macro: boolean } | { op: 'reader'; from: number; stopAfter: number | undefined };
 
@@ -17,20 +18,10 @@ const opArb: fc.Arbitrary<Op> = fc.oneof(
   { arbitrary: fc.record({ op: fc.constant('reader' as const), from: fc.nat(40), stopAfter: fc.option(fc.integer({ min: 1, max: 6 }), { nil: undefined }) }), weight: 2 },
 );
 
-const step = (eventId: number): HistoryEvent => ({ type: 'StepCompleted', eventId, generation: 1, time: eventId, turn: 1, seq: eventId, name: `s${eventId}` }) as HistoryEvent;
-const completed = (eventId: number): HistoryEvent => ({ type: 'TaskCompleted', eventId, generation: 1, time: eventId, outcome: 'succeeded' }) as unknown as HistoryEvent;
 
 async function run(ops: Op[], writesHere: boolean): Promise<void> {
   const events: HistoryEvent[] = [];
-  const src: StreamSource = {
-    readEvents: async (_taskId, from) => events.filter((e) => e.eventId >= from),
-    writesHere: () => writesHere,
-    decoder: { value: (p) => p, failure: (f) => f, chunk: (p) => p },
-    setTimer: (fn, ms) => {
-      const t = setTimeout(fn, ms);
-      return { cancel: () => clearTimeout(t) };
-    },
-  };
+  const src = stubSource(events, { writesHere: () => writesHere });
   const hub = new StreamHub(src);
   // Every item in the order a reader must see it: offsets, and a chunk's data.
   const canon: string[] = [];

@@ -3,17 +3,10 @@
 // { done: true }, as an async generator's is. Before, the queued call rejected with the same error:
 // a consumer with two next() calls in flight got the failure twice.
 import { expect, it } from 'vitest';
-import { StreamHub, type StreamSource } from '../../src/stream/hub.js';
+import { StreamHub } from '../../src/stream/hub.js';
+import { stubSource } from '../helpers/stream-source.js';
 
-const source: StreamSource = {
-  readEvents: async () => [],
-  writesHere: () => true,
-  decoder: { value: (p) => p, failure: (f) => f, chunk: (p) => p },
-  setTimer: (fn, ms) => {
-    const t = setTimeout(fn, ms);
-    return { cancel: () => clearTimeout(t) };
-  },
-};
+const source = stubSource();
 const settle = (p: Promise<unknown>) => p.then((v) => ['ok', v], (e: { code?: string }) => ['err', e.code]);
 
 it('a next() queued behind a read that fails (an offset past the history) gets done, not the error again, as a generator', async () => {

@@ -4,6 +4,7 @@
 // stops early (break, return while waiting, throw) lets go of the task.
 import { describe, expect, it } from 'vitest';
 import { StreamHub, type StreamSource } from '../../src/stream/hub.js';
+import { completedEvent as completed, stepEvent as step, stubSource } from '../helpers/stream-source.js';
 import type { StreamItem } from '../../src/stream/items.js';
 import type { HistoryEvent } from '../../src/history/events.js';
 
@@ -11,19 +12,9 @@ function storeSource(): { source: StreamSource; events: HistoryEvent[] } {
   const events: HistoryEvent[] = [];
   return {
     events,
-    source: {
-      readEvents: async (_taskId, from) => events.filter((e) => e.eventId >= from),
-      writesHere: () => true,
-      decoder: { value: (p) => p, failure: (f) => f, chunk: (p) => new TextDecoder().decode(p.data) },
-      setTimer: (fn, ms) => {
-        const t = setTimeout(fn, ms);
-        return { cancel: () => clearTimeout(t) };
-      },
-    },
+    source: stubSource(events, { decoder: { value: (p) => p, failure: (f) => f, chunk: (p) => new TextDecoder().decode(p.data) } }),
   };
 }
-const step = (eventId: number): HistoryEvent => ({ type: 'StepCompleted', eventId, generation: 1, time: eventId, turn: 1, seq: eventId, name: `s${eventId}` }) as HistoryEvent;
-const completed = (eventId: number): HistoryEvent => ({ type: 'TaskCompleted', eventId, generation: 1, time: eventId, outcome: 'succeeded' }) as unknown as HistoryEvent;
 const chunk = (text: string) => ({ kind: 'chunk' as const, data: { metadata: {}, data: new TextEncoder().encode(text) } });
 const tick = () => new Promise((r) => setImmediate(r));
 

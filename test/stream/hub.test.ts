@@ -2,18 +2,11 @@
 // the ring of one task's items. Engine-level streaming is in stream.test.ts.
 import { describe, expect, it } from 'vitest';
 import { StreamHub, type StreamSource } from '../../src/stream/hub.js';
+import { stepEvent, stubSource } from '../helpers/stream-source.js';
 import type { StreamItem } from '../../src/stream/items.js';
 import type { HistoryEvent } from '../../src/history/events.js';
 
-const source: StreamSource = {
-  readEvents: async () => [],
-  writesHere: () => true,
-  decoder: { value: (p) => p, failure: (f) => f, chunk: (p) => p },
-  setTimer: (fn, ms) => {
-    const t = setTimeout(fn, ms);
-    return { cancel: () => clearTimeout(t) };
-  },
-};
+const source = stubSource();
 
 function stepStarted(hub: StreamHub, taskId: string, seq: number): void {
   hub.output(taskId, 0, 1, 1, { kind: 'step-started', seq, name: `s${seq}` }, 0);
@@ -92,7 +85,7 @@ describe('StreamHub appended events', () => {
       },
     };
   }
-  const step = (eventId: number): HistoryEvent => ({ type: 'StepCompleted', eventId, generation: 1, time: eventId, turn: 1, seq: eventId, name: `s${eventId}` }) as HistoryEvent;
+  const step = stepEvent;
 
   async function take(reader: AsyncGenerator<StreamItem>, n: number): Promise<string[]> {
     const out: string[] = [];
