@@ -265,8 +265,13 @@ function validate(request: AfterRestoreRequest): Record<string, string> {
   return out;
 }
 
+/**
+ * Printable: no C0 or C1 control character, no DEL, and no lone surrogate. The session id goes
+ * into the owner written with every claim, so one without a UTF-8 form would be pinned and then
+ * fail activation; it is refused here, before anything is pinned.
+ */
 function checkId(what: string, id: unknown): void {
-  if (typeof id !== 'string' || id.length === 0 || id.length > 200 || /[\u0000-\u001f]/.test(id)) {
+  if (typeof id !== 'string' || id.length === 0 || id.length > 200 || /[\u0000-\u001f\u007f-\u009f]/.test(id) || !id.isWellFormed()) {
     throw invalidArgument(`afterRestore ${what} must be a non-empty string of at most 200 printable characters, got ${JSON.stringify(id)}.`);
   }
 }

@@ -480,6 +480,11 @@ describe('validation and env', () => {
     const bad = [
       { sessionId: '', restoreId: 'r' },
       { sessionId: 's', restoreId: 'a\u0000b' },
+      // Not printable either: DEL, a C1 control, and a lone surrogate (a session id without a
+      // UTF-8 form would be pinned, then fail activation as an ill-formed owner).
+      { sessionId: 's', restoreId: 'a\u007fb' },
+      { sessionId: 's', restoreId: 'a\u0085b' },
+      { sessionId: 'a\ud800', restoreId: 'r' },
       { sessionId: 's', restoreId: 'r', env: { 'BAD-NAME': 'x' } },
       { sessionId: 's', restoreId: 'r', env: { GOOD: 'x', NUL: 'a\u0000' } },
       { sessionId: 's', restoreId: 'r', env: { [SESSION_ENV]: 'other' } },
