@@ -246,7 +246,8 @@ export function openTelemetry(options: OpenTelemetryOptions = {}): EngineObserve
       const prev = replaced.get(key);
       const links: Link[] = prev ? [{ context: prev, attributes: { 'turnlog.link': 'replaces' } }] : [];
       const attrs: Attributes = { ...base, 'turnlog.attempt': a.attempt, 'turnlog.entry_mode': a.entryMode, 'turnlog.replayed_calls': a.replayedCalls };
-      if (started && started.pid > 0) attrs['turnlog.worker.pid'] = started.pid;
+      // A worker's pid; an inline attempt's TurnStarted.pid is the engine's own, not a worker's.
+      if (a.executor === 'process' && started && started.pid > 0) attrs['turnlog.worker.pid'] = started.pid;
       if (a.entryMode === 'recovered') attrs['turnlog.recovery.rule'] = 'rerun';
       const span = tracer.startSpan(`turnlog.attempt ${a.workflow}`, { startTime: started?.time ?? a.time, attributes: attrs, links }, trace.setSpan(ROOT_CONTEXT, turnSpan));
       attempts.set(key, { span, attempt: a.attempt });

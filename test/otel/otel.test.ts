@@ -88,6 +88,8 @@ describe('openTelemetry()', () => {
     expect(turn!.attributes).toMatchObject({ 'turnlog.task_id': 'o-1', 'turnlog.workflow': 'otel-agent', 'turnlog.turn': 1, 'turnlog.outcome': 'completed', 'turnlog.executor': 'inline' });
     expect(attempt!.parentSpanContext?.spanId).toBe(turn!.spanContext().spanId);
     expect(attempt!.attributes).toMatchObject({ 'turnlog.attempt': 1, 'turnlog.entry_mode': 'fresh', 'turnlog.attempt.outcome': 'completed' });
+    // docs/observability.md: `turnlog.worker.pid` is the process executor's; an inline attempt has none.
+    expect(attempt!.attributes).not.toHaveProperty(['turnlog.worker.pid']);
     expect(steps.map((s) => [s.name, s.attributes['turnlog.step.outcome']])).toEqual([
       ['turnlog.step plan', 'ok'],
       ['turnlog.step tool', 'failed'],
