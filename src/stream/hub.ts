@@ -440,7 +440,7 @@ class StreamReader implements AsyncGenerator<StreamItem, void, undefined> {
       // the offset is this task's, and the reader gets one gap for what was dropped.
       const compacted = first && cursor.e > 0 && events.length > 0 && events[0]!.eventId > cursor.e;
       if (first && cursor.e > 0 && !compacted && (events.length === 0 || events[0]!.eventId !== cursor.e)) {
-        throw offsetAhead(taskId, cursor, events.length ? events[events.length - 1]!.eventId : 0);
+        throw offsetAhead(taskId, cursor);
       }
       this.#first = false;
       const batch: Entry[] = [];

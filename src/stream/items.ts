@@ -73,10 +73,10 @@ export function parseOffset(taskId: string, s: unknown): Offset {
   return { e: Number(m[1]), n: m[2] ? Number(m[2]) : 0 };
 }
 
-/** A `from` past the task's history: from another task or another store. */
-export function offsetAhead(taskId: string, from: Offset, lastEventId: number): TurnlogError {
+/** A `from` past the task's history (no event at the offset): from another task or another store. */
+export function offsetAhead(taskId: string, from: Offset): TurnlogError {
   return new TurnlogError(
     'TURNLOG_STREAM_OFFSET',
-    `Task ${taskId}: stream offset ${formatOffset(from)} is past the task's last event ${lastEventId}, so it came from another task or store. Reconnect without \`from\` to read from the start.`,
+    `Task ${taskId}: stream offset ${formatOffset(from)} is past the task's last event (it has no event ${from.e}), so it came from another task or store. Reconnect without \`from\` to read from the start.`,
   );
 }

@@ -286,6 +286,8 @@ describe('task.stream() on an inline turn', () => {
         expect((err as Error).message).toContain('s6');
       }
     }
+    // The message says what is wrong with this offset (it once named "last event 0" for a task of 7 events).
+    await expect(readUntil(h.stream({ from: '999' }), () => true)).rejects.toThrow(/stream offset 999 is past the task's last event \(it has no event 999\)/);
     await expect(readUntil(engine.stream('nope'), () => true)).rejects.toMatchObject({ code: 'TURNLOG_TASK_NOT_FOUND' });
   });
 
