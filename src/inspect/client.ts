@@ -100,7 +100,7 @@ function readOnly(location: string, what: string): TurnlogError {
 export class RemoteHistoryStore implements HistoryStore {
   readonly exclusive = false;
   /** Read-only: it claims nothing and watches nothing (the engine behind it does both). */
-  readonly supports = { exclusive: false, watch: false, claim: false, groupCommit: false } as const;
+  readonly supports = { exclusive: false, watch: false, claim: false, groupCommit: false, flowLimits: false } as const;
   constructor(
     readonly client: InspectClient,
     readonly location: string,

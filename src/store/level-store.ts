@@ -97,7 +97,7 @@ type State = 'new' | 'opening' | 'open' | 'closing' | 'closed';
 export class LevelHistoryStore implements HistoryStore {
   readonly location: string;
   readonly exclusive = true;
-  readonly supports = { exclusive: true, watch: false, claim: false, groupCommit: true } as const;
+  readonly supports = { exclusive: true, watch: false, claim: false, groupCommit: true, flowLimits: false } as const;
   // Built in open(), after the directory check: a Level opens itself (and creates its files)
   // one microtask after construction unless open() is called first.
   #db!: Level<Buffer, Buffer>;

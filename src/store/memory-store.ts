@@ -53,7 +53,7 @@ interface MemoryTask {
 export class MemoryHistoryStore implements HistoryStore {
   readonly location: string;
   readonly exclusive = true;
-  readonly supports = { exclusive: true, watch: false, claim: false, groupCommit: false } as const;
+  readonly supports = { exclusive: true, watch: false, claim: false, groupCommit: false, flowLimits: false } as const;
   #tasks = new Map<string, MemoryTask>();
   #corrupt = new Map<string, CorruptMark>();
   #open = false;
