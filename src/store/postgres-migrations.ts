@@ -169,6 +169,10 @@ export function quoteSchema(schema: string): string {
       `PostgreSQL schema name ${JSON.stringify(schema)} is invalid. Use letters, digits and underscores (at most 63), not starting with a digit.`,
     );
   }
+  if (schema.startsWith('pg_')) {
+    // PostgreSQL refuses to create it; refused here, it is a bad argument rather than a failed open.
+    throw new TurnlogError('TURNLOG_INVALID_ARGUMENT', `PostgreSQL schema name ${JSON.stringify(schema)} is reserved: PostgreSQL keeps names starting with pg_ for itself. Pick another name (default turnlog).`);
+  }
   return `"${schema}"`;
 }
 

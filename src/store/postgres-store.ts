@@ -112,6 +112,10 @@ export class PostgresHistoryStore implements HistoryStore {
     if (!options || (options.connectionString === undefined) === (options.pool === undefined)) {
       throw invalidArgument('createPostgresStore needs exactly one of connectionString or pool.');
     }
+    if (options.readOnly && options.pool !== undefined) {
+      // Silently ignored, the store would write through a pool its caller asked to be read-only.
+      throw invalidArgument('createPostgresStore readOnly applies only to a pool the store creates: pass connectionString, or make your own pool read-only (options: \'-c default_transaction_read_only=on\').');
+    }
     this.#ctx = new PgStoreContext(options);
     this.schema = this.#ctx.schema;
     this.#s = this.#ctx.s;
