@@ -288,9 +288,11 @@ export class Engine implements TaskClient {
     return this.store.listTasks(options);
   }
 
-  /** The task's events as stored. */
+  /** The task's events as stored; TURNLOG_TASK_NOT_FOUND for a task this store does not have. */
   async history(taskId: string): Promise<HistoryEvent[]> {
-    return this.store.readEvents(taskId);
+    const events = await this.store.readEvents(taskId);
+    if (events.length === 0) throw notFound(taskId);
+    return events;
   }
 
   /**

@@ -194,6 +194,7 @@ export class Inputs {
     this.#rt.assertOpen('withdraw');
     const t = await this.#cache.load(taskId);
     await this.#cache.mutate(t, async (t) => {
+      if (!t.state) throw taskNotFound(taskId);
       // Inputs still queued when a task completed never run, but they cannot be withdrawn either.
       const q = t.state?.status === 'completed' ? undefined : t.state?.queue.find((x) => x.inputId === inputId);
       if (!q) {
