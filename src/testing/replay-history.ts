@@ -7,7 +7,7 @@
 import { readFile, readdir, stat } from 'node:fs/promises';
 import { join, resolve as resolvePath } from 'node:path';
 import { pathToFileURL } from 'node:url';
-import { invalidArgument } from '../errors.js';
+import { TurnlogError, invalidArgument } from '../errors.js';
 import type { HistoryEvent, TurnTerminalEvent } from '../history/events.js';
 import { parseHistoryFile } from '../history/history-file.js';
 import type { PayloadCodec, PayloadConverter } from '../history/payload.js';
@@ -210,7 +210,7 @@ export async function replayHistories(
   workflows: WorkflowSource | string | URL,
   options: Pick<ReplayHistoryOptions, 'payloadCodecs' | 'payloadConverter' | 'timeoutMs' | 'isolate'> = {},
 ): Promise<ReplayHistoriesReport> {
-  const names = (await readdir(folder)).filter((n) => HISTORY_FILE_PATTERN.test(n)).sort();
+  const names = (await listFolder(folder)).filter((n) => HISTORY_FILE_PATTERN.test(n)).sort();
   const files: string[] = [];
   for (const n of names) if ((await stat(join(folder, n))).isFile()) files.push(join(folder, n));
   if (files.length === 0) {
@@ -232,7 +232,7 @@ export async function replayHistories(
   for (const file of files) {
     let tasks;
     try {
-      tasks = parseHistoryFile(await readFile(file), file).tasks;
+      tasks = parseHistoryFile(await readHistoryBytes(file), file).tasks;
     } catch (err) {
       failures.push({ file, taskId: undefined, error: asError(err) });
       continue;
@@ -256,6 +256,28 @@ export async function replayHistories(
   return report;
 }
 
+/** The folder's entries; a missing folder is a wrong path, as an empty one is. */
+async function listFolder(folder: string): Promise<string[]> {
+  try {
+    return await readdir(folder);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    const what = code === 'ENOENT' ? 'does not exist' : code === 'ENOTDIR' ? 'is not a folder' : `cannot be read (${(err as Error).message})`;
+    throw invalidArgument(`Folder ${folder} ${what}. Pass the folder that holds the history files (relative paths resolve against ${process.cwd()}).`);
+  }
+}
+
+/** A history file's bytes; one that cannot be read is TURNLOG_HISTORY_FILE naming it, like a malformed one. */
+async function readHistoryBytes(path: string): Promise<Uint8Array> {
+  try {
+    return await readFile(path);
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    const what = code === 'ENOENT' ? 'does not exist' : code === 'EISDIR' ? 'is a folder (replay a folder with replayHistories)' : `cannot be read (${(err as Error).message})`;
+    throw new TurnlogError('TURNLOG_HISTORY_FILE', `History file ${path} ${what}. Check the path (relative paths resolve against ${process.cwd()}).`, { cause: err });
+  }
+}
+
 function asError(err: unknown): Error {
   return err instanceof Error ? err : new Error(String(err));
 }
@@ -266,7 +288,7 @@ export async function resolveHistory(
   taskId: string | undefined,
 ): Promise<{ taskId: string; events: readonly HistoryEvent[] }> {
   if (typeof history !== 'string') return { taskId: taskId ?? 'replay', events: history };
-  const file = parseHistoryFile(await readFile(history), history);
+  const file = parseHistoryFile(await readHistoryBytes(history), history);
   const task = taskId === undefined ? (file.tasks.length === 1 ? file.tasks[0] : undefined) : file.tasks.find((t) => t.taskId === taskId);
   if (!task) {
     const ids = file.tasks.map((t) => t.taskId).join(', ');
