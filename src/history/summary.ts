@@ -61,6 +61,13 @@ export function summarize(taskId: string, prev: TaskSummary | undefined, events:
         s.turn = at.turn;
         s.queued = at.queue.length;
         if (at.lastInputId !== undefined) s.lastInputId = at.lastInputId;
+        if (at.outcome !== undefined) s.outcome = at.outcome;
+        // Fields the dropped events set: a rebuild from a compacted history must equal the summary
+        // kept across it (test: store/postgres-lost-reply "a compacted history").
+        const scheduled: Record<string, number> = {};
+        for (const q of at.queue) if (q.deliverAt !== undefined) scheduled[q.inputId] = q.deliverAt;
+        if (Object.keys(scheduled).length > 0) s.scheduled = scheduled;
+        else delete s.scheduled;
         break;
       }
       default:

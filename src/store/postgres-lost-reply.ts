@@ -76,7 +76,8 @@ export async function findLanded(ctx: PgStoreContext, a: AppendRequest): Promise
   if (!summary) return undefined;
   const lastEventId = from + a.events.length - 1;
   // Appends landed after this one (another store's, while the reply was lost): the current summary
-  // is theirs. The result is the summary this append made, folded from the history through it.
+  // is theirs. The result is the summary this append made, folded from the history through it
+  // (a compacted history gives the same: summarize reads HistoryCompacted's state).
   if (summary.lastEventId !== lastEventId) summary = summarize(a.taskId, undefined, await readEvents(ctx, a.taskId, { toEventId: lastEventId }));
   ctx.notifier!.add(a.taskId, lastEventId, routine(a.events));
   return { lastEventId, summary };

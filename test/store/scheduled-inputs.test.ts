@@ -10,6 +10,7 @@ import { claimFromIndex, type IndexEntry } from '../../src/store/due-work.js';
 import { historyBuilder, T0 } from '../../src/testing/history-builder.js';
 import { encodeEvent, decodeEvent } from '../../src/history/codec.js';
 import type { TaskStatus, TaskSummary } from '../../src/history/events.js';
+import { compaction } from '../../src/replay/compact.js';
 
 const DAY = 86_400_000;
 
@@ -32,6 +33,15 @@ describe('scheduled inputs in summaries and claims', () => {
     const b = historyBuilder('t').created({ kind: 'multi-turn' }).input('a').turnStarted().suspended().input('later', { id: 'in-s', deliverAt: T0 + DAY });
     const taken = summarize('t', s, b.turnStarted({ inputIds: ['in-s'] }).build().slice(-1));
     expect(taken.scheduled).toBeUndefined();
+  });
+
+  it('a summary rebuilt from a compacted history keeps the scheduled inputs the dropped events queued', () => {
+    const h = historyBuilder('t').created({ kind: 'multi-turn' }).input('later', { id: 'in-s', deliverAt: T0 + DAY }).input('a', { id: 'a' });
+    const events = h.turnStarted({ inputIds: ['a'] }).suspended().input('b', { id: 'b' }).turnStarted({ inputIds: ['b'] }).suspended().build();
+    const cut = compaction('t', events, 1)!;
+    const compacted = [events[0]!, cut, ...events.slice(cut.throughEventId)];
+    expect(summarize('t', undefined, compacted)).toEqual(summarize('t', undefined, events));
+    expect(summarize('t', undefined, compacted).scheduled).toEqual({ 'in-s': T0 + DAY });
   });
 
   it('the Level summary row carries the scheduled inputs; 10-member rows still decode', () => {
