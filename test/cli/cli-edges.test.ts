@@ -35,3 +35,29 @@ describe('review: reading commands never create a store', () => {
     expect(r.code).toBe(0);
   });
 });
+
+describe('operator actions without --yes and without a terminal', () => {
+  // docs/cli.md#operator-actions: the refusal is a usage error (exit 2) whatever the store, so a
+  // script learns it needs --yes before it learns an engine must run (exit 1) or the store is missing.
+  it('is exit 2 (USAGE) on a store no engine holds and on a missing store, and writes nothing', async () => {
+    const dir = await makeTmpDir('turnlog-review-cli-');
+    cleanups.push(dir.remove);
+    const store = join(dir.path, 'store');
+    await withLevel(store, async () => undefined);
+    const before = readdirSync(store).sort();
+    for (const args of [['cancel', 't1'], ['cancel', 't1', '--turn'], ['withdraw', 't1', 'in-1'], ['resend', 't1', '1'], ['resume', 't1']]) {
+      for (const at of [store, join(dir.path, 'missing')]) {
+        const r = await cliJSON([...args, '--store', at]);
+        expect(r.code, `${args.join(' ')} on ${at}`).toBe(2);
+        expect(r.json.error.code).toBe('USAGE');
+        expect(r.json.error.message).toContain('Pass --yes');
+      }
+    }
+    expect(readdirSync(store).sort()).toEqual(before);
+    expect(existsSync(join(dir.path, 'missing'))).toBe(false);
+    // With --yes the store's own state decides: no engine answers (exit 1).
+    const yes = await cliJSON(['cancel', 't1', '--yes', '--store', store]);
+    expect(yes.code).toBe(1);
+    expect(yes.json.error.code).toBe('TURNLOG_INSPECT_SOCKET');
+  });
+});

@@ -42,9 +42,7 @@ function defaultBy(): string {
 /** Asks on the terminal; without one, refuses unless `--yes` (a script must say so). */
 async function confirm(question: string, flags: ActionFlags): Promise<void> {
   if (flags.yes) return;
-  if (!process.stdin.isTTY || !process.stderr.isTTY) {
-    throw usageError(`${question} needs confirmation, and there is no terminal to ask on. Pass --yes to confirm in a script.`);
-  }
+  assertCanConfirm(question, flags);
   const rl = createInterface({ input: process.stdin, output: process.stderr });
   try {
     const answer = (await rl.question(`${question} [y/N] `)).trim().toLowerCase();
@@ -54,11 +52,19 @@ async function confirm(question: string, flags: ActionFlags): Promise<void> {
   }
 }
 
+/** A usage error (exit 2) without `--yes` and without a terminal, before any store or engine is reached. */
+function assertCanConfirm(question: string, flags: ActionFlags): void {
+  if (!flags.yes && (!process.stdin.isTTY || !process.stderr.isTTY)) {
+    throw usageError(`${question} needs confirmation, and there is no terminal to ask on. Pass --yes to confirm in a script.`);
+  }
+}
+
 /** Sends one action to the engine holding the store and prints what it did. */
 async function act(cmd: Command, question: string, op: 'cancel' | 'withdraw' | 'resend' | 'resume', args: Record<string, unknown>, flags: ActionFlags): Promise<void> {
   const g = globals(cmd);
   const by = flags.by ?? defaultBy();
   if (by === '') throw usageError('--by must not be empty.');
+  assertCanConfirm(question, flags);
   if (isPostgresUrl(g.store)) return actOnPostgres(g, question, op, args, { ...flags, by });
   const engine = await connectLiveEngine(g.store);
   if (!engine) {
