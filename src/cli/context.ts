@@ -180,7 +180,7 @@ export async function openPostgresCliStore(url: string, options: { create: boole
  * `--store` would otherwise leave an empty LevelDB behind); `import` does.
  * A store held by a running engine is exit 4 (docs/cli.md#locked-store).
  */
-export async function openCliStore(dir: string, options: { create: boolean }): Promise<HistoryStore> {
+export async function openCliStore(dir: string, options: { create: boolean; write?: boolean }): Promise<HistoryStore> {
   if (isPostgresUrl(dir)) return openPostgresCliStore(dir, options);
   const abs = resolve(dir);
   // The store refuses these too (store-dir.ts, shared); here they get the CLI's wording.
@@ -202,11 +202,13 @@ export async function openCliStore(dir: string, options: { create: boolean }): P
     if (isTurnlogError(err, 'TURNLOG_STORE_LOCKED')) {
       // A live engine holds it: reading commands ask that engine over its socket
       // (docs/cli.md#live-inspection); the engine stays the only writer.
-      const live = options.create ? undefined : await InspectClient.connect(abs);
+      // A writing command (import, fork) would be a second writer: exit 4, never the socket.
+      const writes = options.create || options.write === true;
+      const live = writes ? undefined : await InspectClient.connect(abs);
       if (live) return new RemoteHistoryStore(live, abs);
       throw new CliError(
         'TURNLOG_STORE_LOCKED',
-        `Store ${abs} is locked by another process, most likely a running turnlog engine${options.create ? '' : ' that serves no inspection socket (Engine.open({ inspect: false }), or an older turnlog)'}. LevelDB allows one process per directory, so the CLI cannot open it beside that process. Stop the engine and run this command again, or export from inside the running process with engine.exportHistory().`,
+        `Store ${abs} is locked by another process, most likely a running turnlog engine${writes ? '' : ' that serves no inspection socket (Engine.open({ inspect: false }), or an older turnlog)'}. LevelDB allows one process per directory, so the CLI cannot open it beside that process. Stop the engine and run this command again, or export from inside the running process with engine.exportHistory().`,
         EXIT.locked,
         { cause: err },
       );
@@ -267,7 +269,7 @@ export async function requireTask(store: HistoryStore, taskId: string) {
  */
 export async function withStore<T>(
   cmd: Command,
-  options: { create?: boolean },
+  options: { create?: boolean; write?: boolean },
   body: (store: HistoryStore, g: StoreContext) => Promise<T>,
 ): Promise<T> {
   const g0 = globals(cmd);
@@ -275,7 +277,7 @@ export async function withStore<T>(
   const payloadCodecs = loaded.codecs;
   const pipeline = payloadPipeline({ codecs: payloadCodecs, converter: loaded.converter });
   const g: StoreContext = { ...g0, payloadCodecs, pipeline, decodeEvent: pipeline.decodeEvent };
-  const store = await openCliStore(g.store, { create: options.create ?? false });
+  const store = await openCliStore(g.store, { create: options.create ?? false, ...(options.write ? { write: true } : {}) });
   try {
     return await body(store, g);
   } finally {

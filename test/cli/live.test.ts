@@ -95,6 +95,11 @@ describe('live inspection of a LevelDB store an engine holds', () => {
     const imp = await cli(['--store', store, 'import', out, '--force']);
     expect(imp.code).toBe(4);
     expect(imp.stderr).toContain('is locked by another process');
+    // fork appends too: exit 4 like import, not a write refused by the read-only socket (exit 1).
+    const fork = await cliJSON(['--store', store, 'fork', 'done-1', '--at-turn', '1']);
+    expect(fork.code, fork.stderr).toBe(4);
+    expect(fork.json.error.code).toBe('TURNLOG_STORE_LOCKED');
+    expect((await cliJSON(['--store', store, 'list'])).json.tasks.map((t: { taskId: string }) => t.taskId)).not.toContain('done-1-fork-1');
 
     await stopHost(host);
     expect(existsSync(sock)).toBe(false);

@@ -173,6 +173,17 @@ describePg('turnlog on PostgreSQL', () => {
     expect(forced.json.tasks).toEqual([{ taskId: 'one', events: 6, replaced: true, status: 'completed', outcome: 'succeeded' }]);
   });
 
+  it('fork writes the new task on PostgreSQL (read-write, without migrating); the original is untouched', async () => {
+    const before = await live.readEvents('t-rich');
+    const r = await cliJSON(['fork', 't-rich', '--at-turn', '1', '--store', url]);
+    expect(r.code, r.stderr).toBe(0);
+    expect(r.json).toMatchObject({ taskId: 't-rich-fork-1', forkedFrom: { taskId: 't-rich', turn: 1 } });
+    const forked = await live.readEvents('t-rich-fork-1');
+    expect(forked.length).toBe(r.json.events);
+    expect(forked[0]).toMatchObject({ type: 'TaskCreated', forkedFrom: { taskId: 't-rich', turn: 1 } });
+    expect(await live.readEvents('t-rich')).toEqual(before);
+  });
+
   it('an unreachable server is an error naming the store, not a crash', async () => {
     const r = await cliJSON(['list', '--store', 'postgres://postgres@127.0.0.1:1/test']);
     expect(r.code).toBe(1);

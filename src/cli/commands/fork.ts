@@ -32,7 +32,8 @@ export function registerFork(program: Command): void {
       if (!(atTurn >= 1)) throw new TurnlogError('TURNLOG_INVALID_ARGUMENT', `--at-turn ${JSON.stringify(flags.atTurn)} is not a turn number. Pass a positive integer, e.g. --at-turn 3.`);
       const newTaskId = flags.newTaskId ?? `${taskId}-fork-${atTurn}`;
       checkTaskId(newTaskId);
-      await withStore(cmd, {}, async (store, g) => {
+      // It appends: read-write on PostgreSQL (never migrating), and no live socket on LevelDB.
+      await withStore(cmd, { write: true }, async (store, g) => {
         await requireTask(store, taskId);
         const events = forkEvents(taskId, await store.readEvents(taskId), { atTurn, newTaskId });
         if (await store.getSummary(newTaskId).catch(() => null)) {
