@@ -210,6 +210,9 @@ export function openTelemetry(options: OpenTelemetryOptions = {}): EngineObserve
       if (metered) {
         if (e.durationMs !== undefined) m.appendDuration.record(e.durationMs);
       } else if (turns.size === 0 && attempts.size === 0 && !tracing()) return; // no SDK: nothing to do
+      // A task this observer never saw created (another engine's, or one recovery finalizes
+      // without running it) is still named: its metrics carry turnlog.workflow.
+      if (e.workflow !== undefined && !workflows.has(e.taskId)) nameWorkflow(e.taskId, e.workflow);
       for (const ev of e.events) onEvent(e.taskId, ev);
     },
     groupCommitted(e: GroupCommitEvent) {

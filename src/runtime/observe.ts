@@ -23,6 +23,11 @@ export interface EventsAppendedEvent {
   origin: 'engine' | 'other-writer';
   /** This engine's appends: how long the store took to make them durable (ms, wall clock). */
   durationMs?: number;
+  /**
+   * The task's workflow, when the engine knows it (it has loaded the task): also for events of a
+   * task whose `TaskCreated` another engine or process appended, such as a turn recovery finalizes.
+   */
+  workflow?: string;
 }
 
 /** A group commit of the engine's store went out: `writes` appends (and leases, snapshots) share one commit. */
@@ -157,6 +162,8 @@ export class Observers {
     if (this.#list.length === 0 || events.length === 0) return;
     const e: EventsAppendedEvent = { taskId: t.id, events, generation: events[events.length - 1]!.generation, origin };
     if (durationMs !== undefined) e.durationMs = durationMs;
+    const workflow = t.state?.workflow ?? before?.workflow;
+    if (workflow !== undefined) e.workflow = workflow;
     for (const o of this.#list) if (o.eventsAppended) this.#guard('eventsAppended', t.id, () => o.eventsAppended!(e));
   }
 

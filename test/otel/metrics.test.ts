@@ -13,6 +13,9 @@ import { ProcessExecutor } from '../../src/executor/process-executor.js';
 import { silentLogger } from '../../src/logger.js';
 import { openTelemetry } from '../../src/otel/index.js';
 import { Engine } from '../../src/runtime/engine.js';
+import { ManualClock } from '../../src/runtime/clock.js';
+import { MemoryHistoryStore } from '../../src/store/memory-store.js';
+import { historyBuilder } from '../../src/testing/history-builder.js';
 import type { EngineObserver } from '../../src/runtime/observe.js';
 import type { LevelHistoryStore } from '../../src/store/level-store.js';
 import { createPostgresStore } from '../../src/store/postgres-store.js';
@@ -99,6 +102,28 @@ describe('store metrics on LevelDB', () => {
       await tmp.remove();
     });
     expect(await (await engine.start(work, 7)).result()).toBe(7);
+  });
+});
+
+describe('turn metrics of turns this engine did not start', () => {
+  it('a turn recovery finalizes (backstop, marker) counts under its workflow, though another process created the task', async () => {
+    const store = new MemoryHistoryStore();
+    await store.open();
+    // Left by an engine that died: two open turns, one past its deadline, one with its timeout marker.
+    const back = historyBuilder('back').created({ workflow: 'metrics-work', kind: 'multi-turn' }).input(1).turnStarted().build();
+    const mark = historyBuilder('mark').created({ workflow: 'metrics-work', kind: 'multi-turn' }).input(1).turnStarted().marker().build();
+    for (const [id, events] of [['back', back], ['mark', mark]] as const) await store.append(id, events, { expectedLastEventId: 0, generation: 1 });
+    const mt = metering();
+    const clock = new ManualClock(Date.parse('2026-01-01T01:00:00Z'));
+    const engine = await Engine.open({ store, workflows: [work], logger: silentLogger, clock, scanIntervalMs: 0, observers: [openTelemetry({ meterProvider: mt.meterProvider })] });
+    cleanups.push(() => engine.shutdown());
+    await engine.recovered();
+    const points = await mt.points();
+    expect(points.get('turnlog.recoveries')).toEqual(expect.arrayContaining([
+      { attributes: { 'turnlog.recovery.rule': 'backstop' }, value: 1 },
+      { attributes: { 'turnlog.recovery.rule': 'marker' }, value: 1 },
+    ]));
+    expect(points.get('turnlog.turns.ended')).toEqual([{ attributes: { 'turnlog.workflow': 'metrics-work', 'turnlog.outcome': 'timed_out' }, value: 2 }]);
   });
 });
 
