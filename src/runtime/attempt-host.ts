@@ -4,7 +4,7 @@
  * builds its drafts with the call's row (attempt/calls.ts) and appends them; a race with a
  * same-generation writer goes on top, anything else is fenced.
  */
-import { FencedError, isTurnlogError } from '../errors.js';
+import { FencedError, invalidArgument, isTurnlogError } from '../errors.js';
 import type { Payload } from '../history/events.js';
 import type { TaskState, WaitOutcome } from '../history/state.js';
 import { isDue } from '../replay/index.js';
@@ -95,6 +95,14 @@ export class AttemptHost implements TurnHost, RecordEnv {
       if (call.kind === 'step') releaseGrant(this.#active, call.seq);
     } catch (err) {
       return Promise.reject(err);
+    }
+    if (call.kind === 'child') {
+      // Only a child this task started (its ChildStarted is folded in, from this turn or an
+      // earlier one): any other id would wait on another task's input, or another parent's child.
+      const c = call as CallRecords['child'];
+      if (c.op === 'await' && !this.#t.state?.children?.some((k) => k.childId === c.childId)) {
+        return Promise.reject(invalidArgument(`Task ${this.#t.id}, turn ${this.#active.turn}: ctx.awaitChild(${JSON.stringify(c.childId)}): task ${c.childId} is not a child this task started; nothing was recorded. Await the childId of a ctx.startChild() handle.`));
+      }
     }
     // Outside the parent's lock: creating a child locks the child, and a wait can be long.
     if (call.kind === 'child') return this.#d.prepareChild(this.#t.id, this.#active, call as CallRecords['child'], () => this.#check()).then((c) => this.#locked(c as C));

@@ -143,6 +143,33 @@ describe('ctx.startChild / child.result()', () => {
     expect((await engine.history('p-c')).some((e) => e.type === 'ChildStarted')).toBe(false);
   });
 
+  it('ctx.awaitChild of a task this parent did not start is TURNLOG_INVALID_ARGUMENT, not a wait on that task, and records nothing', async () => {
+    const chat = defineWorkflow({ name: 'chat-other', kind: 'multi-turn', turn: async (ctx, x: string) => ctx.suspend('idle', x) });
+    const own = defineWorkflow({
+      name: 'lead-own',
+      kind: 'multi-turn',
+      turn: async (ctx, _: null) => ctx.suspend('idle', await ctx.startChild(chat, 'mine', { childId: 'other-kid' }).then((c) => c.childId)),
+    });
+    const lead = defineWorkflow({
+      name: 'lead-await-other',
+      turn: async (ctx, id: string) => {
+        try {
+          return `awaited: ${String(await ctx.awaitChild(id))}`;
+        } catch (err) {
+          return isTurnlogError(err, 'TURNLOG_INVALID_ARGUMENT') ? `refused: ${(err as Error).message}` : `other: ${(err as Error).message}`;
+        }
+      },
+    });
+    const { engine } = await open([lead, chat, own]);
+    await (await engine.start(chat, 'hi', { taskId: 'plain' })).nextTurn(); // started with engine.start
+    await (await engine.start(own, null, { taskId: 'other-parent' })).nextTurn(); // another parent's child
+    for (const id of ['plain', 'other-kid', 'nobody']) {
+      const out = (await (await engine.start(lead, id, { taskId: `p-await-${id}` })).result()) as string;
+      expect(out, id).toMatch(new RegExp(`^refused: Task p-await-${id}, turn 1: ctx.awaitChild\\("${id}"\\): task ${id} is not a child this task started`));
+      expect((await engine.history(`p-await-${id}`)).some((e) => e.type === 'ChildEnded'), id).toBe(false);
+    }
+  });
+
   it('a re-run of the parent turn after a crash finds the same child (started once) and records its result once', async () => {
     let release!: () => void;
     const gate = new Promise<void>((r) => (release = r));
