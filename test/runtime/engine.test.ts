@@ -8,6 +8,7 @@ import { LevelHistoryStore } from '../../src/store/level-store.js';
 import { isTurnlogError } from '../../src/errors.js';
 import type { HistoryEvent } from '../../src/history/events.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
+import { historyBuilder } from '../../src/testing/history-builder.js';
 
 const engines: Engine[] = [];
 const cleanups: (() => Promise<void>)[] = [];
@@ -759,6 +760,20 @@ describe('recovery and shutdown', () => {
     engines.push(e3);
     expect(await e3.turnResult('waits', h.inputId!)).toMatchObject({ status: 'completed', output: 'recovered' });
     hang.resolve();
+  });
+
+  it('still finalizes a timed-out turn of an unregistered workflow (backstop): that decision runs no workflow code', async () => {
+    const store = new MemoryHistoryStore();
+    await store.open();
+    const events = historyBuilder('late').created({ workflow: 'gone', kind: 'multi-turn' }).input('x').turnStarted().build();
+    await store.append('late', events, { expectedLastEventId: 0, generation: 1 });
+    const started = events.find((e) => e.type === 'TurnStarted')!;
+    const clock = new ManualClock(started.time + 120_000); // past the 60 s deadline
+    const e = await Engine.open({ store, workflows: [], clock, logger: silentLogger, scanIntervalMs: 0 });
+    engines.push(e);
+    await e.recovered();
+    const last = (await e.history('late')).at(-1)!;
+    expect(last.type === 'TurnTimedOut' && last.cause).toBe('recovery_backstop');
   });
 
   it('rejects a second engine on the same directory with TURNLOG_STORE_LOCKED', async () => {
