@@ -81,7 +81,9 @@ export function openTelemetry(options: OpenTelemetryOptions = {}): EngineObserve
       for (const [executor, workers] of sizes) r.observe(workers, { 'turnlog.executor': executor });
     });
   }
-  if (options.logTraceIds !== false) setLogTraceSource(activeIds);
+  // The JSON logger's trace source is process-wide: the latest openTelemetry() decides, so
+  // `logTraceIds: false` also takes back what an earlier observer installed.
+  setLogTraceSource(options.logTraceIds === false ? undefined : activeIds);
   /**
    * Whether spans are made: a provider was given, or an SDK registered the global one (asked
    * again each time: it may register after this observer was made). With neither, the observer

@@ -11,7 +11,7 @@ import { AggregationTemporality, MeterProvider, MetricReader, type ResourceMetri
 import { BasicTracerProvider, InMemorySpanExporter, SimpleSpanProcessor, type ReadableSpan } from '@opentelemetry/sdk-trace-base';
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest';
 import { ProcessExecutor } from '../../src/executor/process-executor.js';
-import { silentLogger } from '../../src/logger.js';
+import { jsonLogger, silentLogger } from '../../src/logger.js';
 import { openTelemetry } from '../../src/otel/index.js';
 import { Engine } from '../../src/runtime/engine.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
@@ -125,5 +125,22 @@ describe('openTelemetry()', () => {
     expect(step!.parentSpanContext?.spanId).toBe(attempts[0]!.spanContext().spanId);
     const recoveries = (await metricPoints()).get('turnlog.recoveries');
     expect(recoveries).toContainEqual({ attributes: { 'turnlog.recovery.rule': 'rerun' }, value: 1 });
+  });
+});
+
+describe('trace ids on JSON log lines', () => {
+  it('are there with openTelemetry(), and gone once openTelemetry({ logTraceIds: false }) is made, even after one that put them', () => {
+    const lines: string[] = [];
+    const logger = jsonLogger({ write: (l) => void lines.push(l) });
+    const span = tracerProvider.getTracer('test').startSpan('request');
+    const logInSpan = () => context.with(trace.setSpan(context.active(), span), () => logger.warn('inside a span'));
+    openTelemetry({ tracerProvider });
+    logInSpan();
+    openTelemetry({ tracerProvider, logTraceIds: false });
+    logInSpan();
+    span.end();
+    expect(JSON.parse(lines[0]!)).toMatchObject({ traceId: span.spanContext().traceId, spanId: span.spanContext().spanId });
+    expect(JSON.parse(lines[1]!)).not.toHaveProperty('traceId');
+    expect(JSON.parse(lines[1]!)).not.toHaveProperty('spanId');
   });
 });
