@@ -10,6 +10,7 @@ import type { Payload, RetryPolicy } from '../history/events.js';
 import { errorToFailure } from '../history/failure.js';
 import type { PayloadConverter } from '../history/payload.js';
 import type { StepFn } from '../workflow/context.js';
+import { isStringList } from '../workflow/define-workflow.js';
 import { backoffDelay } from './backoff.js';
 import { encodeFor } from './encode.js';
 import type { TurnHost, TurnSpec } from './host.js';
@@ -55,10 +56,14 @@ export class StepRunner {
   // The same ranges as the workflow's `retry` (defineWorkflow): a NaN maxAttempts never stopped
   // retrying. Read before a seq is taken, so a refusal (or a getter's throw) takes no slot.
   checkRetry(name: string, retry: Partial<RetryPolicy>): void {
-    const bad = (field: string, v: unknown, min: number, max: number): TurnlogError =>
-      invalidArgument(`Task ${this.#ctx.taskId}, turn ${this.#ctx.turn}: step "${String(name)}" retry.${field} must be a number from ${min} to ${max}, got ${String(v)}.`);
+    const at = `Task ${this.#ctx.taskId}, turn ${this.#ctx.turn}: step "${String(name)}" retry`;
+    const bad = (field: string, v: unknown, min: number, max: number, what = 'a number'): TurnlogError =>
+      invalidArgument(`${at}.${field} must be ${what} from ${min} to ${max}, got ${String(v)}.`);
     const max = retry.maxAttempts;
-    if (max !== undefined && !(typeof max === 'number' && max >= 1 && max <= 1000)) throw bad('maxAttempts', max, 1, 1000);
+    if (max !== undefined && !(Number.isInteger(max) && max >= 1 && max <= 1000)) throw bad('maxAttempts', max, 1, 1000, 'an integer');
+    if (retry.nonRetryableTypes !== undefined && !isStringList(retry.nonRetryableTypes)) {
+      throw invalidArgument(`${at}.nonRetryableTypes must be an array of error type names (e.g. ['RateLimitError']), got ${String(retry.nonRetryableTypes)}.`);
+    }
     const jitter = retry.jitter;
     if (jitter !== undefined && !(typeof jitter === 'number' && jitter >= 0 && jitter <= 1)) throw bad('jitter', jitter, 0, 1);
   }

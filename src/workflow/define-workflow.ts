@@ -125,6 +125,9 @@ export function defineWorkflow<I = unknown, O = unknown, S = unknown, P extends 
     throw invalid(String(name), 'name must be 1–200 characters of letters, digits and _ . : / -');
   }
   if (typeof options.turn !== 'function') throw invalid(name, '`turn` must be a function (ctx, input) => output');
+  if (options.initialState !== undefined && typeof options.initialState !== 'function') {
+    throw invalid(name, '`initialState` must be a function () => state (a fresh state for each new task)');
+  }
   const kind = options.kind ?? 'one-shot';
   if (kind !== 'one-shot' && kind !== 'multi-turn') throw invalid(name, `kind must be 'one-shot' or 'multi-turn', got ${String(kind)}`);
   const turnTimeoutMs = options.turnTimeoutMs ?? 3600_000;
@@ -133,14 +136,17 @@ export function defineWorkflow<I = unknown, O = unknown, S = unknown, P extends 
   checkRange(name, 'graceMs', graceMs, 0, MAX_TIMEOUT_MS);
   const maxRecoveries = options.maxRecoveries ?? 5;
   const maxWorkerCrashes = options.maxWorkerCrashes ?? 2;
-  checkRange(name, 'maxRecoveries', maxRecoveries, 0, 1000);
-  checkRange(name, 'maxWorkerCrashes', maxWorkerCrashes, 0, 1000);
+  checkRange(name, 'maxRecoveries', maxRecoveries, 0, 1000, true);
+  checkRange(name, 'maxWorkerCrashes', maxWorkerCrashes, 0, 1000, true);
   const steering = options.steering ?? (kind === 'multi-turn' ? {} : false);
   const steeringMaxQueued = steering === false ? 0 : (steering.maxQueued ?? 9);
-  checkRange(name, 'steering.maxQueued', steeringMaxQueued, 0, 10_000);
+  checkRange(name, 'steering.maxQueued', steeringMaxQueued, 0, 10_000, true);
   const stepRetry = { ...DEFAULT_RETRY, ...options.retry };
-  checkRange(name, 'retry.maxAttempts', stepRetry.maxAttempts, 1, 1000);
+  checkRange(name, 'retry.maxAttempts', stepRetry.maxAttempts, 1, 1000, true);
   if (stepRetry.jitter !== undefined) checkRange(name, 'retry.jitter', stepRetry.jitter, 0, 1);
+  if (!isStringList(stepRetry.nonRetryableTypes)) {
+    throw invalid(name, `retry.nonRetryableTypes must be an array of error type names (e.g. ['RateLimitError']), got ${String(stepRetry.nonRetryableTypes)}`);
+  }
   const payloads = (options.payloads ?? 'json') as P;
   if (payloads !== 'json' && payloads !== 'custom') throw invalid(name, `payloads must be 'json' or 'custom', got ${String(payloads)}`);
   if (options.executor !== undefined && options.executor !== 'inline' && options.executor !== 'process') {
@@ -186,10 +192,15 @@ export function resolvePolicy(wf: Workflow<any, any, any, any>, defaultExecutor:
   return { ...wf.policy, executor: wf.policy.executor ?? defaultExecutor, stepRetry: { ...wf.policy.stepRetry } };
 }
 
-function checkRange(wf: string, field: string, v: number, min: number, max: number): void {
-  if (typeof v !== 'number' || !Number.isFinite(v) || v < min || v > max) {
-    throw invalid(wf, `${field} must be a number from ${min} to ${max}, got ${String(v)}`);
+function checkRange(wf: string, field: string, v: number, min: number, max: number, integer = false): void {
+  if (typeof v !== 'number' || !Number.isFinite(v) || v < min || v > max || (integer && !Number.isInteger(v))) {
+    throw invalid(wf, `${field} must be ${integer ? 'an integer' : 'a number'} from ${min} to ${max}, got ${String(v)}`);
   }
+}
+
+/** An array of strings: `nonRetryableTypes` is matched by type name, never by substring. */
+export function isStringList(v: unknown): v is string[] {
+  return Array.isArray(v) && v.every((t) => typeof t === 'string');
 }
 
 function invalid(wf: string, detail: string): TurnlogError {

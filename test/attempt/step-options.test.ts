@@ -56,6 +56,10 @@ for (const [label, retry] of [
   ['maxAttempts 0', { maxAttempts: 0 }],
   ['maxAttempts above 1,000', { maxAttempts: 1001 }],
   ['jitter 2', { jitter: 2 }],
+  // A count is an integer: 2.5 ran the fn three times; a type list is an array, not a string
+  // ('Error' matched every type that 'Error'.includes, such as 'Err').
+  ['maxAttempts 2.5', { maxAttempts: 2.5 }],
+  ['nonRetryableTypes a string', { nonRetryableTypes: 'Error' as unknown as string[] }],
 ] as const) {
   it(`a step's retry ${label} is refused before fn runs, with the step's name; the next step is recorded`, async () => {
     let calls = 0;
@@ -79,7 +83,7 @@ for (const [label, retry] of [
     cleanups.push(() => engine.shutdown({ graceMs: 0 }));
     const h = await engine.start(wf, null, { taskId: 'r' });
     const out = String(await h.result());
-    expect(out).toMatch(/^TURNLOG_INVALID_ARGUMENT: Task r, turn 1: step "charge" retry\.(maxAttempts|jitter) must be a number from /);
+    expect(out).toMatch(/^TURNLOG_INVALID_ARGUMENT: Task r, turn 1: step "charge" retry\.(maxAttempts|jitter|nonRetryableTypes) must be (a number|an integer|an array)/);
     expect(out.endsWith(' | 2')).toBe(true);
     expect(calls).toBe(0);
   });
