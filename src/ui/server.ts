@@ -5,7 +5,7 @@
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http';
 import type { AddressInfo } from 'node:net';
-import { isHistoryUnreadable } from '../errors.js';
+import { isHistoryUnreadable, isTurnlogError } from '../errors.js';
 import type { HistoryEvent, Lease, TaskStatus, TaskSummary } from '../history/events.js';
 import { summarize } from '../history/summary.js';
 import type { PayloadConverter } from '../history/payload.js';
@@ -40,6 +40,15 @@ class HttpError extends Error {
   ) {
     super(message);
   }
+}
+
+/** A caller's mistake is 4xx (a cursor of another filter, an invalid task id, a malformed %-escape), never 500. */
+function httpStatusOf(err: unknown): [number, string | undefined] {
+  if (err instanceof HttpError) return [err.status, undefined];
+  if (isTurnlogError(err, 'TURNLOG_INVALID_ARGUMENT')) return [400, undefined];
+  if (isTurnlogError(err, 'TURNLOG_TASK_NOT_FOUND')) return [404, undefined];
+  if (err instanceof URIError) return [400, 'TURNLOG_INVALID_ARGUMENT'];
+  return [500, undefined];
 }
 
 function sendJSON(res: ServerResponse, status: number, body: unknown): void {
@@ -128,8 +137,8 @@ export async function startUiServer(options: UiServerOptions): Promise<UiServer>
   const server = createServer((req, res) => {
     handle(req, res).catch((err: unknown) => {
       const e = err as Error & { code?: string };
-      const status = err instanceof HttpError ? err.status : 500;
-      if (!res.headersSent) sendJSON(res, status, { error: { code: e.code ?? null, message: e.message } });
+      const [status, code] = httpStatusOf(err);
+      if (!res.headersSent) sendJSON(res, status, { error: { code: code ?? e.code ?? null, message: e.message } });
       else res.end();
     });
   });

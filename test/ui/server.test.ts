@@ -54,6 +54,14 @@ describe('turnlog ui server', () => {
     expect([bad.status, bad.body.error.code]).toEqual([400, 'TURNLOG_INVALID_ARGUMENT']);
   });
 
+  it('answers a caller\'s mistake with 400, never 500: a cursor of another filter, an invalid task id, a malformed escape', async () => {
+    const server = await serve();
+    for (const path of ['/api/tasks?cursor=zzz', `/api/tasks/${'x'.repeat(201)}`, '/api/tasks/a%0Ab', '/api/tasks/%E0%A4%A']) {
+      const r = await get(server, path);
+      expect([path, r.status, r.body.error.code]).toEqual([path, 400, 'TURNLOG_INVALID_ARGUMENT']);
+    }
+  });
+
   it('serves a task as summary, timeline, recoveries and decision; an unknown task is 404', async () => {
     const server = await serve();
     const { status, body } = await get(server, '/api/tasks/t-rich');
