@@ -282,7 +282,7 @@ function instruments(meter: Meter): {
     stepDuration: meter.createHistogram('turnlog.step.duration', { description: 'Step latency as recorded.', unit: 'ms' }),
     queueDepth: meter.createUpDownCounter('turnlog.steering.queue_depth', { description: 'Inputs queued and not yet taken by a turn (this engine).' }),
     recoveries: meter.createCounter('turnlog.recoveries', { description: 'Recovery decisions carried out, by rule.' }),
-    kills: meter.createCounter('turnlog.worker.kills', { description: 'Workers SIGKILLed at the hard cap.' }),
+    kills: meter.createCounter('turnlog.worker.kills', { description: 'Workers SIGKILLed at the hard cap or when a cancel\'s grace ran out (WorkerKilled).' }),
     appendDuration: meter.createHistogram('turnlog.append.duration', { description: 'Time the store took to make one append of this engine durable.', unit: 'ms' }),
     batchSize: meter.createHistogram('turnlog.group_commit.batch_size', { description: 'Writes sharing one group commit of the store.', unit: '{write}' }),
     poolSize: meter.createObservableGauge('turnlog.worker.pool.size', { description: 'Live worker processes (busy, parked, warm, starting), per executor.', unit: '{process}' }),

@@ -21,6 +21,7 @@ import type { LevelHistoryStore } from '../../src/store/level-store.js';
 import { createPostgresStore } from '../../src/store/postgres-store.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
 import { stepThenCrash } from '../fixtures/workflows/steps.js';
+import { runaway, runawayChat } from '../fixtures/workflows/runaway.js';
 import { PG_URL, describePg, dropSchema, uniqueSchema } from '../helpers/postgres.js';
 import { until } from '../helpers/processes.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
@@ -146,6 +147,34 @@ describe('worker pool size', () => {
     expect(pool).toEqual([{ attributes: { 'turnlog.executor': 'process' }, value: 2 }]);
     await engine.shutdown();
     expect((await mt.points()).get('turnlog.worker.pool.size')).toEqual([{ attributes: { 'turnlog.executor': 'process' }, value: 0 }]);
+  });
+});
+
+describe('worker kills', () => {
+  it('counts a hard-cap kill and a kill when a cancel’s grace ran out, under the workflow', async () => {
+    ensureBuilt();
+    const tmp = await makeTmpDir('turnlog-metrics-');
+    const mt = metering();
+    const module = fileURLToPath(new URL('../../dist/test/fixtures/workflows/index.js', import.meta.url));
+    const exec = new ProcessExecutor({ workflowsModule: module, execArgv: [], logger: silentLogger });
+    const engine = await Engine.open({ store: tmp.path + '/s', workflows: [runaway, runawayChat], executors: { process: exec }, logger: silentLogger, scanIntervalMs: 0, observers: [openTelemetry({ meterProvider: mt.meterProvider })] });
+    cleanups.push(async () => {
+      await engine.shutdown();
+      await tmp.remove();
+    });
+    const timedOut = await engine.start(runaway, null);
+    await expect(timedOut.result()).rejects.toMatchObject({ code: 'TURNLOG_TURN_TIMED_OUT' });
+    await engine.start(runawayChat, 'hang', { taskId: 'spins' });
+    await until(async () => (await engine.history('spins')).some((e) => e.type === 'TurnStarted'), 'the spinning turn to start');
+    await engine.cancel('spins', 'stop');
+    await until(async () => (await engine.history('spins')).some((e) => e.type === 'TaskCompleted'), 'the cancel to end the task');
+    const reasons = (await engine.history('spins')).flatMap((e) => (e.type === 'WorkerKilled' ? [e.reason] : []));
+    expect(reasons).toEqual(['cancel grace expired']);
+    const kills = (await mt.points()).get('turnlog.worker.kills');
+    expect(kills).toEqual([
+      { attributes: { 'turnlog.workflow': 'iso-runaway' }, value: 1 },
+      { attributes: { 'turnlog.workflow': 'iso-runaway-chat' }, value: 1 },
+    ]);
   });
 });
 
