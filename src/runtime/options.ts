@@ -173,6 +173,11 @@ function positiveInteger(name: string, v: number): number {
   return v;
 }
 
+function nonNegative(name: string, v: number, zero: string): number {
+  if (typeof v !== 'number' || !Number.isFinite(v) || v < 0) throw invalidArgument(`${name} must be a finite number of milliseconds >= 0 (${zero}), got ${String(v)}.`);
+  return v;
+}
+
 export function positive(name: string, v: number): number {
   if (typeof v !== 'number' || !(v > 0)) throw invalidArgument(`${name} must be a positive number of milliseconds, got ${String(v)}.`);
   return v;
@@ -265,10 +270,10 @@ export function resolveOptions(options: EngineOptions, operatorOnly = false): En
     codec: pipeline.chain,
     encodesFailureText: pipeline.chain !== undefined && options.encodeFailureAttributes !== false,
     leaseMs: positive('leaseMs', options.leaseMs ?? 60_000),
-    scanIntervalMs: options.scanIntervalMs ?? 30_000,
-    shutdownGraceMs: options.shutdownGraceMs ?? 25_000,
-    snapshotEvery: options.snapshotEvery ?? 1000,
-    maxCached: options.maxCachedTasks ?? 10_000,
+    scanIntervalMs: nonNegative('scanIntervalMs', options.scanIntervalMs ?? 30_000, '0 turns the periodic scan off'),
+    shutdownGraceMs: nonNegative('shutdownGraceMs', options.shutdownGraceMs ?? 25_000, '0 leaves running turns to recovery at once'),
+    snapshotEvery: positiveInteger('snapshotEvery', options.snapshotEvery ?? 1000),
+    maxCached: positiveInteger('maxCachedTasks', options.maxCachedTasks ?? 10_000),
     maxRunningTurns: runningCap(options.maxRunningTurns),
     retentionMs: options.retentionMs === undefined ? undefined : positive('retentionMs', options.retentionMs),
     recoveryConcurrency: positiveInteger('recoveryConcurrency', options.recoveryConcurrency ?? 64),
