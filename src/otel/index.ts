@@ -258,9 +258,16 @@ export function openTelemetry(options: OpenTelemetryOptions = {}): EngineObserve
       attempts.set(key, { span, attempt: a.attempt });
     },
     attemptEnded(a: AttemptEndedEvent) {
-      // An attempt whose end wrote no event (a fenced zombie): close its span here.
+      // Called as the attempt ends, before its end is appended (and for an attempt whose end
+      // writes nothing, a fenced zombie): the attempt span ends here.
       const key = `${a.taskId}\0${a.turn}`;
-      if (attempts.get(key)?.attempt === a.attempt) endAttempt(key, { 'turnlog.attempt.outcome': a.outcome.kind }, a.time);
+      const open = attempts.get(key);
+      if (open?.attempt !== a.attempt) return;
+      const o = a.outcome;
+      // The kill's WorkerKilled is appended after this: put its event on the span while it is open.
+      if (o.kind === 'killed') open.span.addEvent('worker killed', { 'turnlog.worker.pid': o.pid, 'turnlog.kill.signal': o.signal }, a.time);
+      // The turn's vocabulary (timed_out, as turnlog.outcome), not the executor's (timed-out).
+      endAttempt(key, { 'turnlog.attempt.outcome': o.kind === 'timed-out' ? 'timed_out' : o.kind }, a.time);
     },
   };
 }

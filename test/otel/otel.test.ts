@@ -16,6 +16,7 @@ import { openTelemetry } from '../../src/otel/index.js';
 import { Engine } from '../../src/runtime/engine.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
 import { stepThenCrash } from '../fixtures/workflows/steps.js';
+import { runaway } from '../fixtures/workflows/runaway.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
 import { ensureBuilt } from '../cli/run-cli.js';
 
@@ -125,6 +126,34 @@ describe('openTelemetry()', () => {
     expect(step!.parentSpanContext?.spanId).toBe(attempts[0]!.spanContext().spanId);
     const recoveries = (await metricPoints()).get('turnlog.recoveries');
     expect(recoveries).toContainEqual({ attributes: { 'turnlog.recovery.rule': 'rerun' }, value: 1 });
+  });
+});
+
+describe('attempt outcomes', () => {
+  it('a timed-out attempt reads timed_out (the turn’s word); a hard-capped one reads killed, with its worker killed event', async () => {
+    ensureBuilt();
+    const tmp = await makeTmpDir('turnlog-otel-');
+    const module = fileURLToPath(new URL('../../dist/test/fixtures/workflows/index.js', import.meta.url));
+    const exec = new ProcessExecutor({ workflowsModule: module, execArgv: [], logger: silentLogger });
+    const cooperative = defineWorkflow({
+      name: 'otel-cooperative',
+      turnTimeoutMs: 200,
+      graceMs: 5_000,
+      turn: (ctx) => new Promise((_, reject) => ctx.signal.addEventListener('abort', () => reject(ctx.signal.reason as Error))),
+    });
+    const engine = await Engine.open({ store: tmp.path + '/s', workflows: [cooperative, runaway], executors: { process: exec }, logger: silentLogger, scanIntervalMs: 0, observers: [openTelemetry({ tracerProvider })] });
+    cleanups.push(async () => {
+      await engine.shutdown();
+      await tmp.remove();
+    });
+    await expect((await engine.start(cooperative, null, { taskId: 'o-coop' })).result()).rejects.toMatchObject({ code: 'TURNLOG_TURN_TIMED_OUT' });
+    await expect((await engine.start(runaway, null, { taskId: 'o-kill' })).result()).rejects.toMatchObject({ code: 'TURNLOG_TURN_TIMED_OUT' });
+    const attempt = (taskId: string) => byName(exporter.getFinishedSpans(), 'turnlog.attempt').find((s) => s.attributes['turnlog.task_id'] === taskId)!;
+    expect(attempt('o-coop').attributes['turnlog.attempt.outcome']).toBe('timed_out');
+    const killed = attempt('o-kill');
+    expect(killed.attributes['turnlog.attempt.outcome']).toBe('killed');
+    expect(killed.events.map((e) => e.name)).toContain('worker killed');
+    expect(killed.events.find((e) => e.name === 'worker killed')!.attributes).toMatchObject({ 'turnlog.kill.signal': 'SIGKILL' });
   });
 });
 
