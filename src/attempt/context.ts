@@ -35,6 +35,29 @@ const INPUT_POLL_MS = 5;
 export const MAX_CHUNK_BYTES = 1024 * 1024;
 const MAX_INPUT_POLL_MS = 250;
 
+/**
+ * The takeInputs poll: resolves after `ms` in real time or on the engine's clock, whichever comes
+ * first, and rejects with the signal's reason when it aborts. Real time, so an input sent to a test
+ * engine (ManualClock) is taken without advancing it; the engine's clock, so `advance` past a
+ * bounded wait's timeout ends it before `advance` resolves (test runtime/take-inputs-manual-clock).
+ */
+function pollPause(host: TurnHost, ms: number, signal: AbortSignal): Promise<void> {
+  if (signal.aborted) return Promise.reject(signal.reason);
+  const stop = new AbortController();
+  const onAbort = (): void => stop.abort(signal.reason);
+  signal.addEventListener('abort', onAbort, { once: true });
+  let timer: NodeJS.Timeout | undefined;
+  const real = new Promise<void>((resolve, reject) => {
+    timer = setTimeout(resolve, ms);
+    stop.signal.addEventListener('abort', () => reject(stop.signal.reason), { once: true });
+  });
+  return Promise.race([real, host.sleep(ms, stop.signal)]).finally(() => {
+    signal.removeEventListener('abort', onAbort);
+    clearTimeout(timer);
+    if (!stop.signal.aborted) stop.abort();
+  });
+}
+
 function abortReason(kind: CancelKind, spec: TurnSpec, reason: string): TurnlogError {
   const at = `Task ${spec.taskId}, turn ${spec.turn}`;
   switch (kind) {
@@ -267,13 +290,14 @@ export class TurnContextImpl<I = unknown, S = unknown> implements TurnContext<I,
     this.#checkFenced();
     // Polling keeps the host contract small (it works the same across the worker protocol); the
     // interval grows with the wait (5 ms to 250 ms), so a long bounded wait costs few wake-ups.
+    // The timeout is on the engine's clock; a poll ends on either clock (pollPause).
     const started = this.#host.now();
     const until = timeoutMs === undefined ? Infinity : started + timeoutMs;
     while (options.wait && this.#host.pendingInputCount() === 0) {
       const now = this.#host.now();
       if (now >= until) break; // timed out: recorded below as taking what is queued (nothing)
       const poll = Math.min(until - now, Math.max(INPUT_POLL_MS, Math.min(MAX_INPUT_POLL_MS, (now - started) / 20)));
-      await this.#host.sleep(poll, this.signal);
+      await pollPause(this.#host, poll, this.signal);
     }
     const taken = await this.#reserve().record(() => this.#host.record({ kind: 'take-inputs', seq }));
     return taken.map((q) => this.#converter.fromPayload<T>(q.input));
