@@ -507,6 +507,11 @@ export interface TaskSummary {
   /** Scheduled inputs not yet taken, by input id: their deliverAt (what the claim of due work reads). */
   scheduled?: Record<string, number>;
   lastInputId?: string;
+  /**
+   * A task-scoped cancel was requested and the task has not completed (`TaskCompleted` clears it):
+   * due work in any status, decision rule 2 completes or finalizes it (docs/recovery.md).
+   */
+  cancelRequested?: true;
   createdAt: number;
   updatedAt: number;
   /**

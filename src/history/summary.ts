@@ -47,8 +47,12 @@ export function summarize(taskId: string, prev: TaskSummary | undefined, events:
       case 'TurnTimedOut':
         if (s.kind === 'multi-turn') s.status = 'suspended';
         break;
+      case 'CancelRequested':
+        if (e.scope === 'task' && s.status !== 'completed') s.cancelRequested = true;
+        break;
       case 'TaskCompleted':
         delete s.scheduled;
+        delete s.cancelRequested;
         s.status = 'completed';
         s.outcome = e.outcome;
         break;
@@ -62,6 +66,8 @@ export function summarize(taskId: string, prev: TaskSummary | undefined, events:
         s.queued = at.queue.length;
         if (at.lastInputId !== undefined) s.lastInputId = at.lastInputId;
         if (at.outcome !== undefined) s.outcome = at.outcome;
+        if (at.cancelRequested?.scope === 'task' || at.openTurn?.cancelRequested?.scope === 'task') s.cancelRequested = true;
+        else delete s.cancelRequested;
         // Fields the dropped events set: a rebuild from a compacted history must equal the summary
         // kept across it (test: store/postgres-lost-reply "a compacted history").
         const scheduled: Record<string, number> = {};
@@ -97,6 +103,7 @@ export function copySummary(prev: TaskSummary): TaskSummary {
   if (prev.outcome !== undefined) s.outcome = prev.outcome;
   if (prev.lastInputId !== undefined) s.lastInputId = prev.lastInputId;
   if (prev.scheduled !== undefined) s.scheduled = prev.scheduled;
+  if (prev.cancelRequested !== undefined) s.cancelRequested = prev.cancelRequested;
   if (prev.corrupt !== undefined) s.corrupt = prev.corrupt;
   return s;
 }

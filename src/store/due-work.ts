@@ -55,6 +55,9 @@ function dueReason(e: IndexEntry, reason: DueReason, request: ClaimRequest): Due
       return isRecoverable(s, e.lease, request.now, request.instance) ? reason : undefined;
     case 'pending':
     case 'queued': {
+      // A pending task cancel (summary.cancelRequested) is due whatever the queue holds: rule 2
+      // completes the task (test: runtime/stuck-cancel).
+      if (s.cancelRequested) return reason;
       // Scheduled inputs count once due, or due within the horizon (the engine arms their wake-up).
       const wake = scheduledWake(s);
       if (!wake) return reason === 'pending' || s.queued > 0 ? reason : undefined;

@@ -145,7 +145,7 @@ export type DueReason =
   | 'in-progress'
   /** Created, no turn started yet. */
   | 'pending'
-  /** Suspended with queued inputs. */
+  /** Suspended with queued inputs, or with a task cancel pending (`summary.cancelRequested`). */
   | 'queued'
   /** Completed longer than the retention ago, and not marked corrupt: delete it. */
   | 'retention';

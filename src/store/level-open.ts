@@ -5,11 +5,16 @@
 import type { Level } from 'level';
 import { HistoryCorruptError, StoreLockedError, TurnlogError, isTurnlogError } from '../errors.js';
 import { HISTORY_FORMAT_VERSION } from '../history/events.js';
-import { STORE_FORMAT_VERSION, describeKey, metaKey } from './keys.js';
+import type { HistoryEvent } from '../history/events.js';
+import { summarize } from '../history/summary.js';
+import { STORE_FORMAT_VERSION, describeKey, metaKey, prefixEnd, statusIndexPrefix, summaryKey, taskIdOfKey } from './keys.js';
 import { parseJson } from './level-records.js';
+import { decodeSummary, encodeSummary } from './records.js';
 import { inspectStoreDir } from './store-dir.js';
 
 const FORMAT_META = 'format';
+/** Present once every summary carries `cancelRequested` (written by this build, or derived at open). */
+const CANCEL_META = 'summary-cancel-requested';
 
 /** Refuses, before LevelDB writes a byte, a directory that is not a turnlog store (store-dir.ts). */
 export async function checkDirectory(location: string, create: boolean): Promise<void> {
@@ -51,6 +56,38 @@ export async function checkFormat(db: Level<Buffer, Buffer>, location: string): 
       `Store ${location} has store format version ${meta.store}; this build reads up to ${STORE_FORMAT_VERSION}. Upgrade turnlog to open it.`,
     );
   }
+}
+
+/**
+ * Once per store: summaries written before `cancelRequested` existed get it from their history
+ * (a task cancel left pending by an older build, docs/recovery.md#a-task-cancel-left-pending).
+ * Reads the history of every task not completed, once; a history that cannot be read is skipped
+ * (the claim of due work isolates it). Returns how many summaries it marked.
+ */
+export async function deriveCancelRequested(db: Level<Buffer, Buffer>, readEvents: (taskId: string) => Promise<HistoryEvent[]>): Promise<number> {
+  const key = metaKey(CANCEL_META);
+  if ((await db.get(key)) !== undefined) return 0;
+  let marked = 0;
+  for (const status of ['pending', 'in_progress', 'suspended'] as const) {
+    const prefix = statusIndexPrefix(status);
+    for await (const k of db.keys({ gte: prefix, lt: prefixEnd(prefix) })) {
+      const taskId = taskIdOfKey(k);
+      const raw = await db.get(summaryKey(taskId));
+      if (raw === undefined) continue;
+      try {
+        const stored = decodeSummary(taskId, raw);
+        if (stored.cancelRequested) continue;
+        const rebuilt = summarize(taskId, undefined, await readEvents(taskId));
+        if (!rebuilt.cancelRequested || rebuilt.lastEventId !== stored.lastEventId) continue;
+        await db.put(summaryKey(taskId), encodeSummary({ ...stored, cancelRequested: true }));
+        marked++;
+      } catch {
+        // Unreadable: left as it is, for the engine to isolate.
+      }
+    }
+  }
+  await db.put(key, Buffer.from('{}'), { sync: true });
+  return marked;
 }
 
 /** Why `location` could not be opened: a lock another process holds, else the OS's reason. */

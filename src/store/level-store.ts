@@ -47,7 +47,7 @@ import {
 import { LevelHeads, type HeadEntry, type TailHint } from './level-heads.js';
 import { LevelReads } from './level-reads.js';
 import { LevelClaims } from './level-claims.js';
-import { checkDirectory, checkFormat, openError } from './level-open.js';
+import { checkDirectory, checkFormat, deriveCancelRequested, openError } from './level-open.js';
 import { decodeEventRecord } from './level-records.js';
 import { encodeLease, encodeSummary } from './records.js';
 import {
@@ -187,12 +187,14 @@ export class LevelHistoryStore implements HistoryStore {
     }
     try {
       await checkFormat(this.#db, this.location);
+      this.#state = 'open';
+      // Before any head is loaded: the rewritten summaries are read from disk by their first use.
+      await deriveCancelRequested(this.#db, (taskId) => this.readEvents(taskId));
     } catch (err) {
       this.#state = 'closed';
       await this.#db.close();
       throw err;
     }
-    this.#state = 'open';
   }
 
   async close(): Promise<void> {

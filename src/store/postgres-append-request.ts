@@ -58,4 +58,7 @@ export interface PendingAppend extends AppendRequest {
 export const SUMMARY_UPSERT = ` ON CONFLICT (task_id) DO UPDATE SET workflow = EXCLUDED.workflow, kind = EXCLUDED.kind,
   status = EXCLUDED.status, outcome = EXCLUDED.outcome, last_event_id = EXCLUDED.last_event_id,
   max_generation = EXCLUDED.max_generation, turn = EXCLUDED.turn, queued = EXCLUDED.queued,
-  last_input_id = EXCLUDED.last_input_id, created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at`;
+  last_input_id = EXCLUDED.last_input_id, created_at = EXCLUDED.created_at, updated_at = EXCLUDED.updated_at,
+  cancel_requested = CASE WHEN EXCLUDED.cancel_known_through IS NULL THEN summaries.cancel_requested ELSE EXCLUDED.cancel_requested END,
+  cancel_known_through = CASE WHEN EXCLUDED.cancel_known_through IS NOT NULL THEN EXCLUDED.cancel_known_through
+    WHEN summaries.cancel_known_through = summaries.last_event_id THEN EXCLUDED.last_event_id ELSE summaries.cancel_known_through END`;

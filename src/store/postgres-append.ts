@@ -64,6 +64,35 @@ export interface CasShape {
    * three are set ($4..$6); every other column keeps the expected value the statement checks.
    */
   light: boolean;
+  /** The pending task cancel's columns (migration 7): see {@link cancelWrite}. */
+  cancel: CancelWrite;
+}
+
+/**
+ * How an append writes `cancel_requested` (migration 7): 0 carries it, still known only if it was
+ * known through the row's last event (the append holds no task cancel nor TaskCompleted); 1 and
+ * 2 set it true or false, known through the append's last event (a new task's whole history, or
+ * an append holding one). An older build's writes carry nothing, so their rows read as not known.
+ */
+export type CancelWrite = 0 | 1 | 2;
+
+export function cancelWrite(events: readonly HistoryEvent[], next: TaskSummary, exists: boolean): CancelWrite {
+  if (exists && !events.some((e) => e.type === 'TaskCompleted' || (e.type === 'CancelRequested' && e.scope === 'task'))) return 0;
+  return next.cancelRequested ? 1 : 2;
+}
+
+/** The SET items for the cancel columns of an UPDATE (old values on the right), `last` the new last event id. */
+export function cancelSet(w: CancelWrite, last: string): string {
+  if (w === 0) return `cancel_known_through = CASE WHEN cancel_known_through = last_event_id THEN ${last} ELSE cancel_known_through END`;
+  return `cancel_requested = ${w === 1}, cancel_known_through = ${last}`;
+}
+
+/**
+ * The cancel columns of an upsert's insert (`cancel_requested, cancel_known_through`): a NULL known
+ * through is "carry" (write 0), which SUMMARY_UPSERT (postgres-append-request.ts) reads from EXCLUDED.
+ */
+export function cancelValues(w: CancelWrite, last: number): [boolean, number | null] {
+  return [w === 1, w === 0 ? null : last];
 }
 
 const SUMMARY_COLS = 'workflow, kind, status, outcome, last_event_id, max_generation, turn, queued, last_input_id, created_at, updated_at';
@@ -103,10 +132,10 @@ export function casSql(s: string, shape: CasShape): string {
     // The summary's row is locked before the lease's, as every write of the store locks them.
     `g AS MATERIALIZED (SELECT (${expectSummary}) AND (${expectLease}) AS ok, ${DB_NOW} AS now${shape.async ? `, set_config('synchronous_commit', 'off', true)` : ''})`,
     shape.light
-      ? `w AS (UPDATE ${s}.summaries SET last_event_id = $4::bigint, max_generation = $5::bigint, updated_at = $6::bigint WHERE task_id = $1 AND ${ok})`
+      ? `w AS (UPDATE ${s}.summaries SET last_event_id = $4::bigint, max_generation = $5::bigint, updated_at = $6::bigint, ${cancelSet(0, '$4::bigint')} WHERE task_id = $1 AND ${ok})`
       : shape.exists
-      ? `w AS (UPDATE ${s}.summaries SET (${SUMMARY_COLS}) = (${params(4, SUMMARY_TYPES)}) WHERE task_id = $1 AND ${ok})`
-      : `w AS (INSERT INTO ${s}.summaries (task_id, ${SUMMARY_COLS}) SELECT $1, ${params(4, SUMMARY_TYPES)} WHERE ${ok})`,
+      ? `w AS (UPDATE ${s}.summaries SET (${SUMMARY_COLS}) = (${params(4, SUMMARY_TYPES)}), ${cancelSet(shape.cancel, '$8::bigint')} WHERE task_id = $1 AND ${ok})`
+      : `w AS (INSERT INTO ${s}.summaries (task_id, ${SUMMARY_COLS}, cancel_requested, cancel_known_through) SELECT $1, ${params(4, SUMMARY_TYPES)}, ${shape.cancel === 1}, $8::bigint WHERE ${ok})`,
   ];
   if (shape.writesLease) {
     const [o, i, gen, ms] = [n, n + 1, n + 2, n + 3];
@@ -147,6 +176,7 @@ export function casStatement(
   async: boolean,
 ): { shape: CasShape; key: number; values: unknown[] } {
   const { expected, next } = plan;
+  const light = expected.summary !== undefined && sameButLast(expected.summary, next.summary!);
   const shape: CasShape = {
     exists: expected.summary !== undefined,
     hasLease: expected.lease !== undefined,
@@ -154,7 +184,8 @@ export function casStatement(
     payloads: blobs.size > 0,
     async,
     one: events.length === 1,
-    light: expected.summary !== undefined && sameButLast(expected.summary, next.summary!),
+    light,
+    cancel: light ? 0 : cancelWrite(events, next.summary!, expected.summary !== undefined),
   };
   const values: unknown[] = shape.one ? [taskId, events[0]!.eventId, asBuffer(bytes[0]!)] : [taskId, events.map((e) => e.eventId), bytes.map(asBuffer)];
   if (shape.light) values.push(next.summary!.lastEventId, next.maxGeneration, next.summary!.updatedAt);
@@ -168,12 +199,12 @@ export function casStatement(
 
 /** Whether `b` differs from `a` at most in its last event id and update time (`CasShape.light`). */
 function sameButLast(a: TaskSummary, b: TaskSummary): boolean {
-  return a.workflow === b.workflow && a.kind === b.kind && a.status === b.status && a.outcome === b.outcome && a.turn === b.turn && a.queued === b.queued && a.lastInputId === b.lastInputId && a.createdAt === b.createdAt;
+  return a.workflow === b.workflow && a.kind === b.kind && a.status === b.status && a.outcome === b.outcome && a.turn === b.turn && a.queued === b.queued && a.lastInputId === b.lastInputId && a.createdAt === b.createdAt && a.cancelRequested === b.cancelRequested;
 }
 
 /** A number per shape (a bit per flag), to look its statement up without building its text. */
 export function shapeKey(shape: CasShape): number {
-  return (shape.exists ? 1 : 0) | (shape.hasLease ? 2 : 0) | (shape.writesLease ? 4 : 0) | (shape.payloads ? 8 : 0) | (shape.async ? 16 : 0) | (shape.one ? 32 : 0) | (shape.light ? 256 : 0);
+  return (shape.exists ? 1 : 0) | (shape.hasLease ? 2 : 0) | (shape.writesLease ? 4 : 0) | (shape.payloads ? 8 : 0) | (shape.async ? 16 : 0) | (shape.one ? 32 : 0) | (shape.light ? 256 : 0) | (shape.cancel * 512);
 }
 
 /** The key of the batch statement (`casBatchSql`), apart from every shape's. */
@@ -196,6 +227,7 @@ const BATCH_COLS: readonly [string, string][] = [
   ['e_owner', 'text'], ['e_instance', 'text'], ['e_generation', 'bigint'],
   ...SUMMARY_COLS.split(', ').map((c, i): [string, string] => [`n_${c}`, SUMMARY_TYPES[i]!]),
   ['n_owner', 'text'], ['n_instance', 'text'], ['n_generation', 'bigint'], ['n_ms', 'bigint'],
+  ['n_cancel', 'int'],
 ];
 
 /**
@@ -222,8 +254,11 @@ ok AS MATERIALIZED (SELECT x.task_id FROM g, x WHERE
   (CASE WHEN x.ex THEN x.task_id = ANY(g.s_same) ELSE NOT x.task_id = ANY(coalesce(g.s_all, '{}')) END) AND
   (CASE WHEN x.hl THEN x.task_id = ANY(g.l_same) ELSE NOT x.task_id = ANY(coalesce(g.l_all, '{}')) END)),
 e AS (INSERT INTO ${s}.events (task_id, event_id, data) SELECT * FROM unnest($${n + 1}::text[], $${n + 2}::bigint[], $${n + 3}::bytea[]) AS v(task_id, event_id, data) WHERE v.task_id IN ${okIds}),
-us AS (UPDATE ${s}.summaries s SET (${SUMMARY_COLS}) = (${setSummary}) FROM x WHERE s.task_id = x.task_id COLLATE "C" AND x.ex AND x.task_id IN ${okIds}),
-ins AS (INSERT INTO ${s}.summaries (task_id, ${SUMMARY_COLS}) SELECT x.task_id, ${setSummary} FROM x WHERE NOT x.ex AND x.task_id IN ${okIds}),
+us AS (UPDATE ${s}.summaries s SET (${SUMMARY_COLS}) = (${setSummary}),
+  cancel_requested = CASE x.n_cancel WHEN 1 THEN true WHEN 2 THEN false ELSE s.cancel_requested END,
+  cancel_known_through = CASE WHEN x.n_cancel <> 0 OR s.cancel_known_through = s.last_event_id THEN x.n_last_event_id ELSE s.cancel_known_through END
+  FROM x WHERE s.task_id = x.task_id COLLATE "C" AND x.ex AND x.task_id IN ${okIds}),
+ins AS (INSERT INTO ${s}.summaries (task_id, ${SUMMARY_COLS}, cancel_requested, cancel_known_through) SELECT x.task_id, ${setSummary}, x.n_cancel = 1, x.n_last_event_id FROM x WHERE NOT x.ex AND x.task_id IN ${okIds}),
 ul AS (UPDATE ${s}.leases l SET owner = x.n_owner, instance = x.n_instance, generation = x.n_generation, expires_at = g.now + x.n_ms FROM x, g WHERE l.task_id = x.task_id COLLATE "C" AND x.wl AND x.hl AND x.task_id IN ${okIds}),
 il AS (INSERT INTO ${s}.leases (task_id, owner, instance, generation, expires_at) SELECT x.task_id, x.n_owner, x.n_instance, x.n_generation, g.now + x.n_ms FROM x, g WHERE x.wl AND NOT x.hl AND x.task_id IN ${okIds}),
 p AS (INSERT INTO ${s}.payloads (task_id, hash, data) SELECT * FROM unnest($${n + 4}::text[], $${n + 5}::text[], $${n + 6}::bytea[]) AS v(task_id, hash, data) WHERE v.task_id IN ${okIds} ON CONFLICT DO NOTHING)
@@ -244,6 +279,7 @@ export function casBatchValues(items: readonly CasItem[]): unknown[] {
       expected.lease?.owner ?? null, expected.lease?.instance ?? null, expected.lease?.generation ?? null,
       ...summaryValues(next),
       leaseMs !== undefined ? next.lease!.owner : null, leaseMs !== undefined ? next.lease!.instance : null, leaseMs !== undefined ? next.lease!.generation : null, leaseMs ?? null,
+      cancelWrite(it.events, next.summary!, expected.summary !== undefined),
     ];
     row.forEach((v, i) => cols[i]!.push(v));
     it.events.forEach((e, i) => {

@@ -13,7 +13,7 @@ import { Batcher } from './batcher.js';
 import type { AppendOptions, AppendResult } from './history-store.js';
 import { checkTaskId } from './keys.js';
 import { externalize } from './payload-refs.js';
-import { casReply, casSql, casStatement, planCas, type CasPlan } from './postgres-append.js';
+import { cancelValues, cancelWrite, casReply, casSql, casStatement, planCas, type CasPlan } from './postgres-append.js';
 import { SUMMARY_UPSERT, queryConfig, routine, type AppendRequest, type PendingAppend, type PreparingClient, type Statement } from './postgres-append-request.js';
 import { PgBatchWriter } from './postgres-batch.js';
 import type { PgStoreContext } from './postgres-context.js';
@@ -312,19 +312,20 @@ export class PgAppender {
       }
       const s = next.summary!;
       const values: unknown[] = [taskId, ids, bytes, s.workflow, s.kind, s.status, s.outcome ?? null, s.lastEventId, next.maxGeneration, s.turn, s.queued, s.lastInputId ?? null, s.createdAt, s.updatedAt];
+      values.push(...cancelValues(cancelWrite(events, s, locked.exists), s.lastEventId));
       let leaseCte = '';
       if (options.lease) {
         const l = clock.leaseToDb(next.lease!);
         values.push(l.owner, l.instance, l.generation, l.expiresAt);
-        leaseCte = `, l AS (INSERT INTO ${this.#ctx.s}.leases (task_id, owner, instance, generation, expires_at) VALUES ($1, $15, $16, $17, $18)${locked.hasLease ? LEASE_UPSERT : ''})`;
+        leaseCte = `, l AS (INSERT INTO ${this.#ctx.s}.leases (task_id, owner, instance, generation, expires_at) VALUES ($1, $17, $18, $19, $20)${locked.hasLease ? LEASE_UPSERT : ''})`;
       }
       // One statement: events, summary and lease. A row this transaction did not see is inserted,
       // never upserted: if a concurrent creator committed it meanwhile, the insert fails and #tx
       // retries against the fresh row.
       await c.query(
         `WITH e AS (INSERT INTO ${this.#ctx.s}.events (task_id, event_id, data) SELECT $1, * FROM unnest($2::bigint[], $3::bytea[]))${leaseCte}
-         INSERT INTO ${this.#ctx.s}.summaries (task_id, workflow, kind, status, outcome, last_event_id, max_generation, turn, queued, last_input_id, created_at, updated_at)
-         VALUES ($1, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)${locked.exists ? SUMMARY_UPSERT : ''}`,
+         INSERT INTO ${this.#ctx.s}.summaries (task_id, workflow, kind, status, outcome, last_event_id, max_generation, turn, queued, last_input_id, created_at, updated_at, cancel_requested, cancel_known_through)
+         VALUES ($1, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16)${locked.exists ? SUMMARY_UPSERT : ''}`,
         values,
       );
       return { lastEventId: next.lastEventId, summary: { ...s } };

@@ -8,7 +8,7 @@
 import { encodeEvent } from '../history/codec.js';
 import type { AppendResult } from './history-store.js';
 import { externalize } from './payload-refs.js';
-import { batchKey, casBatchSql, casBatchValues, planCas, type CasItem } from './postgres-append.js';
+import { batchKey, cancelValues, cancelWrite, casBatchSql, casBatchValues, planCas, type CasItem } from './postgres-append.js';
 import { SUMMARY_UPSERT, queryConfig, routine, type AppendRequest, type PendingAppend, type PreparingClient, type Statement } from './postgres-append-request.js';
 import { CONTENTION, type PgStoreContext } from './postgres-context.js';
 import { findLanded } from './postgres-lost-reply.js';
@@ -206,7 +206,7 @@ export class PgBatchWriter {
     const leases = new Map(row.l.map((r) => [r.task_id, r]));
     const ev: [string[], number[], Buffer[]] = [[], [], []];
     const ls: [string[], string[], string[], number[], number[]] = [[], [], [], [], []];
-    const sm: unknown[][] = Array.from({ length: 12 }, () => []);
+    const sm: unknown[][] = Array.from({ length: 14 }, () => []);
     const out: (AppendResult | Error)[] = [];
     for (const e of entries) {
       const sr = summaries.get(e.taskId);
@@ -233,7 +233,8 @@ export class PgBatchWriter {
         ev[2].push(asBuffer(encodeEvent(x)));
       }
       const s = next.summary!;
-      [e.taskId, s.workflow, s.kind, s.status, s.outcome ?? null, s.lastEventId, next.maxGeneration, s.turn, s.queued, s.lastInputId ?? null, s.createdAt, s.updatedAt].forEach((v, i) => sm[i]!.push(v));
+      const cancel = cancelValues(cancelWrite(e.events, s, sr !== undefined), s.lastEventId);
+      [e.taskId, s.workflow, s.kind, s.status, s.outcome ?? null, s.lastEventId, next.maxGeneration, s.turn, s.queued, s.lastInputId ?? null, s.createdAt, s.updatedAt, ...cancel].forEach((v, i) => sm[i]!.push(v));
       if (e.options.lease) {
         const l = clock.leaseToDb(next.lease!);
         [e.taskId, l.owner, l.instance, l.generation, l.expiresAt].forEach((v, i) => (ls[i] as unknown[]).push(v));
@@ -246,8 +247,8 @@ export class PgBatchWriter {
     await c.query(
       `WITH e AS (INSERT INTO ${this.#ctx.s}.events (task_id, event_id, data) SELECT * FROM unnest($1::text[], $2::bigint[], $3::bytea[])),
             l AS (INSERT INTO ${this.#ctx.s}.leases (task_id, owner, instance, generation, expires_at) SELECT * FROM unnest($4::text[], $5::text[], $6::text[], $7::bigint[], $8::bigint[])${LEASE_UPSERT})
-       INSERT INTO ${this.#ctx.s}.summaries (task_id, workflow, kind, status, outcome, last_event_id, max_generation, turn, queued, last_input_id, created_at, updated_at)
-       SELECT * FROM unnest($9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::bigint[], $15::bigint[], $16::bigint[], $17::bigint[], $18::text[], $19::bigint[], $20::bigint[])${SUMMARY_UPSERT}`,
+       INSERT INTO ${this.#ctx.s}.summaries (task_id, workflow, kind, status, outcome, last_event_id, max_generation, turn, queued, last_input_id, created_at, updated_at, cancel_requested, cancel_known_through)
+       SELECT * FROM unnest($9::text[], $10::text[], $11::text[], $12::text[], $13::text[], $14::bigint[], $15::bigint[], $16::bigint[], $17::bigint[], $18::text[], $19::bigint[], $20::bigint[], $21::boolean[], $22::bigint[])${SUMMARY_UPSERT}`,
       [...ev, ...ls, ...sm],
     );
     return out;

@@ -5,7 +5,9 @@
  * `FOR UPDATE SKIP LOCKED`, so engines claiming at once get disjoint tasks.
  */
 import { invalidArgument } from '../errors.js';
-import type { Lease } from '../history/events.js';
+import { decodeEvent } from '../history/codec.js';
+import type { HistoryEvent, Lease } from '../history/events.js';
+import { summarize } from '../history/summary.js';
 import type { ClaimRequest, DueBatch, DueReason } from './history-store.js';
 import { checkClaim } from './due-work.js';
 import type { SqlClient } from './postgres-migrations.js';
@@ -40,17 +42,17 @@ export async function claimDue(c: SqlClient, s: string, request: ClaimRequest): 
   const want = (r: DueReason) => request.reasons === undefined || request.reasons.includes(r);
   const retention = request.retentionMs === undefined || !want('retention') ? null : request.now - request.retentionMs;
   const claimable = `(c.task_id IS NULL OR c.expires_at <= ${DB_NOW} OR c.instance = $2)`;
-  let rows: { task_id: string; phase: number }[] = [];
+  let rows: DueRow[] = [];
   if (phase < 3) {
     rows = (
       await c.query(
-        `SELECT s.task_id, ${PHASE} AS phase
+        `SELECT s.task_id, ${PHASE} AS phase, ${UNKNOWN} AS unknown, s.queued > 0 AS queued
            FROM ${s}.summaries s
            LEFT JOIN ${s}.leases l ON l.task_id = s.task_id
            LEFT JOIN ${s}.due_claims c ON c.task_id = s.task_id
           WHERE ((s.status = 'in_progress' AND $5::boolean AND (l.task_id IS NULL OR l.expires_at <= ${DB_NOW}))
                  OR (s.status = 'pending' AND $6::boolean)
-                 OR (s.status = 'suspended' AND s.queued > 0 AND $7::boolean))
+                 OR (s.status = 'suspended' AND (s.queued > 0 OR s.cancel_requested OR ${UNKNOWN}) AND $7::boolean))
             AND ${claimable}
             AND (${PHASE}, s.task_id) > ($1::int, $3::text COLLATE "C")
           ORDER BY 2, s.task_id LIMIT $4
@@ -69,25 +71,74 @@ export async function claimDue(c: SqlClient, s: string, request: ClaimRequest): 
         FOR UPDATE OF s SKIP LOCKED`,
       [retention, request.instance, phase === 3 ? after : null, request.limit + 1 - rows.length],
     );
-    for (const r of more.rows as { task_id: string }[]) rows.push({ task_id: r.task_id, phase: 3 });
+    for (const r of more.rows as { task_id: string }[]) rows.push({ task_id: r.task_id, phase: 3, unknown: false, queued: false });
   }
   const page = rows.slice(0, request.limit);
   const batch: DueBatch = { tasks: [] };
-  if (page.length > 0) {
+  const due = await deriveCancels(c, s, page);
+  if (due.length > 0) {
     const claimed = await c.query(
       `INSERT INTO ${s}.due_claims (task_id, instance, expires_at)
        SELECT id, $2, ${DB_NOW} + $3::bigint FROM unnest($1::text[]) id
        ON CONFLICT (task_id) DO UPDATE SET instance = EXCLUDED.instance, expires_at = EXCLUDED.expires_at
         WHERE due_claims.expires_at <= ${DB_NOW} OR due_claims.instance = EXCLUDED.instance
        RETURNING task_id`,
-      [page.map((r) => r.task_id), request.instance, request.claimMs ?? DEFAULT_CLAIM_MS],
+      [due.map((r) => r.task_id), request.instance, request.claimMs ?? DEFAULT_CLAIM_MS],
     );
     const mine = new Set(claimed.rows.map((r: { task_id: string }) => r.task_id));
-    batch.tasks = page.filter((r) => mine.has(r.task_id)).map((r) => ({ taskId: r.task_id, reason: REASONS[r.phase]! }));
+    batch.tasks = due.filter((r) => mine.has(r.task_id)).map((r) => ({ taskId: r.task_id, reason: REASONS[r.phase]! }));
   }
   const last = page[page.length - 1];
   if (rows.length > request.limit && last) batch.next = `${last.phase}.${last.task_id}`;
   return batch;
+}
+
+/** A row of the claim's select: `unknown`, its cancel_requested is not known for its last event. */
+interface DueRow {
+  task_id: string;
+  phase: number;
+  unknown: boolean;
+  queued: boolean;
+}
+
+/** A summary whose cancel_requested does not hold for its last event (migration 7). */
+const UNKNOWN = `s.cancel_known_through IS DISTINCT FROM s.last_event_id`;
+
+/**
+ * The rows of `page` that are due: a suspended task whose pending task cancel is not known (a row
+ * from before migration 7, or last written by an older build) gets it from its events, written
+ * back under the claim's row lock; it is due only if one is pending (or an input is queued). A
+ * history that cannot be decoded stays due, for the engine to isolate.
+ */
+async function deriveCancels(c: SqlClient, s: string, page: DueRow[]): Promise<DueRow[]> {
+  const unknown = page.filter((r) => r.phase === 2 && r.unknown);
+  if (unknown.length === 0) return page;
+  const ids = unknown.map((r) => r.task_id);
+  const res = await c.query(`SELECT task_id, event_id, data FROM ${s}.events WHERE task_id = ANY($1::text[]) ORDER BY task_id, event_id`, [ids]);
+  const events = new Map<string, HistoryEvent[]>();
+  const unreadable = new Set<string>();
+  for (const r of res.rows as { task_id: string; event_id: string; data: Buffer }[]) {
+    if (unreadable.has(r.task_id)) continue;
+    try {
+      const e = decodeEvent(new Uint8Array(r.data.buffer, r.data.byteOffset, r.data.byteLength), r.task_id, `events(${JSON.stringify(r.task_id)}, ${r.event_id})`);
+      let list = events.get(r.task_id);
+      if (!list) events.set(r.task_id, (list = []));
+      list.push(e);
+    } catch {
+      unreadable.add(r.task_id);
+    }
+  }
+  const known = ids.filter((id) => !unreadable.has(id));
+  const pending = new Set(known.filter((id) => summarize(id, undefined, events.get(id) ?? []).cancelRequested));
+  if (known.length > 0) {
+    await c.query(
+      `UPDATE ${s}.summaries s SET cancel_requested = v.c, cancel_known_through = s.last_event_id
+         FROM unnest($1::text[], $2::boolean[]) AS v(id, c) WHERE s.task_id = v.id COLLATE "C"`,
+      [known, known.map((id) => pending.has(id))],
+    );
+  }
+  const settled = new Set(known.filter((id) => !pending.has(id)));
+  return page.filter((r) => !(r.phase === 2 && r.unknown && settled.has(r.task_id) && !r.queued));
 }
 
 /** Ends `instance`'s claims on `taskIds` (one statement; others' claims untouched). */

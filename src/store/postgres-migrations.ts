@@ -151,6 +151,20 @@ export const MIGRATIONS: readonly Migration[] = [
       DROP INDEX ${s}.summaries_status_updated;
     `,
   },
+  {
+    version: 7,
+    name: 'pending task cancels in summaries',
+    // cancel_requested holds for the history through cancel_known_through; where that is not the
+    // row's last_event_id (rows from before this migration: NULL, and an older build's writes,
+    // which leave both as they were) the claim of due work derives it from the events
+    // (postgres-claims.ts, docs/scale-out.md#pending-task-cancels). Constant defaults: no rewrite.
+    sql: (s) => `
+      ALTER TABLE ${s}.summaries ADD COLUMN cancel_requested boolean NOT NULL DEFAULT false,
+        ADD COLUMN cancel_known_through bigint;
+      COMMENT ON COLUMN ${s}.summaries.cancel_requested IS 'a task cancel is pending (no TaskCompleted since), as of event cancel_known_through';
+      COMMENT ON COLUMN ${s}.summaries.cancel_known_through IS 'the last_event_id cancel_requested was derived for; another value means not known';
+    `,
+  },
 ];
 
 /** The schema version this build writes and reads: its highest migration (all of MIGRATIONS must be applied). */

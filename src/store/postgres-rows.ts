@@ -31,6 +31,9 @@ export interface SummaryRow {
   last_input_id: string | null;
   created_at: number;
   updated_at: number;
+  /** Migration 7: trusted only when cancel_known_through equals last_event_id. */
+  cancel_requested?: boolean;
+  cancel_known_through?: number | null;
 }
 
 export interface LeaseRow {
@@ -118,6 +121,7 @@ export function toSummary(r: SummaryRow): TaskSummary {
   };
   if (r.outcome !== null && OUTCOMES.includes(r.outcome as TaskOutcome)) s.outcome = r.outcome as TaskOutcome;
   if (r.last_input_id !== null) s.lastInputId = r.last_input_id;
+  if (r.cancel_requested === true) s.cancelRequested = true;
   return s;
 }
 

@@ -69,7 +69,8 @@ export function encodeSummary(s: TaskSummary): Buffer {
     !isNat(s.queued) ||
     !isNat(s.createdAt) ||
     !isNat(s.updatedAt) ||
-    s.scheduled !== undefined
+    s.scheduled !== undefined ||
+    s.cancelRequested !== undefined
   ) {
     return encodeSummaryRow(s);
   }
@@ -141,7 +142,9 @@ export function encodeSummaryRow(s: TaskSummary): Buffer {
     s.createdAt,
     s.updatedAt,
   ];
-  // An 11th member only for a task with scheduled inputs: rows written before it still decode.
+  // A 12th member (1) only for a pending task cancel, an 11th (or null) only for scheduled
+  // inputs: rows written before either still decode.
+  if (s.cancelRequested) return Buffer.from(JSON.stringify([...row, s.scheduled ?? null, 1]));
   if (s.scheduled !== undefined) return Buffer.from(JSON.stringify([...row, s.scheduled]));
   return Buffer.from(JSON.stringify(row));
 }
@@ -149,7 +152,7 @@ export function encodeSummaryRow(s: TaskSummary): Buffer {
 /** Decodes a summary row; throws a plain Error on a malformed one (the caller names the key). */
 export function decodeSummary(taskId: string, raw: Uint8Array): TaskSummary {
   const row = JSON.parse(Buffer.from(raw.buffer, raw.byteOffset, raw.byteLength).toString('utf8')) as unknown;
-  if (!Array.isArray(row) || (row.length !== 10 && row.length !== 11)) throw new Error('not a summary row');
+  if (!Array.isArray(row) || row.length < 10 || row.length > 12) throw new Error('not a summary row');
   const [workflow, kind, status, outcome, lastEventId, turn, queued, lastInputId, createdAt, updatedAt] = row as SummaryRow;
   const k = KINDS[kind];
   const st = STATUSES[status];
@@ -160,6 +163,7 @@ export function decodeSummary(taskId: string, raw: Uint8Array): TaskSummary {
   if (typeof lastInputId === 'string') s.lastInputId = lastInputId;
   const scheduled: unknown = row[10];
   if (typeof scheduled === 'object' && scheduled !== null && !Array.isArray(scheduled)) s.scheduled = { ...(scheduled as Record<string, number>) };
+  if (row[11] === 1) s.cancelRequested = true;
   return s;
 }
 

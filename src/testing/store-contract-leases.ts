@@ -216,6 +216,22 @@ export function leaseContract(suite: ContractSuite): void {
       ]);
     });
 
+    it('a suspended task with a task cancel pending (summary.cancelRequested) is due as queued until TaskCompleted', async () => {
+      await createTask('stuck', { kind: 'multi-turn' });
+      await suite.store.append('stuck', [{ ...started(3, 1), inputIds: ['in-1'] } as HistoryEvent, turnCompleted(4, 1)], { expectedLastEventId: 2, generation: 1 });
+      expect(await all({ limit: 100 })).toEqual([]);
+      // The cancel alone, as an engine before d2d1d42 wrote it at shutdown (docs/recovery.md).
+      const cancel: HistoryEvent = { type: 'CancelRequested', eventId: 5, time: 1_005, generation: 1, scope: 'task', turn: 0, reason: 'closed' };
+      const r = await suite.store.append('stuck', [cancel], { expectedLastEventId: 4, generation: 1 });
+      expect(r.summary).toMatchObject({ status: 'suspended', queued: 0, cancelRequested: true });
+      expect((await suite.store.getSummary('stuck'))!.cancelRequested).toBe(true);
+      expect(await all({ limit: 100 })).toEqual([{ taskId: 'stuck', reason: 'queued' }]);
+      const done = await suite.store.append('stuck', [{ ...taskCompleted(6), outcome: 'cancelled' } as HistoryEvent], { expectedLastEventId: 5, generation: 1 });
+      expect(done.summary.cancelRequested).toBeUndefined();
+      expect((await suite.store.getSummary('stuck'))!.cancelRequested).toBeUndefined();
+      expect(await all({ limit: 100 })).toEqual([]);
+    });
+
     it('a store that claims (supports.claim) hands a task to one instance until released', async () => {
       if (!suite.store.supports.claim) return;
       await population();

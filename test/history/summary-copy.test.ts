@@ -19,6 +19,7 @@ const full: Required<TaskSummary> = {
   queued: 1,
   scheduled: { 'in-1': 1_700_000_000_000 },
   lastInputId: 'in-1',
+  cancelRequested: true,
   createdAt: 1_000,
   updatedAt: 2_000,
   corrupt: { key: 'k', code: 'TURNLOG_CORRUPT', message: 'm' },
@@ -33,7 +34,7 @@ describe('summary copy', () => {
   });
 
   it('adds no key a summary does not have (no undefined-valued optional fields)', () => {
-    const { outcome: _o, scheduled: _s, lastInputId: _l, corrupt: _c, ...bare } = full;
+    const { outcome: _o, scheduled: _s, lastInputId: _l, corrupt: _c, cancelRequested: _x, ...bare } = full;
     const copy = copySummary(bare);
     expect(Object.keys(copy).sort()).toEqual(Object.keys(bare).sort());
   });

@@ -54,6 +54,19 @@ describe('scheduled inputs in summaries and claims', () => {
     expect(decodeSummary('t', encodeSummary(plain))).toEqual(plain);
   });
 
+  it('the Level summary row carries a pending task cancel as a 12th member, with or without scheduled inputs', () => {
+    const s = waiting();
+    const { scheduled: _s, ...plain } = s;
+    for (const base of [s, plain]) {
+      const flagged: TaskSummary = { ...base, cancelRequested: true };
+      const row = JSON.parse(encodeSummary(flagged).toString()) as unknown[];
+      expect(row).toHaveLength(12);
+      expect(row[11]).toBe(1);
+      expect(decodeSummary('t', encodeSummary(flagged))).toEqual(flagged);
+      expect(encodeSummary(base)).toEqual(encodeSummaryRow(base));
+    }
+  });
+
   it('the claim hands out a waiting task only when its input is due, or due within the horizon', async () => {
     const s = waiting();
     expect(await claim(s, T0 + DAY - 1)).toEqual([]);
