@@ -429,6 +429,9 @@ class ProcessAttempt implements AttemptHandle, WorkerListener {
     switch (m.type) {
       case 'heartbeat':
         this.#lastHeartbeat = performance.now();
+        // Also between records: takeInputs({ wait: true }) polls this count, and an input sent
+        // while it waits brings no ack (test executor/process-take-inputs).
+        this.#syncPending();
         return;
       case 'record':
         this.#acquiring.get(m.call.seq)?.abort(new Error('the step was recorded'));
