@@ -116,6 +116,11 @@ export class PostgresHistoryStore implements HistoryStore {
       // Silently ignored, the store would write through a pool its caller asked to be read-only.
       throw invalidArgument('createPostgresStore readOnly applies only to a pool the store creates: pass connectionString, or make your own pool read-only (options: \'-c default_transaction_read_only=on\').');
     }
+    const max = options.max;
+    if (max !== undefined && options.pool === undefined && !(Number.isInteger(max) && max >= 1)) {
+      // pg took 0 as its default, 2.5 as 3, and with -1 never handed out a connection: open() waited forever.
+      throw invalidArgument(`createPostgresStore max ${String(max)} must be a positive integer (connections in the pool the store creates; default 10).`);
+    }
     this.#ctx = new PgStoreContext(options);
     this.schema = this.#ctx.schema;
     this.#s = this.#ctx.s;
