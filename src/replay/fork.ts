@@ -21,7 +21,7 @@ export interface ForkOptions {
  * without the inputs still queued then and a task cancel still pending then (they belong to the
  * original's future), renumbered densely. `TaskCreated` records the origin (`forkedFrom`).
  * Throws TURNLOG_WRONG_KIND for a one-shot task, TURNLOG_TURN_NOT_ENDED for a turn that has not
- * ended (or does not exist).
+ * ended (or does not exist, or a compaction dropped it).
  */
 export function forkEvents(taskId: string, events: readonly HistoryEvent[], options: ForkOptions): HistoryEvent[] {
   const { atTurn, newTaskId } = options;
@@ -33,10 +33,14 @@ export function forkEvents(taskId: string, events: readonly HistoryEvent[], opti
   const end = Number.isInteger(atTurn) && atTurn >= 1 ? events.findIndex((e) => isTurnTerminal(e) && e.turn === atTurn) : -1;
   if (end < 0) {
     const ended = events.filter(isTurnTerminal).at(-1)?.turn ?? 0;
-    throw new TurnlogError(
-      'TURNLOG_TURN_NOT_ENDED',
-      `Task ${taskId}: turn ${atTurn} has not ended (turns 1..${ended} have); nothing was forked to ${newTaskId}. Pass --at-turn/atTurn from 1 to ${ended}${ended === 0 ? ' once a turn has ended' : ''}.`,
-    );
+    // Turns a compaction dropped are kept only as their folded state: there is no end to fork at.
+    const compacted = events[1]?.type === 'HistoryCompacted' ? events[1].turns : 0;
+    const first = compacted + 1;
+    const range = ended >= first ? `Pass --at-turn/atTurn from ${first} to ${ended}.` : `Pass --at-turn/atTurn ${first} or later once it has ended.`;
+    const what = Number.isInteger(atTurn) && atTurn >= 1 && atTurn <= compacted
+      ? `turn ${atTurn} was compacted away (turns 1..${compacted} are kept only as their folded state)`
+      : `turn ${atTurn} has not ended (${ended >= first ? `turns ${first}..${ended} have` : 'no turn has'}${compacted > 0 ? `; turns 1..${compacted} were compacted away` : ''})`;
+    throw new TurnlogError('TURNLOG_TURN_NOT_ENDED', `Task ${taskId}: ${what}; nothing was forked to ${newTaskId}. ${range}`);
   }
   const prefix = events.slice(0, end + 1);
   const at = fold(taskId, prefix);

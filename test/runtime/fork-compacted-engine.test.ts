@@ -6,6 +6,8 @@ import { join } from 'node:path';
 import { Engine } from '../../src/runtime/engine.js';
 import { silentLogger } from '../../src/logger.js';
 import { LevelHistoryStore } from '../../src/store/level-store.js';
+import { MemoryHistoryStore } from '../../src/store/memory-store.js';
+import { isTurnlogError } from '../../src/errors.js';
 import { defineWorkflow } from '../../src/workflow/define-workflow.js';
 import { makeTmpDir } from '../helpers/tmp-dir.js';
 
@@ -59,4 +61,34 @@ it('a fork at a kept turn of a compacted history does not run the original\'s qu
   // Its next turn takes the input sent to it, not m4.
   await engine.turnResult('f', await engine.sendInput('f', 'z'));
   expect(((await engine.describe('f')).state as { messages: string[] }).messages).toEqual(['m1', 'm2', 'm3', 'z']);
+});
+
+// docs/history.md#compaction: a dropped turn cannot be forked at; the refusal
+// (TURNLOG_TURN_NOT_ENDED, docs/errors.md) says it was compacted away and names the kept turns,
+// where it said "turn 1 has not ended (turns 1..5 have)" and offered 1..5.
+it('fork at a turn compaction dropped is TURNLOG_TURN_NOT_ENDED naming the kept turns; nothing is written', async () => {
+  const store = new MemoryHistoryStore();
+  const engine = await Engine.open({ store, workflows: [chat], logger: silentLogger, scanIntervalMs: 0 });
+  cleanups.push(() => engine.shutdown({ graceMs: 0 }).catch(() => undefined));
+  await (await engine.start(chat, 'a1', { taskId: 'k' })).nextTurn();
+  for (let i = 2; i <= 5; i++) await engine.turnResult('k', await engine.sendInput('k', `a${i}`));
+  let k = 0;
+  for (;;) {
+    const e = (await store.readEvents('k'))[1];
+    if (e?.type === 'HistoryCompacted' && e.turns >= 2) {
+      k = e.turns;
+      break;
+    }
+    await new Promise((r) => setTimeout(r, 5));
+  }
+  const dropped = await engine.fork('k', { atTurn: 1, newTaskId: 'k1' }).catch((e: unknown) => e);
+  expect(isTurnlogError(dropped, 'TURNLOG_TURN_NOT_ENDED')).toBe(true);
+  expect((dropped as Error).message).toContain(`turn 1 was compacted away (turns 1..${k} are kept only as their folded state)`);
+  expect((dropped as Error).message).toContain(`from ${k + 1} to 5`);
+  const future = await engine.fork('k', { atTurn: 9, newTaskId: 'k9' }).catch((e: unknown) => e);
+  expect(isTurnlogError(future, 'TURNLOG_TURN_NOT_ENDED')).toBe(true);
+  expect((future as Error).message).toContain(`turn 9 has not ended (turns ${k + 1}..5 have; turns 1..${k} were compacted away)`);
+  expect(await store.readEvents('k1')).toEqual([]);
+  expect(await store.readEvents('k9')).toEqual([]);
+  expect((await engine.fork('k', { atTurn: 5, newTaskId: 'k5' })).taskId).toBe('k5');
 });
