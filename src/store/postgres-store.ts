@@ -117,9 +117,10 @@ export class PostgresHistoryStore implements HistoryStore {
       throw invalidArgument('createPostgresStore readOnly applies only to a pool the store creates: pass connectionString, or make your own pool read-only (options: \'-c default_transaction_read_only=on\').');
     }
     const max = options.max;
-    if (max !== undefined && options.pool === undefined && !(Number.isInteger(max) && max >= 1)) {
+    if (max !== undefined && options.pool === undefined && !(Number.isInteger(max) && max >= 2)) {
       // pg took 0 as its default, 2.5 as 3, and with -1 never handed out a connection: open() waited forever.
-      throw invalidArgument(`createPostgresStore max ${String(max)} must be a positive integer (connections in the pool the store creates; default 10).`);
+      // With 1, an engine's LISTEN connection (watch) held it, and every append waited forever.
+      throw invalidArgument(`createPostgresStore max ${String(max)} must be an integer of at least 2 (connections in the pool the store creates: one listens for appends while an engine runs; default 10).`);
     }
     this.#ctx = new PgStoreContext(options);
     this.schema = this.#ctx.schema;

@@ -37,13 +37,13 @@ describe('createPostgresStore options', () => {
     expect(() => createPostgresStore({ connectionString: URL, readOnly: true })).not.toThrow();
   });
 
-  it('refuses a pool size (max) that is not a positive integer: -1 made open() wait forever for a connection', () => {
-    for (const max of [0, -1, 2.5, Number.NaN, Number.POSITIVE_INFINITY, '4' as unknown as number]) {
+  it('refuses a pool size (max) that is not an integer of at least 2: -1 made open() wait forever for a connection, 1 every append of an engine', () => {
+    for (const max of [0, -1, 1, 2.5, Number.NaN, Number.POSITIVE_INFINITY, '4' as unknown as number]) {
       const err = refusal(() => createPostgresStore({ connectionString: URL, max }));
       expect(isTurnlogError(err, 'TURNLOG_INVALID_ARGUMENT')).toBe(true);
       expect(err.message).toContain(`max ${String(max)}`);
     }
-    expect(() => createPostgresStore({ connectionString: URL, max: 1 })).not.toThrow();
+    expect(() => createPostgresStore({ connectionString: URL, max: 2 })).not.toThrow();
     expect(() => createPostgresStore({ connectionString: URL, max: 40 })).not.toThrow();
   });
 });
