@@ -59,10 +59,12 @@ export async function migrateState(rt: Runtime, taskId: string, wf: Workflow<any
 
 function failed(subject: string, err: unknown): Migration {
   const cause = errorToFailure(err);
+  // A state-limit error already names the hook (`${subject}, its result: …`) and ends with a period.
+  const said = (cause.message.startsWith(`${subject}, `) ? cause.message.slice(subject.length + 2) : cause.message).replace(/\.$/, '');
   return {
     kind: 'failed',
     failure: {
-      message: `${subject} failed: ${cause.message}. The stored state is unchanged and the handler did not run; fix the hook, deploy it and send the input again.`,
+      message: `${subject} failed: ${said}. The stored state is unchanged and the handler did not run; fix the hook, deploy it and send the input again.`,
       type: 'StateMigrationFailed',
       code: 'TURNLOG_STATE_MIGRATION_FAILED',
       nonRetryable: true,
