@@ -2,9 +2,9 @@
  * The one-statement append of the PostgreSQL store (docs/decisions.md, "One round trip for a
  * fenced append"): a compare-and-swap on the task's head. The store remembers the head it last
  * saw for each task it writes; the append's rules (`applyAppend`, task-head.ts) run on that head
- * in TypeScript, and one autocommit statement locks the summary and lease rows, checks that they
- * still hold exactly that head, and only then writes events, payloads, summary and lease. SQL
- * restates no rule: it compares rows. When the head moved (another engine wrote, the task is new
+ * in TypeScript, and one autocommit statement locks the summary and lease rows (in that order),
+ * checks that they still hold exactly that head, and writes events, payloads, summary and lease
+ * only if they do (`casSql`). SQL restates no rule: it compares rows. When the head moved (another engine wrote, the task is new
  * to this store), the statement writes nothing and the store takes its locked path, which reports
  * the contract's exact error. Pure: SQL text and values, no pool.
  */
@@ -115,43 +115,80 @@ function equal(cols: string, from: number, types: readonly string[]): string {
  * `writesLease`), the payloads (hashes, bytes). With a lease it returns one row, `ok` (written)
  * and `now`; without, it is the events' insert and returns no row: written if it inserted any
  * (no row description to parse, `casReply`).
+ *
+ * A task with rows: the summary's UPDATE is the compare-and-swap (`WHERE` the whole expected
+ * summary; under READ COMMITTED a row changed meanwhile is re-checked at its newest version), so
+ * it locks and writes the summary row in one tuple operation and every other write follows from
+ * its row; the lease row is locked after it (the order every writer of the store locks them in)
+ * and compared. The summary is already written when the lease turns out moved, so then the
+ * events' data is NULL and their insert fails on NOT NULL (`fenceRefused`): the statement writes
+ * nothing, as when the summary moved. A new task: both rows' absence is checked first (locking
+ * whatever a concurrent creator committed), then everything is inserted.
  */
 export function casSql(s: string, shape: CasShape): string {
   let n = shape.light ? 7 : 15;
-  const expectSummary = shape.exists ? `EXISTS (SELECT 1 FROM s WHERE ${equal(SUMMARY_COLS, n, SUMMARY_TYPES)})` : 'NOT EXISTS (SELECT 1 FROM s)';
+  const expectSummary = equal(SUMMARY_COLS, n, SUMMARY_TYPES);
   if (shape.exists) n += SUMMARY_TYPES.length;
   const expectLease = shape.hasLease ? `EXISTS (SELECT 1 FROM l WHERE ${equal('owner, instance, generation', n, ['text', 'text', 'bigint'])})` : 'NOT EXISTS (SELECT 1 FROM l)';
   if (shape.hasLease) n += 3;
-  const ok = '(SELECT ok FROM g)';
-  const events = shape.one
-    ? `INSERT INTO ${s}.events (task_id, event_id, data) SELECT $1, $2::bigint, $3::bytea WHERE ${ok}`
-    : `INSERT INTO ${s}.events (task_id, event_id, data) SELECT $1, * FROM unnest($2::bigint[], $3::bytea[]) WHERE ${ok}`;
-  const ctes = [
-    `s AS MATERIALIZED (SELECT * FROM ${s}.summaries WHERE task_id = $1 FOR UPDATE)`,
-    `l AS MATERIALIZED (SELECT owner, instance, generation FROM ${s}.leases WHERE task_id = $1 FOR UPDATE)`,
-    // The summary's row is locked before the lease's, as every write of the store locks them.
-    `g AS MATERIALIZED (SELECT (${expectSummary}) AND (${expectLease}) AS ok, ${DB_NOW} AS now${shape.async ? `, set_config('synchronous_commit', 'off', true)` : ''})`,
-    shape.light
-      ? `w AS (UPDATE ${s}.summaries SET last_event_id = $4::bigint, max_generation = $5::bigint, updated_at = $6::bigint, ${cancelSet(0, '$4::bigint')} WHERE task_id = $1 AND ${ok})`
-      : shape.exists
-      ? `w AS (UPDATE ${s}.summaries SET (${SUMMARY_COLS}) = (${params(4, SUMMARY_TYPES)}), ${cancelSet(shape.cancel, '$8::bigint')} WHERE task_id = $1 AND ${ok})`
-      : `w AS (INSERT INTO ${s}.summaries (task_id, ${SUMMARY_COLS}, cancel_requested, cancel_known_through) SELECT $1, ${params(4, SUMMARY_TYPES)}, ${shape.cancel === 1}, $8::bigint WHERE ${ok})`,
-  ];
+  const asyncCommit = `set_config('synchronous_commit', 'off', true)`;
+  const lockLease = (when: string): string => `l AS MATERIALIZED (SELECT owner, instance, generation FROM ${s}.leases WHERE task_id = $1${when} FOR UPDATE)`;
+  let ctes: string[];
+  let events: string;
+  if (shape.exists) {
+    const set = shape.light
+      ? `last_event_id = $4::bigint, max_generation = $5::bigint, updated_at = $6::bigint, ${cancelSet(0, '$4::bigint')}`
+      : `(${SUMMARY_COLS}) = (${params(4, SUMMARY_TYPES)}), ${cancelSet(shape.cancel, '$8::bigint')}`;
+    ctes = [
+      `w AS (UPDATE ${s}.summaries SET ${set} WHERE task_id = $1 AND ${expectSummary} RETURNING ${shape.async ? asyncCommit : '1'})`,
+      // Read (and so locked) only once the summary's row is: the store's lock order.
+      lockLease(' AND EXISTS (SELECT 1 FROM w)'),
+    ];
+    // g reads the lease row before x writes it (x's update would hide the row from l's scan).
+    if (shape.writesLease) ctes.push(`g AS MATERIALIZED (SELECT EXISTS (SELECT 1 FROM w) AND ${expectLease} AS ok, ${DB_NOW} AS now)`);
+    const data = (d: string): string => `CASE WHEN ${expectLease} THEN ${d} END`;
+    events = shape.one
+      ? `INSERT INTO ${s}.events (task_id, event_id, data) SELECT $1, $2::bigint, ${data('$3::bytea')} FROM w`
+      : `INSERT INTO ${s}.events (task_id, event_id, data) SELECT $1, v.id, ${data('v.data')} FROM w, unnest($2::bigint[], $3::bytea[]) AS v(id, data)`;
+  } else {
+    const extra = `${shape.writesLease ? `, ${DB_NOW} AS now` : ''}${shape.async ? `, ${asyncCommit}` : ''}`;
+    ctes = [
+      `s AS MATERIALIZED (SELECT 1 FROM ${s}.summaries WHERE task_id = $1 FOR UPDATE)`,
+      lockLease(''),
+      // The summary's row is locked before the lease's, as every write of the store locks them.
+      `g AS MATERIALIZED (SELECT (NOT EXISTS (SELECT 1 FROM s)) AND (${expectLease}) AS ok${extra})`,
+      `w AS (INSERT INTO ${s}.summaries (task_id, ${SUMMARY_COLS}, cancel_requested, cancel_known_through) SELECT $1, ${params(4, SUMMARY_TYPES)}, ${shape.cancel === 1}, $8::bigint WHERE (SELECT ok FROM g))`,
+    ];
+    events = shape.one
+      ? `INSERT INTO ${s}.events (task_id, event_id, data) SELECT $1, $2::bigint, $3::bytea WHERE (SELECT ok FROM g)`
+      : `INSERT INTO ${s}.events (task_id, event_id, data) SELECT $1, * FROM unnest($2::bigint[], $3::bytea[]) WHERE (SELECT ok FROM g)`;
+  }
   if (shape.writesLease) {
     const [o, i, gen, ms] = [n, n + 1, n + 2, n + 3];
     n += 4;
     ctes.push(
       shape.hasLease
-        ? `x AS (UPDATE ${s}.leases SET owner = $${o}::text, instance = $${i}::text, generation = $${gen}::bigint, expires_at = (SELECT now FROM g) + $${ms}::bigint WHERE task_id = $1 AND ${ok})`
-        : `x AS (INSERT INTO ${s}.leases (task_id, owner, instance, generation, expires_at) SELECT $1, $${o}::text, $${i}::text, $${gen}::bigint, (SELECT now FROM g) + $${ms}::bigint WHERE ${ok})`,
+        ? `x AS (UPDATE ${s}.leases SET owner = $${o}::text, instance = $${i}::text, generation = $${gen}::bigint, expires_at = (SELECT now FROM g) + $${ms}::bigint WHERE task_id = $1 AND (SELECT ok FROM g))`
+        : `x AS (INSERT INTO ${s}.leases (task_id, owner, instance, generation, expires_at) SELECT $1, $${o}::text, $${i}::text, $${gen}::bigint, (SELECT now FROM g) + $${ms}::bigint WHERE (SELECT ok FROM g))`,
     );
   }
   if (shape.payloads) {
-    ctes.push(`p AS (INSERT INTO ${s}.payloads (task_id, hash, data) SELECT $1, * FROM unnest($${n}::text[], $${n + 1}::bytea[]) WHERE ${ok} ON CONFLICT DO NOTHING)`);
+    // Written only with the summary: from w's row, else when g's checks passed.
+    const [from, where] = shape.exists ? [' FROM w,', ''] : [' FROM', ' WHERE (SELECT ok FROM g)'];
+    ctes.push(`p AS (INSERT INTO ${s}.payloads (task_id, hash, data) SELECT $1, v.hash, v.data${from} unnest($${n}::text[], $${n + 1}::bytea[]) AS v(hash, data)${where} ON CONFLICT DO NOTHING)`);
   }
   if (!shape.writesLease) return `WITH ${ctes.join(',\n')}\n${events}`;
   ctes.push(`e AS (${events})`);
   return `WITH ${ctes.join(',\n')}\nSELECT ok, now FROM g`;
+}
+
+/**
+ * Whether `err` is the statement's refusal for a moved lease (the events' NULL data, `casSql`):
+ * nothing was written, as when it returns not written.
+ */
+export function fenceRefused(err: unknown): boolean {
+  const e = err as { code?: unknown; table?: unknown; column?: unknown } | undefined;
+  return e?.code === '23502' && e.table === 'events' && e.column === 'data';
 }
 
 /** Whether `casSql`'s statement wrote, and the database's now (NaN when it writes no lease: not returned). */

@@ -13,7 +13,7 @@ import { Batcher } from './batcher.js';
 import type { AppendOptions, AppendResult } from './history-store.js';
 import { checkTaskId } from './keys.js';
 import { externalize } from './payload-refs.js';
-import { cancelValues, cancelWrite, casReply, casSql, casStatement, planCas, type CasPlan } from './postgres-append.js';
+import { cancelValues, cancelWrite, casReply, casSql, casStatement, fenceRefused, planCas, type CasPlan } from './postgres-append.js';
 import { SUMMARY_UPSERT, queryConfig, routine, type AppendRequest, type PendingAppend, type PreparingClient, type Statement } from './postgres-append-request.js';
 import { PgBatchWriter } from './postgres-batch.js';
 import type { PgStoreContext } from './postgres-context.js';
@@ -180,8 +180,8 @@ export class PgAppender {
       }
       ctx.remember(a.taskId, undefined);
       const code = (err as { code?: unknown } | undefined)?.code;
-      // Nothing written (the head moved) or a concurrent creator's row: the locked path decides.
-      if (!err || code === '23505') {
+      // Nothing written (the head or the lease moved) or a concurrent creator's row: the locked path decides.
+      if (!err || code === '23505' || fenceRefused(err)) {
         this.#giveBack(kept, undefined);
         return fallback(this.#locked(a, !shape.async));
       }
@@ -258,8 +258,8 @@ export class PgAppender {
       this.#ctx.remember(taskId, undefined);
     } catch (err) {
       this.#ctx.remember(taskId, undefined);
-      // A concurrent creator's row or events: the locked path decides against them.
-      if ((err as { code?: unknown }).code !== '23505') {
+      // A concurrent creator's row or events, or a moved lease: the locked path decides against them.
+      if ((err as { code?: unknown }).code !== '23505' && !fenceRefused(err)) {
         if (isConnectionLoss(err)) broken = err as Error;
         throw unavailable(err, this.#ctx.location, 'a write');
       }

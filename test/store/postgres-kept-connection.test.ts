@@ -27,7 +27,7 @@ describePg('PostgreSQL store: the connection kept for lone appends', () => {
       expect(connect.mock.calls.length).toBeLessThanOrEqual(2);
 
       const killed = await withClient(async (c) =>
-        (await c.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND query LIKE 'WITH s AS MATERIALIZED%' AND query LIKE $1`, [`%"${schema}".summaries%`])).rowCount,
+        (await c.query(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() AND (query LIKE 'WITH s AS MATERIALIZED%' OR query LIKE 'WITH w AS (UPDATE%') AND query LIKE $1`, [`%"${schema}".summaries%`])).rowCount,
       );
       expect(killed).toBe(1);
       await new Promise((r) => setTimeout(r, 100));

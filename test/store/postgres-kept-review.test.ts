@@ -46,7 +46,7 @@ describePg('PostgreSQL store: the kept connection under failures', () => {
     return withClient(async (c) =>
       (
         await c.query(
-          `SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'WITH s AS MATERIALIZED%' AND query LIKE $1`,
+          `SELECT pid FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND (query LIKE 'WITH s AS MATERIALIZED%' OR query LIKE 'WITH w AS (UPDATE%') AND query LIKE $1`,
           [`%"${schema}".summaries%`],
         )
       ).rows.map((r: { pid: number }) => r.pid),

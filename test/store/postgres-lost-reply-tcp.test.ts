@@ -117,7 +117,7 @@ class ReplyCutter {
           const text = extended ?? '';
           extended = undefined;
           now =
-            (armed?.target === 'cas' && text.startsWith('WITH s AS MATERIALIZED')) ||
+            (armed?.target === 'cas' && /^WITH (s AS MATERIALIZED|w AS \(UPDATE)/.test(text)) ||
             (armed?.target === 'batch' && text.startsWith('WITH x AS MATERIALIZED'));
         } else if (m.type === 'Q') {
           const text = cstrings(m.body)[0]!;

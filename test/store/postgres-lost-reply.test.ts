@@ -37,7 +37,7 @@ describePg('PostgreSQL store: a lone append whose reply was lost after its commi
       query.mockImplementation(function (this: pg.Client, ...args: unknown[]) {
         const [config, cb] = args as [{ text?: string }, ((err: unknown, res?: unknown) => void) | undefined];
         // The step's statement is written, then its reply is lost as with a dropped connection.
-        if (dropped === 0 && typeof cb === 'function' && String(config?.text).startsWith('WITH s AS')) {
+        if (dropped === 0 && typeof cb === 'function' && /^WITH (s AS MATERIALIZED|w AS \(UPDATE)/.test(String(config?.text))) {
           dropped++;
           return Reflect.apply(originalQuery, this, [config, (err: unknown) => cb(err ?? Object.assign(new Error('Connection terminated unexpectedly'), { code: '57P01' }))]) as unknown;
         }
@@ -71,7 +71,7 @@ describePg('PostgreSQL store: a lone append whose reply was lost after its commi
       query.mockImplementation(function (this: pg.Client, ...args: unknown[]) {
         const [config, cb] = args as [{ text?: string }, ((err: unknown, res?: unknown) => void) | undefined];
         // Event 3 is written, its reply lost; before the check reads it, store b appends event 4.
-        if (dropped === 0 && typeof cb === 'function' && String(config?.text).startsWith('WITH s AS')) {
+        if (dropped === 0 && typeof cb === 'function' && /^WITH (s AS MATERIALIZED|w AS \(UPDATE)/.test(String(config?.text))) {
           dropped++;
           const lost = Object.assign(new Error('Connection terminated unexpectedly'), { code: '57P01' });
           return Reflect.apply(originalQuery, this, [
@@ -125,7 +125,7 @@ describePg('PostgreSQL store: a lone append whose reply was lost after its commi
       query.mockImplementation(function (this: pg.Client, ...args: unknown[]) {
         const [config, cb] = args as [{ text?: string }, ((err: unknown, res?: unknown) => void) | undefined];
         // Event 9 is written, its reply lost; before the check reads it, store b appends event 10.
-        if (dropped === 0 && typeof cb === 'function' && String(config?.text).startsWith('WITH s AS')) {
+        if (dropped === 0 && typeof cb === 'function' && /^WITH (s AS MATERIALIZED|w AS \(UPDATE)/.test(String(config?.text))) {
           dropped++;
           const lost = Object.assign(new Error('Connection terminated unexpectedly'), { code: '57P01' });
           return Reflect.apply(originalQuery, this, [
